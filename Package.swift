@@ -1,0 +1,67 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "keyhole",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "KeyholeProtocol", targets: ["KeyholeProtocol"]),
+        .library(name: "KeyholeClient", targets: ["KeyholeClient"]),
+        .library(name: "KeyholeServer", targets: ["KeyholeServer"]),
+        .executable(name: "keyholed", targets: ["keyholed"]),
+        .executable(name: "keyhole", targets: ["keyhole"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
+    ],
+    targets: [
+        .target(
+            name: "KeyholeProtocol",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .target(
+            name: "KeyholeServer",
+            dependencies: [
+                "KeyholeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "KeyholeClient",
+            dependencies: [
+                "KeyholeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .executableTarget(
+            name: "keyholed",
+            dependencies: [
+                "KeyholeServer",
+                "KeyholeProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
+            ]
+        ),
+        .executableTarget(
+            name: "keyhole",
+            dependencies: [
+                "KeyholeClient",
+                "KeyholeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+    ]
+)

@@ -1,0 +1,90 @@
+import KeyholeProtocol
+import NIOCore
+
+/// Gives each outgoing request an id, and each incoming response to the caller waiting on that id.
+final class ClientHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = Outbound
+    typealias OutboundOut = ByteBuffer
+
+    /// A request to send and the promise its response fulfils.
+    struct Outbound: Sendable {
+        var op: String
+        var args: [String: JSONValue]
+        var promise: EventLoopPromise<Response>
+    }
+
+    /// Responses may be up to 16 MiB whatever the server's request limit (PROTOCOL.md section 2).
+    private var decoder = FrameDecoder(maxFrameBytes: FrameDecoder.limit)
+    private var pending: [Int64: EventLoopPromise<Response>] = [:]
+    private var nextID: Int64 = 1
+    /// Set once the connection is unusable; later requests fail with it at once.
+    private var failure: (any Error)?
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let outbound = unwrapOutboundIn(data)
+        if let failure {
+            outbound.promise.fail(failure)
+            promise?.fail(failure)
+            return
+        }
+        let id = nextID
+        nextID += 1
+        pending[id] = outbound.promise
+        var buffer = context.channel.allocator.buffer(capacity: 64)
+        FrameEncoder.writeFrame(into: &buffer) {
+            Request(id: .int(id), op: outbound.op, args: outbound.args).write(to: &$0)
+        }
+        let written = context.eventLoop.makePromise(of: Void.self)
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        written.futureResult.whenFailure { error in
+            handler.value.pending.removeValue(forKey: id)?.fail(error)
+        }
+        written.futureResult.cascade(to: promise)
+        context.write(wrapOutboundOut(buffer), promise: written)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        decoder.append(unwrapInboundIn(data))
+        do {
+            while let frame = try decoder.next() {
+                let response: Response
+                do {
+                    response = try Response.parse(frame)
+                } catch {
+                    throw KeyholeClientError.invalidResponse(error.message)
+                }
+                deliver(response)
+            }
+        } catch {
+            failAll(error as? KeyholeClientError ?? .invalidResponse("\(error)"))
+            context.close(promise: nil)
+        }
+    }
+
+    private func deliver(_ response: Response) {
+        if case .int(let id)? = response.id, let promise = pending.removeValue(forKey: id) {
+            promise.succeed(response)
+        } else if response.id == nil, case .failure(let error) = response.outcome {
+            // An error without an id concerns the connection (overloaded, a framing error): it ends every request.
+            failAll(error)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        failAll(KeyholeClientError.connectionClosed)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        failAll(KeyholeClientError.connectionClosed)
+        context.close(promise: nil)
+    }
+
+    private func failAll(_ error: any Error) {
+        if failure == nil { failure = error }
+        let waiting = pending
+        pending.removeAll()
+        for promise in waiting.values { promise.fail(error) }
+    }
+}

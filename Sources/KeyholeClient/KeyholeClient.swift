@@ -1,0 +1,108 @@
+import KeyholeProtocol
+import NIOCore
+import NIOPosix
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An async client for keyholed: many requests in flight on one connection, matched by id.
+///
+/// ```swift
+/// let client = try await KeyholeClient.connect(socketPath: "/run/keyhole/keyholed.sock")
+/// let pong = try await client.ping()
+/// try await client.close()
+/// ```
+///
+/// Calls throw `ProtocolError` for an error response (carrying its stable code) and
+/// `KeyholeClientError` when keyholed cannot be reached or the connection drops.
+public final class KeyholeClient: Sendable {
+    private let channel: any Channel
+
+    private init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Connects to keyholed's socket.
+    public static func connect(
+        socketPath: String,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws(KeyholeClientError) -> KeyholeClient {
+        let bootstrap = ClientBootstrap(group: eventLoopGroup)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ClientHandler())
+                }
+            }
+        do {
+            return KeyholeClient(channel: try await bootstrap.connect(unixDomainSocketPath: socketPath).get())
+        } catch let error as IOError {
+            throw .cannotConnect(socketPath, String(cString: strerror(error.errnoCode)))
+        } catch {
+            throw .cannotConnect(socketPath, "\(error)")
+        }
+    }
+
+    /// Sends a request and returns its response, whether it is a result or an error.
+    public func send(_ op: String, args: [String: JSONValue] = [:]) async throws(KeyholeClientError) -> Response {
+        let promise = channel.eventLoop.makePromise(of: Response.self)
+        channel.writeAndFlush(ClientHandler.Outbound(op: op, args: args, promise: promise), promise: nil)
+        do {
+            return try await promise.futureResult.get()
+        } catch let error as KeyholeClientError {
+            throw error
+        } catch let error as ProtocolError {
+            // A connection-level error response (such as overloaded) ended the connection.
+            throw .connectionClosed(because: error)
+        } catch {
+            throw .connectionClosed
+        }
+    }
+
+    /// Calls `op` and returns its result; an error response is thrown as `ProtocolError`.
+    public func call(_ op: String, args: [String: JSONValue] = [:]) async throws -> [String: JSONValue] {
+        let response: Response
+        do {
+            response = try await send(op, args: args)
+        } catch {
+            if let reason = error.reason { throw reason }
+            throw error
+        }
+        return try response.outcome.get()
+    }
+
+    /// The server's `ping`.
+    public func ping() async throws -> PingResult {
+        let result = try await call("ping")
+        guard let protocolVersion = result["protocol"]?.intValue, let version = result["version"]?.stringValue,
+            let uptime = result["uptime_ms"]?.intValue
+        else { throw KeyholeClientError.invalidResponse("ping result lacks protocol, version or uptime_ms") }
+        return PingResult(protocolVersion: Int(protocolVersion), version: version, uptimeMs: uptime)
+    }
+
+    /// The server's `stats`.
+    public func stats() async throws -> [String: JSONValue] {
+        try await call("stats")
+    }
+
+    /// Closes the connection; requests still waiting fail with `connectionClosed`.
+    public func close() async throws {
+        do {
+            try await channel.close()
+        } catch ChannelError.alreadyClosed {
+            return
+        }
+    }
+}
+
+/// The result of `ping`.
+public struct PingResult: Sendable, Hashable {
+    /// The protocol version the server speaks.
+    public var protocolVersion: Int
+    /// keyholed's version.
+    public var version: String
+    /// Milliseconds since keyholed started.
+    public var uptimeMs: Int64
+}

@@ -1,0 +1,61 @@
+import NIOCore
+
+/// Splits a byte stream into frames: a 4-byte big-endian length N, then N bytes (PROTOCOL.md section 2).
+///
+/// The length is checked as soon as its four bytes are in, so an oversized frame is refused without
+/// reading or buffering its body. After an error the decoder is spent: framing can no longer be trusted.
+public struct FrameDecoder: Sendable {
+    /// The largest frame body accepted.
+    public let maxFrameBytes: Int
+    private var buffer = ByteBuffer()
+    private var failed = false
+
+    /// The largest `maxFrameBytes` the protocol allows: 16 MiB.
+    public static let limit = 16 * 1024 * 1024
+
+    /// A decoder refusing frames longer than `maxFrameBytes` (1...16 MiB).
+    public init(maxFrameBytes: Int) {
+        precondition((1...Self.limit).contains(maxFrameBytes), "maxFrameBytes out of range")
+        self.maxFrameBytes = maxFrameBytes
+    }
+
+    /// Bytes received but not yet returned as a frame: non-zero means a frame has started.
+    public var bufferedBytes: Int { buffer.readableBytes }
+
+    /// Adds received bytes.
+    public mutating func append(_ bytes: ByteBuffer) {
+        if buffer.readableBytes == 0 {
+            // Adopting the read buffer avoids a copy in the common case of whole frames per read.
+            buffer = bytes
+        } else {
+            // Reclaim consumed space before growing, so a long pipelined stream does not grow without bound.
+            if buffer.readerIndex > 64 * 1024 { buffer.discardReadBytes() }
+            var bytes = bytes
+            buffer.writeBuffer(&bytes)
+        }
+    }
+
+    /// The next complete frame body, or `nil` until more bytes arrive.
+    ///
+    /// - Throws: `bad_frame` for a length of 0, `frame_too_large` for a length over the maximum.
+    public mutating func next() throws(ProtocolError) -> ByteBuffer? {
+        guard !failed, let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else {
+            return nil
+        }
+        if length == 0 {
+            return try fail(.badFrame())
+        }
+        if UInt64(length) > UInt64(maxFrameBytes) {
+            return try fail(.frameTooLarge(length: length, maximum: maxFrameBytes))
+        }
+        guard buffer.readableBytes >= 4 + Int(length) else { return nil }
+        buffer.moveReaderIndex(forwardBy: 4)
+        return buffer.readSlice(length: Int(length))
+    }
+
+    private mutating func fail(_ error: ProtocolError) throws(ProtocolError) -> ByteBuffer? {
+        failed = true
+        buffer = ByteBuffer()
+        throw error
+    }
+}

@@ -1,0 +1,15 @@
+import NIOCore
+
+/// Writes frames: a 4-byte big-endian length, then the JSON body (PROTOCOL.md section 2).
+public enum FrameEncoder {
+    /// Writes one frame whose body `body` produces, straight into `buffer`.
+    ///
+    /// The length is reserved first and filled in afterwards, so the body is serialised once, in place.
+    public static func writeFrame(into buffer: inout ByteBuffer, body: (inout ByteBuffer) -> Void) {
+        let lengthIndex = buffer.writerIndex
+        buffer.writeInteger(UInt32(0))
+        let bodyStart = buffer.writerIndex
+        body(&buffer)
+        buffer.setInteger(UInt32(buffer.writerIndex - bodyStart), at: lengthIndex)
+    }
+}

@@ -1,0 +1,81 @@
+import NIOCore
+
+extension JSONValue {
+    /// Writes compact JSON straight into `buffer`, without an intermediate `Data` or `String`.
+    ///
+    /// Object members are written in sorted order so that output is deterministic. Non-finite numbers,
+    /// which JSON cannot carry, are written as `null`.
+    public func write(to buffer: inout ByteBuffer) {
+        switch self {
+        case .null:
+            buffer.writeStaticString("null")
+        case .bool(let value):
+            buffer.writeStaticString(value ? "true" : "false")
+        case .int(let value):
+            buffer.writeString(String(value))
+        case .double(let value):
+            if value.isFinite {
+                buffer.writeString(value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : "\(value)")
+            } else {
+                buffer.writeStaticString("null")
+            }
+        case .string(let value):
+            Self.writeString(value, to: &buffer)
+        case .array(let elements):
+            buffer.writeInteger(UInt8(ascii: "["))
+            for (index, element) in elements.enumerated() {
+                if index > 0 { buffer.writeInteger(UInt8(ascii: ",")) }
+                element.write(to: &buffer)
+            }
+            buffer.writeInteger(UInt8(ascii: "]"))
+        case .object(let members):
+            buffer.writeInteger(UInt8(ascii: "{"))
+            for (index, key) in members.keys.sorted().enumerated() {
+                if index > 0 { buffer.writeInteger(UInt8(ascii: ",")) }
+                Self.writeString(key, to: &buffer)
+                buffer.writeInteger(UInt8(ascii: ":"))
+                members[key]!.write(to: &buffer)
+            }
+            buffer.writeInteger(UInt8(ascii: "}"))
+        }
+    }
+
+    /// The compact JSON text of this value.
+    public var jsonText: String {
+        var buffer = ByteBuffer()
+        write(to: &buffer)
+        return String(buffer: buffer)
+    }
+
+    /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
+    static func writeString(_ string: String, to buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt8(ascii: "\""))
+        let utf8 = string.utf8
+        // Fast path: most strings need no escaping and are copied in one go.
+        if !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            buffer.writeString(string)
+        } else {
+            for byte in utf8 {
+                switch byte {
+                case UInt8(ascii: "\""): buffer.writeStaticString("\\\"")
+                case UInt8(ascii: "\\"): buffer.writeStaticString("\\\\")
+                case 0x0A: buffer.writeStaticString("\\n")
+                case 0x0D: buffer.writeStaticString("\\r")
+                case 0x09: buffer.writeStaticString("\\t")
+                case 0x08: buffer.writeStaticString("\\b")
+                case 0x0C: buffer.writeStaticString("\\f")
+                case ..<0x20:
+                    buffer.writeStaticString("\\u00")
+                    buffer.writeInteger(hexDigit(byte >> 4))
+                    buffer.writeInteger(hexDigit(byte & 0x0F))
+                default: buffer.writeInteger(byte)
+                }
+            }
+        }
+        buffer.writeInteger(UInt8(ascii: "\""))
+    }
+
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+    }
+}

@@ -1,0 +1,67 @@
+import NIOCore
+
+/// A request envelope (PROTOCOL.md section 3).
+public struct Request: Sendable, Hashable {
+    /// The id echoed in the response, if the client gave one.
+    public var id: RequestID?
+    /// The operation.
+    public var op: String
+    /// The operation's arguments; empty when absent.
+    public var args: [String: JSONValue]
+
+    /// A request.
+    public init(id: RequestID?, op: String, args: [String: JSONValue] = [:]) {
+        self.id = id
+        self.op = op
+        self.args = args
+    }
+
+    /// Why a frame could not be taken as a request, with the id to answer to when it was readable.
+    public struct Rejection: Error, Sendable {
+        /// The request's id, or `nil` when it was absent or unreadable.
+        public var id: RequestID?
+        /// The error to answer with.
+        public var error: ProtocolError
+    }
+
+    /// Reads a request from a frame body, checking in the order PROTOCOL.md section 3 gives.
+    public static func parse(_ frame: ByteBuffer) throws(Rejection) -> Request {
+        let value: JSONValue
+        do {
+            value = try JSONValue.parse(frame)
+        } catch {
+            throw Rejection(id: nil, error: error)
+        }
+        guard case .object(let members) = value else {
+            throw Rejection(id: nil, error: .badRequest("payload is not a JSON object"))
+        }
+        var id: RequestID?
+        if let rawID = members["id"], rawID != .null {
+            guard let parsed = RequestID(rawID) else {
+                throw Rejection(id: nil, error: .badRequest("'id' must be a string or a 64-bit integer"))
+            }
+            id = parsed
+        }
+        if let version = members["v"], version != .int(1) {
+            throw Rejection(id: id, error: .unsupportedVersion())
+        }
+        guard case .string(let op)? = members["op"] else {
+            throw Rejection(id: id, error: .badRequest("'op' must be present and a string"))
+        }
+        var args: [String: JSONValue] = [:]
+        switch members["args"] {
+        case nil, .null?: break
+        case .object(let object)?: args = object
+        default: throw Rejection(id: id, error: .badRequest("'args' must be an object"))
+        }
+        return Request(id: id, op: op, args: args)
+    }
+
+    /// Writes the request's JSON body (without the frame header).
+    public func write(to buffer: inout ByteBuffer) {
+        var members: [String: JSONValue] = ["op": .string(op)]
+        if let id { members["id"] = id.jsonValue }
+        if !args.isEmpty { members["args"] = .object(args) }
+        JSONValue.object(members).write(to: &buffer)
+    }
+}

@@ -1,0 +1,61 @@
+import NIOCore
+
+/// A response envelope (PROTOCOL.md section 4).
+public struct Response: Sendable, Hashable {
+    /// The id of the request answered, or `nil`.
+    public var id: RequestID?
+    /// The result object, or the error.
+    public var outcome: Result<[String: JSONValue], ProtocolError>
+
+    /// A response.
+    public init(id: RequestID?, outcome: Result<[String: JSONValue], ProtocolError>) {
+        self.id = id
+        self.outcome = outcome
+    }
+
+    /// Writes the response's JSON body (without the frame header), members in a fixed order.
+    public func write(to buffer: inout ByteBuffer) {
+        buffer.writeStaticString("{\"id\":")
+        (id?.jsonValue ?? .null).write(to: &buffer)
+        switch outcome {
+        case .success(let result):
+            buffer.writeStaticString(",\"ok\":true,\"result\":")
+            JSONValue.object(result).write(to: &buffer)
+        case .failure(let error):
+            buffer.writeStaticString(",\"ok\":false,\"error\":{\"code\":")
+            JSONValue.writeString(error.code.rawValue, to: &buffer)
+            buffer.writeStaticString(",\"message\":")
+            JSONValue.writeString(error.message, to: &buffer)
+            if let retryAfterMs = error.retryAfterMs {
+                buffer.writeStaticString(",\"retry_after_ms\":")
+                buffer.writeString(String(retryAfterMs))
+            }
+            buffer.writeInteger(UInt8(ascii: "}"))
+        }
+        buffer.writeInteger(UInt8(ascii: "}"))
+    }
+
+    /// Reads a response from a frame body, as a client does.
+    ///
+    /// An error code this version does not know is read as `internal`, as PROTOCOL.md section 6 asks.
+    /// - Throws: `bad_request` when the frame is not a well-formed response.
+    public static func parse(_ frame: ByteBuffer) throws(ProtocolError) -> Response {
+        guard case .object(let members) = try JSONValue.parse(frame) else {
+            throw .badRequest("response is not a JSON object")
+        }
+        let id = members["id"].flatMap(RequestID.init)
+        switch (members["ok"], members["result"], members["error"]) {
+        case (.bool(true)?, .object(let result)?, _):
+            return Response(id: id, outcome: .success(result))
+        case (.bool(false)?, _, .object(let error)?):
+            let rawCode = error["code"]?.stringValue ?? "internal"
+            let message = error["message"]?.stringValue ?? ""
+            let code = ProtocolError.Code(rawValue: rawCode) ?? .internal
+            let retry = error["retry_after_ms"]?.intValue.map { Int($0) }
+            let text = code.rawValue == rawCode ? message : "\(rawCode): \(message)"
+            return Response(id: id, outcome: .failure(ProtocolError(code: code, message: text, retryAfterMs: retry)))
+        default:
+            throw .badRequest("response has neither a result object nor an error object")
+        }
+    }
+}

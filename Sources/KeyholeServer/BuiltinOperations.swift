@@ -1,0 +1,33 @@
+import KeyholeProtocol
+
+/// The operations every keyholed offers (PROTOCOL.md section 7).
+enum BuiltinOperations {
+    static func standard(stats: ServerStats) -> [String: Operation] {
+        [
+            "ping": .sync { _, _ in
+                [
+                    "protocol": .int(Int64(KeyholeVersion.protocolVersion)),
+                    "version": .string(KeyholeVersion.current),
+                    "uptime_ms": .int(stats.uptimeMs),
+                ]
+            },
+            "stats": .sync { _, _ in stats.snapshot },
+        ]
+    }
+
+    /// Operations for tests and development only, offered with `--enable-debug-ops`.
+    static let debug: [String: Operation] = [
+        "debug.sleep": .async { request, _ throws(ProtocolError) in
+            guard case .int(let ms)? = request.args["ms"], (0...60_000).contains(ms) else {
+                throw .badRequest("'ms' must be an integer from 0 to 60000")
+            }
+            do {
+                try await Task.sleep(for: .milliseconds(ms))
+            } catch {
+                throw .shuttingDown()
+            }
+            return ["slept_ms": .int(ms)]
+        },
+        "debug.echo": .sync { request, _ in request.args },
+    ]
+}

@@ -1,0 +1,33 @@
+import KeyholeProtocol
+import NIOCore
+
+extension KeyholeServer {
+    /// Where the server listens.
+    public enum Listener: Sendable, Equatable {
+        /// A Unix socket file the server creates with `mode`, replacing a stale one.
+        case path(String, mode: UInt32)
+        /// A socket that is already bound and listening, handed over as a file descriptor (systemd).
+        case descriptor(CInt)
+    }
+
+    /// The server's settings, with the defaults of PROTOCOL.md and the configuration reference.
+    public struct Configuration: Sendable {
+        /// Where to listen.
+        public var listener = Listener.path(KeyholeVersion.defaultSocketPath, mode: 0o660)
+        /// The largest request frame body, 1 byte to 16 MiB.
+        public var maxFrameBytes = 65_536
+        /// Connections beyond this many are answered `overloaded` and closed.
+        public var maxConnections = 1024
+        /// A connection with nothing in flight and no bytes for this long is closed.
+        public var idleTimeout = TimeAmount.minutes(5)
+        /// A connection that leaves a frame incomplete for this long is closed.
+        public var frameTimeout = TimeAmount.seconds(10)
+        /// Requests served at once on one connection before the server stops reading from it.
+        public var maxInFlight = 128
+        /// Offer the `debug.*` operations (tests and development only).
+        public var enableDebugOperations = false
+
+        /// The defaults.
+        public init() {}
+    }
+}

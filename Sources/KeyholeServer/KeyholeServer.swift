@@ -1,0 +1,99 @@
+import KeyholeProtocol
+import Logging
+import NIOCore
+import NIOExtras
+import NIOPosix
+import ServiceLifecycle
+
+/// keyholed's socket server: protocol v1 on a Unix stream socket, run as a `Service`.
+///
+/// On graceful shutdown it stops accepting, stops reading, answers every request already read, closes
+/// each connection, and returns once all are closed.
+public final class KeyholeServer: Service, Sendable {
+    private let core: ServerCore
+    private let group: any EventLoopGroup
+    private let logger: Logger
+    private let onListening: @Sendable () -> Void
+
+    /// A server with `operations` besides the built-in ones (`ping`, `stats`).
+    ///
+    /// - Parameter onListening: called once the socket accepts connections (readiness notification).
+    public init(
+        configuration: Configuration,
+        operations: [String: Operation] = [:],
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger,
+        onListening: @escaping @Sendable () -> Void = {}
+    ) {
+        self.core = ServerCore(configuration: configuration, operations: operations)
+        self.group = eventLoopGroup
+        self.logger = logger
+        self.onListening = onListening
+    }
+
+    /// The server's counters.
+    public var stats: ServerStats { core.stats }
+
+    /// Listens and serves until graceful shutdown.
+    public func run() async throws {
+        let quiescing = ServerQuiescingHelper(group: group)
+        let bootstrap = makeBootstrap(quiescing: quiescing)
+        var socketFile: SocketFile?
+        let channel: any Channel
+        switch core.configuration.listener {
+        case .path(let path, let mode):
+            var file = SocketFile(path: path)
+            if try file.prepare() {
+                logger.notice("server.stale_socket_removed", metadata: ["socket": "\(path)"])
+            }
+            do {
+                channel = try await file.bind(mode: mode) {
+                    try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: false).get()
+                }
+            } catch let error as ServerError {
+                throw error
+            } catch {
+                throw ServerError.bindFailed(path, "\(error)")
+            }
+            socketFile = file
+        case .descriptor(let descriptor):
+            channel = try await bootstrap.withBoundSocket(descriptor).get()
+        }
+        logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)"])
+        onListening()
+
+        let drained = channel.eventLoop.makePromise(of: Void.self)
+        try await withGracefulShutdownHandler {
+            try await drained.futureResult.get()
+        } onGracefulShutdown: { [logger] in
+            logger.info("server.draining")
+            quiescing.initiateShutdown(promise: drained)
+        }
+        socketFile?.remove()
+        logger.info("server.stopped")
+    }
+
+    private func makeBootstrap(quiescing: ServerQuiescingHelper) -> ServerBootstrap {
+        let core = self.core
+        let logger = self.logger
+        return ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(quiescing.makeServerChannelHandler(channel: channel))
+                }
+            }
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelOption(.maxMessagesPerRead, value: 4)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    guard core.stats.openConnection(limit: core.configuration.maxConnections) else {
+                        try channel.pipeline.syncOperations.addHandler(RejectHandler(stats: core.stats))
+                        return
+                    }
+                    channel.closeFuture.whenComplete { _ in core.stats.closeConnection() }
+                    try channel.pipeline.syncOperations.addHandler(ConnectionHandler(core: core, logger: logger))
+                }
+            }
+    }
+}

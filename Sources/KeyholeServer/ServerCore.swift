@@ -1,0 +1,27 @@
+/// What every connection of one server shares: configuration, operations, counters.
+final class ServerCore: Sendable {
+    struct Entry: Sendable {
+        let operation: Operation
+        let counter: ServerStats.Counter
+    }
+
+    let configuration: KeyholeServer.Configuration
+    let operations: [String: Entry]
+    let stats: ServerStats
+
+    /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
+    init(configuration: KeyholeServer.Configuration, operations extra: [String: Operation]) {
+        var all = extra
+        if configuration.enableDebugOperations {
+            all.merge(BuiltinOperations.debug) { _, debug in debug }
+        }
+        let names = Set(all.keys).union(["ping", "stats"])
+        let stats = ServerStats(operations: names)
+        all.merge(BuiltinOperations.standard(stats: stats)) { _, builtin in builtin }
+        self.configuration = configuration
+        self.stats = stats
+        self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
+            (name, Entry(operation: operation, counter: stats.requestCounter(for: name)!))
+        })
+    }
+}

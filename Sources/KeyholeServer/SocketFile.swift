@@ -1,0 +1,88 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The Unix socket file keyholed listens on: checked before binding, removed after a clean stop.
+struct SocketFile {
+    let path: String
+    /// The inode created by our bind, so that we never remove a file someone else put there since.
+    private(set) var inode: ino_t?
+
+    init(path: String) { self.path = path }
+
+    /// `sun_path` holds 108 bytes including the terminating NUL.
+    static let maxPathBytes = 107
+
+    /// Makes the path free for binding: refuses when another process listens there or the file is not a
+    /// socket, removes a socket nobody answers on (left behind by a process that died).
+    /// Returns `true` when a stale socket was removed.
+    func prepare() throws(ServerError) -> Bool {
+        guard !path.isEmpty, path.utf8.count <= Self.maxPathBytes else {
+            throw .socketPath("socket path must be 1 to \(Self.maxPathBytes) bytes long: \(path)")
+        }
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            if errno == ENOENT { return false }
+            throw .socketPath("cannot inspect \(path): \(String(cString: strerror(errno)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFSOCK else { throw .notASocket(path) }
+        switch Self.probe(path) {
+        case 0:
+            throw .socketInUse(path)
+        case ECONNREFUSED:
+            guard unlink(path) == 0 || errno == ENOENT else {
+                throw .socketPath("cannot remove stale socket \(path): \(String(cString: strerror(errno)))")
+            }
+            return true
+        case let error:
+            throw .socketPath("cannot probe existing socket \(path): \(String(cString: strerror(error)))")
+        }
+    }
+
+    /// Connects to `path`: 0 when something accepts, else the errno.
+    private static func probe(_ path: String) -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return errno }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path.utf8)
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return result == 0 ? 0 : errno
+    }
+
+    /// Runs `bind` so that the file never exists with looser permissions than `mode`, then applies `mode`.
+    mutating func bind<T>(mode: UInt32, _ bind: () async throws -> T) async throws -> T {
+        // The umask is process-wide, but at start-up nothing else creates files.
+        let previous = umask(0o177)
+        let result: T
+        do {
+            result = try await bind()
+        } catch {
+            umask(previous)
+            throw error
+        }
+        umask(previous)
+        guard chmod(path, mode_t(mode)) == 0 else {
+            throw ServerError.socketPath("cannot set mode of \(path): \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        if lstat(path, &info) == 0 { inode = info.st_ino }
+        return result
+    }
+
+    /// Removes the socket file if it is still the one we created.
+    func remove() {
+        var info = stat()
+        guard let inode, lstat(path, &info) == 0, info.st_ino == inode else { return }
+        unlink(path)
+    }
+}

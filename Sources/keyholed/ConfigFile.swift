@@ -1,0 +1,118 @@
+import NIOCore
+import TOMLKit
+
+/// Reads keyholed.toml strictly: every table and key must be known, every value of the right type and
+/// range, and each error names the key and its line.
+struct ConfigFile {
+    private let root: TOMLTable
+    private let lines: [Substring]
+
+    init(text: String) throws(ConfigError) {
+        do {
+            root = try TOMLTable(string: text)
+        } catch let error as TOMLParseError {
+            throw ConfigError(key: nil, line: error.source.begin.line, message: "not valid TOML: \(error.description)")
+        } catch {
+            throw ConfigError(key: nil, line: nil, message: "not valid TOML: \(error)")
+        }
+        lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+    }
+
+    /// Refuses any top-level key or table outside `allowed`.
+    func checkTables(allowed: Set<String>) throws(ConfigError) {
+        for key in root.keys.sorted() where !allowed.contains(key) {
+            throw ConfigError(key: key, line: line(of: key, in: nil), message: "unknown table or key")
+        }
+        for key in root.keys.sorted() where root[key]?.type != .table {
+            throw ConfigError(key: key, line: line(of: key, in: nil), message: "must be a table, as [\(key)]")
+        }
+    }
+
+    /// The table `[name]`, refusing keys outside `keys`; `nil` when the file has no such table.
+    func section(_ name: String, keys: Set<String>) throws(ConfigError) -> Section? {
+        guard let table = root[name]?.table else { return nil }
+        for key in table.keys.sorted() where !keys.contains(key) {
+            throw ConfigError(key: "\(name).\(key)", line: line(of: key, in: name), message: "unknown key")
+        }
+        return Section(name: name, table: table, file: self)
+    }
+
+    /// The line of `key` in `[table]`, by a scan of the text: TOMLKit keeps no positions for keys.
+    func line(of key: String, in table: String?) -> Int? {
+        var current: String?
+        for (index, raw) in lines.enumerated() {
+            let line = raw.trimmingPrefix(while: { $0 == " " || $0 == "\t" })
+            if line.hasPrefix("[") {
+                let name = line.drop(while: { $0 == "[" }).prefix(while: { $0 != "]" })
+                current = String(name.filter { $0 != "\"" && $0 != " " && $0 != "\t" })
+                continue
+            }
+            guard current == table else { continue }
+            for candidate in [key, "\"\(key)\""] where line.hasPrefix(candidate) {
+                let rest = line.dropFirst(candidate.count).drop(while: { $0 == " " || $0 == "\t" })
+                if rest.hasPrefix("=") { return index + 1 }
+            }
+        }
+        return nil
+    }
+
+    /// One table of the file, with typed accessors that report the key and line on error.
+    struct Section {
+        let name: String
+        let table: TOMLTable
+        let file: ConfigFile
+
+        func error(_ key: String, _ message: String) -> ConfigError {
+            ConfigError(key: "\(name).\(key)", line: file.line(of: key, in: name), message: message)
+        }
+
+        func string(_ key: String) throws(ConfigError) -> String? {
+            guard let value = table[key] else { return nil }
+            guard let string = value.string else { throw error(key, "must be a string, got \(value.type)") }
+            return string
+        }
+
+        func integer(_ key: String, in range: ClosedRange<Int>) throws(ConfigError) -> Int? {
+            guard let value = table[key] else { return nil }
+            guard let int = value.int else { throw error(key, "must be an integer, got \(value.type)") }
+            guard range.contains(int) else { throw error(key, "must be from \(range.lowerBound) to \(range.upperBound), got \(int)") }
+            return int
+        }
+
+        /// An integer of bytes or a string with a unit ("64KiB").
+        func size(_ key: String, in range: ClosedRange<Int>) throws(ConfigError) -> Int? {
+            guard let value = table[key] else { return nil }
+            let bytes: Int
+            if let int = value.int {
+                bytes = int
+            } else if let text = value.string, let parsed = ConfigParsing.size(text) {
+                bytes = parsed
+            } else {
+                throw error(key, "must be a size: an integer of bytes or a string such as \"64KiB\" or \"16MiB\"")
+            }
+            guard range.contains(bytes) else {
+                throw error(key, "must be from \(range.lowerBound) to \(range.upperBound) bytes, got \(bytes)")
+            }
+            return bytes
+        }
+
+        func duration(_ key: String, in range: ClosedRange<TimeAmount>) throws(ConfigError) -> TimeAmount? {
+            guard let value = table[key] else { return nil }
+            guard let text = value.string, let duration = ConfigParsing.duration(text) else {
+                throw error(key, "must be a duration string such as \"500ms\", \"10s\", \"5m\", \"24h\" or \"30d\"")
+            }
+            guard range.contains(duration) else { throw error(key, "must be from 10ms to 30d") }
+            return duration
+        }
+
+        /// An octal mode string ("0660"); a TOML octal integer (0o660) is accepted too.
+        func mode(_ key: String) throws(ConfigError) -> UInt32? {
+            guard let value = table[key] else { return nil }
+            if let int = value.int, (0...0o777).contains(int) { return UInt32(int) }
+            guard let text = value.string, let mode = ConfigParsing.mode(text) else {
+                throw error(key, "must be an octal file mode string such as \"0660\"")
+            }
+            return mode
+        }
+    }
+}

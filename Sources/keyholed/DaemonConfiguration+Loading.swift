@@ -1,0 +1,79 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension DaemonConfiguration {
+    /// The largest configuration file read: anything bigger is a mistake.
+    static let maxFileBytes = 1 << 20
+
+    /// Reads a configuration file. A missing file is an error only when `required` (it was named
+    /// explicitly): the default path may be absent, and then the built-in defaults apply.
+    static func load(path: String, required: Bool) throws(ConfigError) -> DaemonConfiguration {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT && !required { return DaemonConfiguration() }
+            throw ConfigError(key: nil, line: nil, message: "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else {
+                throw ConfigError(key: nil, line: nil, message: "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            if count == 0 { break }
+            bytes += chunk[..<count]
+            guard bytes.count <= maxFileBytes else {
+                throw ConfigError(key: nil, line: nil, message: "\(path) is larger than \(maxFileBytes) bytes")
+            }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ConfigError(key: nil, line: nil, message: "\(path) is not UTF-8 text")
+        }
+        return try parse(text)
+    }
+    /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
+    static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
+        let file = try ConfigFile(text: text)
+        try file.checkTables(allowed: ["server", "storage", "log"])
+        var configuration = DaemonConfiguration()
+
+        if let server = try file.section("server", keys: [
+            "socket", "socket_mode", "max_frame_bytes", "max_connections", "idle_timeout", "frame_timeout",
+            "max_in_flight",
+        ]) {
+            if let socket = try server.string("socket") {
+                try checkPath(socket, key: "server.socket", line: file.line(of: "socket", in: "server"), socket: true)
+                configuration.socketPath = socket
+            }
+            if let mode = try server.mode("socket_mode") { configuration.socketMode = mode }
+            if let bytes = try server.size("max_frame_bytes", in: maxFrameBytesRange) {
+                configuration.server.maxFrameBytes = bytes
+            }
+            if let count = try server.integer("max_connections", in: maxConnectionsRange) {
+                configuration.server.maxConnections = count
+            }
+            if let timeout = try server.duration("idle_timeout", in: timeoutRange) {
+                configuration.server.idleTimeout = timeout
+            }
+            if let timeout = try server.duration("frame_timeout", in: timeoutRange) {
+                configuration.server.frameTimeout = timeout
+            }
+            if let count = try server.integer("max_in_flight", in: maxInFlightRange) {
+                configuration.server.maxInFlight = count
+            }
+        }
+        if let storage = try file.section("storage", keys: ["dir"]), let dir = try storage.string("dir") {
+            try checkPath(dir, key: "storage.dir", line: file.line(of: "dir", in: "storage"))
+            configuration.stateDirectory = dir
+        }
+        if let log = try file.section("log", keys: ["level"]), let level = try log.string("level") {
+            configuration.logLevel = try logLevel(level, key: "log.level", line: file.line(of: "level", in: "log"))
+        }
+        return configuration
+    }
+}

@@ -1,0 +1,48 @@
+import KeyholeProtocol
+import KeyholeServer
+import Logging
+import NIOCore
+
+/// Everything keyholed reads from its configuration file and flags.
+struct DaemonConfiguration {
+    /// Where the configuration is read from when `--config` is not given.
+    static let defaultPath = "/etc/keyhole/keyholed.toml"
+
+    var socketPath = KeyholeVersion.defaultSocketPath
+    var socketMode: UInt32 = 0o660
+    var server = KeyholeServer.Configuration()
+    var stateDirectory = "/var/lib/keyhole"
+    var logLevel = Logger.Level.info
+
+    /// The server configuration with the listener filled in.
+    var serverConfiguration: KeyholeServer.Configuration {
+        var configuration = server
+        configuration.listener = .path(socketPath, mode: socketMode)
+        return configuration
+    }
+
+    /// The limits on each setting, checked for file values and flags alike.
+    static let maxFrameBytesRange = 256...FrameDecoder.limit
+    static let maxConnectionsRange = 1...1_000_000
+    static let maxInFlightRange = 1...65_536
+    static let timeoutRange = TimeAmount.milliseconds(10)...TimeAmount.hours(24 * 30)
+
+    /// Checks a path given for `key`: absolute, and short enough where it names a socket.
+    static func checkPath(_ path: String, key: String, line: Int?, socket: Bool = false) throws(ConfigError) {
+        guard path.hasPrefix("/") else {
+            throw ConfigError(key: key, line: line, message: "must be an absolute path, got '\(path)'")
+        }
+        if socket && path.utf8.count > 107 {
+            throw ConfigError(key: key, line: line, message: "a Unix socket path must be at most 107 bytes long")
+        }
+    }
+
+    /// Parses a log level name for `key`.
+    static func logLevel(_ text: String, key: String, line: Int?) throws(ConfigError) -> Logger.Level {
+        guard let level = Logger.Level(rawValue: text) else {
+            let names = Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")
+            throw ConfigError(key: key, line: line, message: "unknown log level '\(text)' (one of: \(names))")
+        }
+        return level
+    }
+}
