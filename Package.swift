@@ -63,5 +63,33 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .target(
+            name: "KeyholeTestSupport",
+            dependencies: ["KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Tests/KeyholeTestSupport"
+        ),
+        .testTarget(
+            name: "KeyholeProtocolTests",
+            dependencies: ["KeyholeProtocol", "KeyholeTestSupport", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "KeyholeServerTests",
+            dependencies: ["KeyholeServer", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "KeyholeClientTests",
+            dependencies: [
+                "KeyholeClient", "KeyholeServer", "KeyholeProtocol",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .testTarget(
+            name: "KeyholedTests",
+            dependencies: [
+                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
     ]
 )

@@ -20,6 +20,12 @@ extension JSONValue {
         return nil
     }
 
+    /// The elements, when this is an array.
+    public var arrayValue: [JSONValue]? {
+        if case .array(let elements) = self { return elements }
+        return nil
+    }
+
     /// The string, when this is a string.
     public var stringValue: String? {
         if case .string(let string) = self { return string }

@@ -3,11 +3,19 @@ import NIOCore
 
 extension KeyholeServer {
     /// Where the server listens.
-    public enum Listener: Sendable, Equatable {
+    public enum Listener: Sendable, Equatable, CustomStringConvertible {
         /// A Unix socket file the server creates with `mode`, replacing a stale one.
         case path(String, mode: UInt32)
         /// A socket that is already bound and listening, handed over as a file descriptor (systemd).
         case descriptor(CInt)
+
+        /// `unix:/run/keyhole/keyholed.sock mode=0660`, or `fd:3`.
+        public var description: String {
+            switch self {
+            case .path(let path, let mode): "unix:\(path) mode=0\(String(mode, radix: 8))"
+            case .descriptor(let descriptor): "fd:\(descriptor)"
+            }
+        }
     }
 
     /// The server's settings, with the defaults of PROTOCOL.md and the configuration reference.

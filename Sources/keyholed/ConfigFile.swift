@@ -21,7 +21,8 @@ struct ConfigFile {
     /// Refuses any top-level key or table outside `allowed`.
     func checkTables(allowed: Set<String>) throws(ConfigError) {
         for key in root.keys.sorted() where !allowed.contains(key) {
-            throw ConfigError(key: key, line: line(of: key, in: nil), message: "unknown table or key")
+            let line = root[key]?.type == .table ? line(ofTable: key) : line(of: key, in: nil)
+            throw ConfigError(key: key, line: line, message: "unknown table or key")
         }
         for key in root.keys.sorted() where root[key]?.type != .table {
             throw ConfigError(key: key, line: line(of: key, in: nil), message: "must be a table, as [\(key)]")
@@ -35,6 +36,14 @@ struct ConfigFile {
             throw ConfigError(key: "\(name).\(key)", line: line(of: key, in: name), message: "unknown key")
         }
         return Section(name: name, table: table, file: self)
+    }
+
+    /// The line of the header `[name]` or `[[name]]`.
+    func line(ofTable name: String) -> Int? {
+        lines.firstIndex { raw in
+            let header = raw.filter { $0 != " " && $0 != "\t" && $0 != "\"" }
+            return header.hasPrefix("[\(name)]") || header.hasPrefix("[[\(name)]]")
+        }.map { $0 + 1 }
     }
 
     /// The line of `key` in `[table]`, by a scan of the text: TOMLKit keeps no positions for keys.

@@ -51,16 +51,15 @@ def keyholed_binary():
 class Keyholed:
     """A keyholed child process with its own directory, config, socket and state directory."""
 
-    def __init__(self, debug_ops=False, max_frame_bytes=None, workdir=None):
+    def __init__(self, debug_ops=False, config="", workdir=None):
         self.owns_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="kh", dir="/tmp")  # socket paths <= 107 bytes
         self.socket_path = os.path.join(self.dir, "k.sock")
-        config = os.path.join(self.dir, "keyholed.toml")
-        with open(config, "w") as f:
-            if max_frame_bytes is not None:
-                f.write(f"[server]\nmax_frame_bytes = {max_frame_bytes}\n")
+        config_path = os.path.join(self.dir, "keyholed.toml")
+        with open(config_path, "w") as f:
+            f.write(config)
         state = os.path.join(self.dir, "state")  # keyholed creates it
-        self.cmd = [keyholed_binary(), "--config", config, "--socket", self.socket_path,
+        self.cmd = [keyholed_binary(), "--config", config_path, "--socket", self.socket_path,
                     "--state-dir", state, "--log-level", "info"]
         if debug_ops:
             self.cmd.append("--enable-debug-ops")
@@ -202,10 +201,11 @@ def add_case_tests(cls, cases, check):
 
 class ServerTestCase(unittest.TestCase):
     debug_ops = False
+    config = ""
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Keyholed(debug_ops=cls.debug_ops)
+        cls.server = Keyholed(debug_ops=cls.debug_ops, config=cls.config)
 
     @classmethod
     def tearDownClass(cls):
@@ -272,8 +272,9 @@ class FramingVectorTests(unittest.TestCase):
     @classmethod
     def server_for(cls, max_frame_bytes):
         if max_frame_bytes not in cls.servers:
-            cls.servers[max_frame_bytes] = Keyholed(
-                max_frame_bytes=None if max_frame_bytes == DEFAULT_MAX_FRAME_BYTES else max_frame_bytes)
+            config = ("" if max_frame_bytes == DEFAULT_MAX_FRAME_BYTES
+                      else f"[server]\nmax_frame_bytes = {max_frame_bytes}\n")
+            cls.servers[max_frame_bytes] = Keyholed(config=config)
         return cls.servers[max_frame_bytes]
 
     @classmethod
@@ -480,6 +481,24 @@ class ClientTests(ServerTestCase):
             first, second = conn.read_response(), conn.read_response()
         self.assertEqual((first["id"], first["ok"]), (2, True), first)
         self.assertEqual(second, {"id": 1, "ok": True, "result": {"slept_ms": 500}})
+
+
+class OverloadTests(ServerTestCase):
+    """keyholed with max_connections = 1 refuses a second connection with overloaded."""
+
+    config = "[server]\nmax_connections = 1\n"
+
+    def test_overloaded_on_connect_raises_keyhole_error(self):
+        with keyhole.Client(self.server.socket_path) as first:
+            first.ping()
+            with keyhole.Client(self.server.socket_path) as second:
+                with self.assertRaises(keyhole.KeyholeError) as cm:
+                    second.ping()
+            e = cm.exception
+            self.assertEqual(e.code, "overloaded")
+            self.assertIsInstance(e.retry_after_ms, int)
+            self.assertGreaterEqual(e.retry_after_ms, 0)
+            self.assertGreaterEqual(first.stats()["connections"]["rejected"], 1)
 
 
 class RestartTests(unittest.TestCase):

@@ -1,0 +1,122 @@
+import Foundation
+import KeyholeClient
+import KeyholeProtocol
+import KeyholeServer
+import Logging
+import ServiceLifecycle
+import Testing
+
+/// Runs a real KeyholeServer in this process on a temporary socket for the duration of `body`.
+func withServer(
+    configure: (inout KeyholeServer.Configuration) -> Void = { _ in },
+    _ body: (String) async throws -> Void
+) async throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("khc-\(UInt32.random(in: 0...UInt32.max))")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let path = directory.appendingPathComponent("s.sock").path
+    var configuration = KeyholeServer.Configuration()
+    configuration.listener = .path(path, mode: 0o600)
+    configuration.enableDebugOperations = true
+    configure(&configuration)
+    var logger = Logger(label: "test")
+    logger.logLevel = .warning
+    let (ready, readyContinuation) = AsyncStream.makeStream(of: Void.self)
+    let server = KeyholeServer(configuration: configuration, logger: logger) {
+        readyContinuation.yield()
+    }
+    let group = ServiceGroup(services: [server], logger: logger)
+    try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await group.run() }
+        for await _ in ready { break }
+        do {
+            try await body(path)
+        } catch {
+            await group.triggerGracefulShutdown()
+            throw error
+        }
+        await group.triggerGracefulShutdown()
+        try await tasks.waitForAll()
+    }
+}
+
+@Suite("KeyholeClient")
+struct KeyholeClientTests {
+    @Test("ping returns the protocol and server version")
+    func ping() async throws {
+        try await withServer { path in
+            let client = try await KeyholeClient.connect(socketPath: path)
+            let pong = try await client.ping()
+            #expect(pong.protocolVersion == 1)
+            #expect(pong.version == KeyholeVersion.current)
+            try await client.close()
+        }
+    }
+
+    @Test("1000 concurrent calls pipelined on one connection each get their own answer")
+    func pipelining() async throws {
+        try await withServer { path in
+            let client = try await KeyholeClient.connect(socketPath: path)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<1000 {
+                    group.addTask {
+                        let result = try await client.call("debug.echo", args: ["i": .int(Int64(i))])
+                        #expect(result == ["i": .int(Int64(i))])
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let stats = try await client.stats()
+            #expect(stats["connections"]?["total"] == 1)
+            #expect(stats["requests"]?["debug.echo"] == 1000)
+            try await client.close()
+        }
+    }
+
+    @Test("an error response is thrown as ProtocolError with its code")
+    func errorResponse() async throws {
+        try await withServer { path in
+            let client = try await KeyholeClient.connect(socketPath: path)
+            await #expect(throws: ProtocolError.unknownOp("x")) { try await client.call("no.such.op") }
+            await #expect(throws: ProtocolError.badRequest("")) { try await client.call("debug.sleep", args: ["ms": "soon"]) }
+            // The connection is still usable.
+            #expect(try await client.ping().protocolVersion == 1)
+            try await client.close()
+        }
+    }
+
+    @Test("a missing socket is cannotConnect")
+    func cannotConnect() async throws {
+        await #expect(throws: KeyholeClientError.cannotConnect("", "")) {
+            _ = try await KeyholeClient.connect(socketPath: "/tmp/keyhole-test-no-such-\(UInt32.random(in: 0...UInt32.max)).sock")
+        }
+    }
+
+    @Test("calls waiting when the server drains are answered; calls after the close fail with connectionClosed")
+    func serverShutdown() async throws {
+        var client: KeyholeClient?
+        try await withServer { path in
+            let connected = try await KeyholeClient.connect(socketPath: path)
+            client = connected
+            #expect(try await connected.ping().protocolVersion == 1)
+        }
+        await #expect(throws: KeyholeClientError.connectionClosed) { try await client!.call("ping") }
+    }
+
+    @Test("a connection beyond max_connections fails with overloaded and its retry hint")
+    func overloaded() async throws {
+        try await withServer(configure: { $0.maxConnections = 1 }) { path in
+            let first = try await KeyholeClient.connect(socketPath: path)
+            #expect(try await first.ping().protocolVersion == 1)
+            let second = try await KeyholeClient.connect(socketPath: path)
+            do {
+                _ = try await second.call("ping")
+                Issue.record("expected overloaded")
+            } catch let error as ProtocolError {
+                #expect(error.code == .overloaded)
+                #expect(error.retryAfterMs != nil)
+            }
+            try await first.close()
+        }
+    }
+}

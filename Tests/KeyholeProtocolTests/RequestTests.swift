@@ -1,0 +1,96 @@
+import KeyholeProtocol
+import KeyholeTestSupport
+import NIOCore
+import Testing
+
+@Suite("Request envelope")
+struct RequestTests {
+    static func payload(_ vector: JSONValue) -> ByteBuffer {
+        if let text = vector["request"]?.stringValue { return ByteBuffer(string: text) }
+        return ByteBuffer(bytes: RawConnection.bytes(hex: vector["request_hex"]!.stringValue!))
+    }
+
+    /// Envelope errors are decided by `Request.parse`; `unknown_op` and results by the server (KeyholedTests).
+    @Test("every request vector parses or is rejected as specified", arguments: try Vectors.load("requests.json"))
+    func vector(vector: JSONValue) {
+        let expect = vector["expect"]!
+        let expectedID = RequestID(expect["id"]!)
+        let code = expect["code"]?.stringValue
+        do {
+            let request = try Request.parse(Self.payload(vector))
+            #expect(code == nil || code == "unknown_op", "\(vector["name"]!) should have failed with \(code ?? "")")
+            #expect(request.id == expectedID)
+        } catch {
+            #expect(error.error.code.rawValue == code, "\(vector["name"]!)")
+            #expect(error.id == expectedID, "\(vector["name"]!)")
+        }
+    }
+
+    @Test("a request written by a client parses back to itself")
+    func roundTrip() throws {
+        let request = Request(id: .string("a\"b\\c\n"), op: "debug.echo", args: ["x": [1, 2.5, "é", nil, true], "y": ["z": -7]])
+        var buffer = ByteBuffer()
+        request.write(to: &buffer)
+        #expect(try Request.parse(buffer) == request)
+    }
+}
+
+@Suite("Response envelope")
+struct ResponseTests {
+    @Test("results and errors round-trip, retry hint included")
+    func roundTrip() throws {
+        let responses = [
+            Response(id: .int(-9_223_372_036_854_775_808), outcome: .success(["protocol": 1, "s": "\u{1}\u{1F}"])),
+            Response(id: nil, outcome: .failure(.overloaded("too many connections", retryAfterMs: 250))),
+            Response(id: .string("x"), outcome: .failure(.unknownOp("nope"))),
+        ]
+        for response in responses {
+            var buffer = ByteBuffer()
+            response.write(to: &buffer)
+            let parsed = try Response.parse(buffer)
+            #expect(parsed == response)
+            if case .failure(let error) = parsed.outcome, case .failure(let original) = response.outcome {
+                #expect(error.message == original.message)
+                #expect(error.retryAfterMs == original.retryAfterMs)
+            }
+        }
+    }
+
+    @Test("a code this version does not know is read as internal, keeping the original in the message")
+    func unknownCode() throws {
+        let parsed = try Response.parse(ByteBuffer(string: #"{"id":1,"ok":false,"error":{"code":"from_the_future","message":"m"}}"#))
+        guard case .failure(let error) = parsed.outcome else {
+            Issue.record("expected an error")
+            return
+        }
+        #expect(error.code == .internal)
+        #expect(error.message.contains("from_the_future"))
+    }
+
+    @Test("malformed responses are refused")
+    func malformed() {
+        for text in [#"{"id":1,"ok":true}"#, #"{"id":1,"ok":"yes","result":{}}"#, "[]", #"{"id":1,"ok":false,"error":"x"}"#] {
+            #expect(throws: ProtocolError.self) { try Response.parse(ByteBuffer(string: text)) }
+        }
+    }
+}
+
+@Suite("Error codes")
+struct ErrorCodeTests {
+    @Test("the closed list has exactly the protocol's codes, each round-tripping through its wire string")
+    func closedList() {
+        let expected = [
+            "bad_frame", "frame_too_large", "bad_request", "unknown_op", "unsupported_version",
+            "permission_denied", "overloaded", "shutting_down", "internal",
+        ]
+        #expect(ProtocolError.Code.allCases.map(\.rawValue) == expected)
+        for code in ProtocolError.Code.allCases { #expect(ProtocolError.Code(rawValue: code.rawValue) == code) }
+        #expect(ProtocolError.Code(rawValue: "BAD_REQUEST") == nil)
+    }
+
+    @Test("errors compare by code, not message")
+    func equalityByCode() {
+        #expect(ProtocolError.badRequest("a") == ProtocolError.badRequest("b"))
+        #expect(ProtocolError.badRequest("a") != ProtocolError.internal("a"))
+    }
+}

@@ -1,0 +1,119 @@
+import Foundation
+import KeyholeProtocol
+import NIOCore
+
+/// A plain blocking Unix socket, to send exactly the bytes a test wants, including broken ones.
+///
+/// Every receive has a timeout (`SO_RCVTIMEO`), so a test that waits for something that never comes
+/// fails instead of hanging.
+package final class RawConnection: @unchecked Sendable {
+    package let fd: Int32
+
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
+        package init(description: String) { self.description = description }
+    }
+
+    package init(path: String, receiveTimeoutSeconds: Int = 15) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }
+        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard result == 0 else {
+            let error = errno
+            close(fd)
+            throw Failure(description: "connect \(path): \(String(cString: strerror(error)))")
+        }
+    }
+
+    deinit { close(fd) }
+
+    package func send(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard count > 0 else { throw Failure(description: "send: \(String(cString: strerror(errno)))") }
+            offset += count
+        }
+    }
+
+    package func send(hex: String) throws { try send(Self.bytes(hex: hex)) }
+
+    /// Sends one frame whose body is `payload`.
+    package func sendFrame(_ payload: [UInt8]) throws {
+        var frame = withUnsafeBytes(of: UInt32(payload.count).bigEndian, Array.init)
+        frame += payload
+        try send(frame)
+    }
+
+    package func sendFrame(_ text: String) throws { try sendFrame(Array(text.utf8)) }
+
+    /// Stops sending (half-close); the server may still answer.
+    package func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
+
+    /// Exactly `count` bytes, or `nil` on a clean end of stream before the first byte.
+    private func receive(_ count: Int) throws -> [UInt8]? {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var offset = 0
+        while offset < count {
+            let received = bytes[offset...].withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if received == 0 {
+                if offset == 0 { return nil }
+                throw Failure(description: "end of stream inside a frame")
+            }
+            guard received > 0 else {
+                if errno == EINTR { continue }
+                throw Failure(description: "recv: \(String(cString: strerror(errno)))")
+            }
+            offset += received
+        }
+        return bytes
+    }
+
+    /// The next frame's body, or `nil` when the server closed the connection.
+    package func readFrame() throws -> [UInt8]? {
+        guard let header = try receive(4) else { return nil }
+        let length = header.reduce(0) { $0 << 8 | Int($1) }
+        guard length > 0 else { throw Failure(description: "zero-length response frame") }
+        guard let body = try receive(length) else { throw Failure(description: "end of stream after header") }
+        return body
+    }
+
+    /// The next response, parsed; fails on end of stream.
+    package func readResponse() throws -> JSONValue {
+        guard let body = try readFrame() else { throw Failure(description: "connection closed, expected a response") }
+        return try JSONValue.parse(ByteBuffer(bytes: body))
+    }
+
+    /// `true` when the server closed the connection with no further bytes.
+    ///
+    /// A server that closes while bytes we sent are unread makes Linux report ECONNRESET instead of a
+    /// clean end of stream: that is a close too.
+    package func readsEndOfStream() throws -> Bool {
+        do {
+            return try receive(1) == nil
+        } catch let failure as Failure where failure.description.contains(String(cString: strerror(ECONNRESET))) {
+            return true
+        }
+    }
+
+    package static func bytes(hex: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            bytes.append(UInt8(hex[index..<next], radix: 16)!)
+            index = next
+        }
+        return bytes
+    }
+}
