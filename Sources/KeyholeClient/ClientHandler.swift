@@ -1,5 +1,23 @@
 import KeyholeProtocol
 import NIOCore
+import Synchronization
+
+/// Why the server ended a connection, readable after the channel (and its handler) are gone.
+final class CloseReason: Sendable {
+    private let reason = Mutex<ProtocolError?>(nil)
+
+    /// The first connection-level error response, if the server sent one.
+    var value: ProtocolError? { reason.withLock { $0 } }
+
+    func record(_ error: ProtocolError) {
+        reason.withLock { if $0 == nil { $0 = error } }
+    }
+
+    /// The error for a request that could not be answered on this connection.
+    var clientError: KeyholeClientError {
+        value.map { KeyholeClientError.connectionClosed(because: $0) } ?? .connectionClosed
+    }
+}
 
 /// Gives each outgoing request an id, and each incoming response to the caller waiting on that id.
 final class ClientHandler: ChannelDuplexHandler {
@@ -20,6 +38,11 @@ final class ClientHandler: ChannelDuplexHandler {
     private var nextID: Int64 = 1
     /// Set once the connection is unusable; later requests fail with it at once.
     private var failure: (any Error)?
+    private let closeReason: CloseReason
+
+    init(closeReason: CloseReason) {
+        self.closeReason = closeReason
+    }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let outbound = unwrapOutboundIn(data)
@@ -67,6 +90,7 @@ final class ClientHandler: ChannelDuplexHandler {
             promise.succeed(response)
         } else if response.id == nil, case .failure(let error) = response.outcome {
             // An error without an id concerns the connection (overloaded, a framing error): it ends every request.
+            closeReason.record(error)
             failAll(error)
         }
     }

@@ -20,9 +20,11 @@ import Darwin
 /// `KeyholeClientError` when keyholed cannot be reached or the connection drops.
 public final class KeyholeClient: Sendable {
     private let channel: any Channel
+    private let closeReason: CloseReason
 
-    private init(channel: any Channel) {
+    private init(channel: any Channel, closeReason: CloseReason) {
         self.channel = channel
+        self.closeReason = closeReason
     }
 
     /// Connects to keyholed's socket.
@@ -30,14 +32,16 @@ public final class KeyholeClient: Sendable {
         socketPath: String,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws(KeyholeClientError) -> KeyholeClient {
+        let closeReason = CloseReason()
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ClientHandler())
+                    try channel.pipeline.syncOperations.addHandler(ClientHandler(closeReason: closeReason))
                 }
             }
         do {
-            return KeyholeClient(channel: try await bootstrap.connect(unixDomainSocketPath: socketPath).get())
+            let channel = try await bootstrap.connect(unixDomainSocketPath: socketPath).get()
+            return KeyholeClient(channel: channel, closeReason: closeReason)
         } catch let error as IOError {
             throw .cannotConnect(socketPath, String(cString: strerror(error.errnoCode)))
         } catch {
@@ -48,7 +52,11 @@ public final class KeyholeClient: Sendable {
     /// Sends a request and returns its response, whether it is a result or an error.
     public func send(_ op: String, args: [String: JSONValue] = [:]) async throws(KeyholeClientError) -> Response {
         let promise = channel.eventLoop.makePromise(of: Response.self)
-        channel.writeAndFlush(ClientHandler.Outbound(op: op, args: args, promise: promise), promise: nil)
+        let written = channel.eventLoop.makePromise(of: Void.self)
+        // On a closed channel the handler is gone and never sees the request: fail it from the write.
+        let closeReason = self.closeReason
+        written.futureResult.whenFailure { _ in promise.fail(closeReason.clientError) }
+        channel.writeAndFlush(ClientHandler.Outbound(op: op, args: args, promise: promise), promise: written)
         do {
             return try await promise.futureResult.get()
         } catch let error as KeyholeClientError {
@@ -57,7 +65,7 @@ public final class KeyholeClient: Sendable {
             // A connection-level error response (such as overloaded) ended the connection.
             throw .connectionClosed(because: error)
         } catch {
-            throw .connectionClosed
+            throw closeReason.clientError
         }
     }
 

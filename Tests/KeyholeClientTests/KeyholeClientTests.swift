@@ -27,8 +27,20 @@ func withServer(
     }
     let group = ServiceGroup(services: [server], logger: logger)
     try await withThrowingTaskGroup(of: Void.self) { tasks in
-        tasks.addTask { try await group.run() }
-        for await _ in ready { break }
+        tasks.addTask {
+            // If the server fails to start, end the readiness wait instead of hanging.
+            defer { readyContinuation.finish() }
+            try await group.run()
+        }
+        var started = false
+        for await _ in ready {
+            started = true
+            break
+        }
+        guard started else {
+            try await tasks.waitForAll()
+            throw CancellationError()
+        }
         do {
             try await body(path)
         } catch {

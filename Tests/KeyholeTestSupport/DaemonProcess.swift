@@ -2,16 +2,23 @@ import Foundation
 import Synchronization
 
 /// keyholed started as a child process on a temporary socket, as an operator would run it.
+///
+/// Spawned with posix_spawn and a close-on-exec pipe owned here (Foundation's Process can leave a
+/// pipe's write end open in the parent when several children start at once, so end of file never came).
 package final class DaemonProcess: Sendable {
     package let directory: URL
     package let socketPath: String
-    private let process: Process
+    /// The child's process id.
+    package let pid: pid_t
     private let state = StateBox()
     private let readiness = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
+    private let stderrClosed = DispatchSemaphore(value: 0)
+    private static let spawnLock = NSLock()
 
     private final class StateBox: Sendable {
         let stderr = Mutex("")
+        let status = Mutex<Int32?>(nil)
     }
 
     package struct Failure: Error, CustomStringConvertible {
@@ -41,42 +48,77 @@ package final class DaemonProcess: Sendable {
     }
 
     /// Starts keyholed with `config` as its file; does not wait for readiness.
-    package init(config: String = "", arguments: [String] = [], directory: URL? = nil, socketName: String = "k.sock") throws {
+    package init(config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil) throws {
         self.directory = try directory ?? Self.makeDirectory()
-        socketPath = self.directory.appendingPathComponent(socketName).path
+        self.socketPath = socketPath ?? self.directory.appendingPathComponent("k.sock").path
         let configPath = self.directory.appendingPathComponent("keyholed.toml")
         try config.write(to: configPath, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = Self.binary
-        process.arguments = [
-            "--config", configPath.path, "--socket", socketPath,
+        let argv = [Self.binary.path,
+            "--config", configPath.path, "--socket", self.socketPath,
             "--state-dir", self.directory.appendingPathComponent("state").path, "--log-level", "debug",
         ] + arguments
-        let pipe = Pipe()
-        process.standardError = pipe
-        process.standardOutput = FileHandle.nullDevice
+        let (pid, stderrFD) = try Self.spawn(argv)
+        self.pid = pid
+
         let state = self.state
         let readiness = self.readiness
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            guard !data.isEmpty else {
-                handle.readabilityHandler = nil
-                return
+        let stderrClosed = self.stderrClosed
+        let reader = Thread {
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(stderrFD, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { break }
+                let text = String(decoding: chunk[..<count], as: UTF8.self)
+                let becameReady = state.stderr.withLock { stderr in
+                    let before = stderr.contains("keyholed.ready")
+                    stderr += text
+                    return !before && stderr.contains("keyholed.ready")
+                }
+                if becameReady { readiness.signal() }
             }
-            let text = String(decoding: data, as: UTF8.self)
-            let becameReady = state.stderr.withLock { stderr in
-                let before = stderr.contains("keyholed.ready")
-                stderr += text
-                return !before && stderr.contains("keyholed.ready")
-            }
-            if becameReady { readiness.signal() }
+            close(stderrFD)
+            stderrClosed.signal()
         }
+        reader.start()
         let exited = self.exited
-        process.terminationHandler = { _ in
+        let waiter = Thread {
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            // WIFEXITED / WEXITSTATUS, written out: the macros are not imported.
+            let code = status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+            state.status.withLock { $0 = code }
             exited.signal()
             readiness.signal()
         }
-        try process.run()
+        waiter.start()
+    }
+
+    private static func spawn(_ argv: [String]) throws -> (pid_t, Int32) {
+        // pipe2 is not exported to Swift: pipe + FD_CLOEXEC, under a lock so no other spawn of ours
+        // can run between the two and inherit the fds.
+        spawnLock.lock()
+        defer { spawnLock.unlock() }
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { throw Failure(description: "pipe: \(errno)") }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        // dup2 clears close-on-exec on the child's fd 2 only.
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
+        let cArguments = argv.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, argv[0], &actions, nil, cArguments, environ)
+        close(fds[1])
+        guard result == 0 else {
+            close(fds[0])
+            throw Failure(description: "posix_spawn \(argv[0]): \(String(cString: strerror(result)))")
+        }
+        return (pid, fds[0])
     }
 
     /// Starts keyholed and waits until it says it is ready.
@@ -87,16 +129,16 @@ package final class DaemonProcess: Sendable {
     }
 
     package func waitUntilReady(seconds: Int = 60) throws {
-        guard readiness.wait(timeout: .now() + .seconds(seconds)) == .success, process.isRunning else {
+        guard readiness.wait(timeout: .now() + .seconds(seconds)) == .success, state.status.withLock({ $0 == nil }) else {
             kill()
             throw Failure(description: "keyholed did not become ready; stderr:\n\(stderr)")
         }
     }
 
+    /// What keyholed logged so far; complete once `waitForExit` or `terminate` returned.
     package var stderr: String { state.stderr.withLock { $0 } }
-    package var pid: Int32 { process.processIdentifier }
 
-    /// Waits for the process to exit and returns its status.
+    /// Waits for the process to exit and for its stderr to end, and returns its exit status.
     @discardableResult
     package func waitForExit(seconds: Int = 60) throws -> Int32 {
         guard exited.wait(timeout: .now() + .seconds(seconds)) == .success else {
@@ -104,24 +146,29 @@ package final class DaemonProcess: Sendable {
             throw Failure(description: "keyholed did not exit; stderr:\n\(stderr)")
         }
         exited.signal()
-        process.waitUntilExit()
-        // The pipe may still hold the last lines.
-        return process.terminationStatus
+        guard stderrClosed.wait(timeout: .now() + .seconds(seconds)) == .success else {
+            throw Failure(description: "keyholed's stderr stayed open after it exited")
+        }
+        stderrClosed.signal()
+        return state.status.withLock { $0 ?? -1 }
     }
 
     /// SIGTERM, then the exit status.
     package func terminate() throws -> Int32 {
-        if process.isRunning { Foundation.kill(pid, SIGTERM) }
+        signal(SIGTERM)
         return try waitForExit()
     }
 
-    /// SIGKILL, for cleanup after a failed test.
-    package func kill() {
-        if process.isRunning { Foundation.kill(pid, SIGKILL) }
+    /// Sends `signal` while the child runs (never to a reaped pid that may have been reused).
+    package func signal(_ signal: Int32) {
+        if state.status.withLock({ $0 == nil }) { Foundation.kill(pid, signal) }
     }
 
+    /// SIGKILL, for cleanup after a failed test.
+    package func kill() { signal(SIGKILL) }
+
     deinit {
-        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+        kill()
         try? FileManager.default.removeItem(at: directory)
     }
 }

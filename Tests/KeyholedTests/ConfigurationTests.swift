@@ -1,0 +1,122 @@
+import Foundation
+import KeyholeTestSupport
+import NIOCore
+import Testing
+
+@testable import keyholed
+
+@Suite("keyholed configuration")
+struct ConfigurationTests {
+    @Test("durations", arguments: [
+        ("500ms", TimeAmount.milliseconds(500)), ("10s", .seconds(10)), ("5m", .minutes(5)), ("24h", .hours(24)),
+        ("30d", .hours(720)),
+    ])
+    func durations(text: String, expected: TimeAmount) {
+        #expect(ConfigParsing.duration(text) == expected)
+    }
+
+    @Test("bad durations", arguments: ["", "10", "s", "1.5s", "-1s", "10 s", "10sec", "5M", "9999999999s"])
+    func badDurations(text: String) {
+        #expect(ConfigParsing.duration(text) == nil)
+    }
+
+    @Test("sizes and modes")
+    func sizesAndModes() {
+        #expect(ConfigParsing.size("64KiB") == 65536)
+        #expect(ConfigParsing.size("16MiB") == 16 * 1024 * 1024)
+        #expect(ConfigParsing.size("512") == 512)
+        #expect(ConfigParsing.size("512B") == 512)
+        #expect(ConfigParsing.size("1.5MiB") == nil)
+        #expect(ConfigParsing.size("64kb") == nil)
+        #expect(ConfigParsing.mode("0660") == 0o660)
+        #expect(ConfigParsing.mode("600") == 0o600)
+        #expect(ConfigParsing.mode("0668") == nil)
+        #expect(ConfigParsing.mode("01777") == nil)
+    }
+
+    @Test("the reference file packaging/keyholed.toml parses, and states the real defaults")
+    func referenceFile() throws {
+        let path = Vectors.directory.deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("packaging/keyholed.toml").path
+        let parsed = try DaemonConfiguration.load(path: path, required: true)
+        let defaults = DaemonConfiguration()
+        #expect(parsed.socketPath == defaults.socketPath)
+        #expect(parsed.socketMode == defaults.socketMode)
+        #expect(parsed.stateDirectory == defaults.stateDirectory)
+        #expect(parsed.logLevel == defaults.logLevel)
+        #expect(parsed.server.maxFrameBytes == defaults.server.maxFrameBytes)
+        #expect(parsed.server.maxConnections == defaults.server.maxConnections)
+        #expect(parsed.server.idleTimeout == defaults.server.idleTimeout)
+        #expect(parsed.server.frameTimeout == defaults.server.frameTimeout)
+        #expect(parsed.server.maxInFlight == defaults.server.maxInFlight)
+    }
+
+    @Test("an absent default file means built-in defaults; an absent named file is an error")
+    func missingFile() throws {
+        #expect(try DaemonConfiguration.load(path: "/nonexistent/keyholed.toml", required: false).socketPath
+            == DaemonConfiguration().socketPath)
+        #expect(throws: ConfigError.self) { try DaemonConfiguration.load(path: "/nonexistent/keyholed.toml", required: true) }
+    }
+
+    /// (file, key the message must name, line it must give)
+    static let badFiles: [(String, String, Int?)] = [
+        ("[server]\nmax_frame_bytes = 5\n", "server.max_frame_bytes", 2),
+        ("[server]\nmax_frame_bytes = \"17MiB\"\n", "server.max_frame_bytes", 2),
+        ("[server]\nsocket_mode = \"0660\"\n\n  idle_timeout = 5\n", "server.idle_timeout", 4),
+        ("[server]\nframe_timeout = \"soon\"\n", "server.frame_timeout", 2),
+        ("[server]\nmax_connections = \"many\"\n", "server.max_connections", 2),
+        ("[server]\nmax_in_flight = 0\n", "server.max_in_flight", 2),
+        ("[server]\nsocket = \"relative.sock\"\n", "server.socket", 2),
+        ("[server]\nsocket = \"/\(String(repeating: "x", count: 120))\"\n", "server.socket", 2),
+        ("[server]\nsocket_mode = \"rw\"\n", "server.socket_mode", 2),
+        ("[server]\nfoo = 1\n", "server.foo", 2),
+        ("# comment\n[sever]\nfoo = 1\n", "sever", 2),
+        ("debug = true\n", "debug", 1),
+        ("server = 1\n", "server", 1),
+        ("[log]\nlevel = \"loud\"\n", "log.level", 2),
+        ("[storage]\ndir = 7\n", "storage.dir", 2),
+        ("[server\n", "", 1),
+    ]
+
+    @Test("a bad file is refused with the key and its line", arguments: badFiles)
+    func badFile(text: String, key: String, line: Int?) {
+        do {
+            _ = try DaemonConfiguration.parse(text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.key ?? "" == key)
+            #expect(error.line == line)
+            #expect(!error.message.isEmpty)
+        }
+    }
+}
+
+@Suite("keyholed configuration, end to end", .serialized)
+struct ConfigurationEndToEndTests {
+    @Test("bad configuration stops keyholed with exit status 78 and a message naming the key and line")
+    func badConfigExits78() throws {
+        for (text, key, line) in ConfigurationTests.badFiles {
+            let daemon = try DaemonProcess(config: text)
+            #expect(try daemon.waitForExit() == 78, "\(text)")
+            #expect(daemon.stderr.contains("configuration error"))
+            if !key.isEmpty { #expect(daemon.stderr.contains(key)) }
+            if let line { #expect(daemon.stderr.contains("line \(line)"), "\(daemon.stderr)") }
+        }
+    }
+
+    @Test("bad flags exit 78 too, and a named config file must exist", arguments: [
+        ["--log-level", "loud"], ["--socket", "relative.sock"], ["--state-dir", "state"],
+    ])
+    func badFlags(arguments: [String]) throws {
+        let daemon = try DaemonProcess(arguments: arguments)
+        #expect(try daemon.waitForExit() == 78)
+        #expect(daemon.stderr.contains(arguments[0]))
+    }
+
+    @Test("a named configuration file that does not exist exits 78")
+    func missingNamedFile() throws {
+        let daemon = try DaemonProcess(arguments: ["--config", "/nonexistent/keyholed.toml"])
+        #expect(try daemon.waitForExit() == 78)
+        #expect(daemon.stderr.contains("/nonexistent/keyholed.toml"))
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import KeyholeProtocol
+import KeyholeTestSupport
+import Testing
+
+@Suite("keyholed lifecycle, end to end", .serialized)
+struct LifecycleEndToEndTests {
+    @Test("SIGTERM with requests in flight: every request read is answered, then exit 0 and the socket is removed")
+    func sigtermDrains() throws {
+        let daemon = try DaemonProcess.start()
+        let connection = try RawConnection(path: daemon.socketPath)
+        for id in 1...5 { try connection.sendFrame(#"{"op":"debug.sleep","id":\#(id),"args":{"ms":700}}"#) }
+        // Frames are read in order: once this answer is back, the five sleeps have been read and started.
+        try connection.sendFrame(#"{"op":"ping","id":"marker"}"#)
+        #expect(try connection.readResponse()["id"] == "marker")
+        daemon.signal(SIGTERM)
+        var answered = Set<JSONValue>()
+        for _ in 1...5 {
+            let response = try connection.readResponse()
+            #expect(response["ok"] == true)
+            #expect(response["result"]?["slept_ms"] == 700)
+            answered.insert(response["id"]!)
+        }
+        #expect(answered == [1, 2, 3, 4, 5])
+        #expect(try connection.readsEndOfStream())
+        #expect(try daemon.waitForExit() == 0)
+        #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
+        #expect(daemon.stderr.contains("server.draining"))
+    }
+
+    @Test("SIGINT stops an idle keyholed with status 0")
+    func sigint() throws {
+        let daemon = try DaemonProcess.start()
+        daemon.signal(SIGINT)
+        #expect(try daemon.waitForExit() == 0)
+    }
+
+    @Test("a socket file left by a dead process is replaced")
+    func staleSocket() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        let path = directory.appendingPathComponent("k.sock").path
+        // Bind a socket and close it without unlinking: what a killed process leaves behind.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0)
+        close(fd)
+        #expect(FileManager.default.fileExists(atPath: path))
+
+        let daemon = try DaemonProcess(arguments: [], directory: directory)
+        try daemon.waitUntilReady()
+        let connection = try RawConnection(path: path)
+        try connection.sendFrame(#"{"op":"ping","id":1}"#)
+        #expect(try connection.readResponse()["ok"] == true)
+        #expect(try daemon.terminate() == 0)
+        #expect(daemon.stderr.contains("server.stale_socket_removed"))
+    }
+
+    @Test("a file at the socket path that is not a socket is never deleted: keyholed refuses to start")
+    func notASocket() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        let path = directory.appendingPathComponent("k.sock")
+        try "precious".write(to: path, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(arguments: [], directory: directory)
+        #expect(try daemon.waitForExit() == 1)
+        #expect(daemon.stderr.contains("not a socket"))
+        #expect(try String(contentsOf: path, encoding: .utf8) == "precious")
+    }
+
+    @Test("a second keyholed on the same socket refuses to start; the first keeps serving")
+    func secondInstance() throws {
+        let first = try DaemonProcess.start()
+        let rival = try DaemonProcess(socketPath: first.socketPath)
+        #expect(try rival.waitForExit() == 1)
+        #expect(rival.stderr.contains("already running"))
+        let connection = try RawConnection(path: first.socketPath)
+        try connection.sendFrame(#"{"op":"ping","id":1}"#)
+        #expect(try connection.readResponse()["ok"] == true)
+        #expect(try first.terminate() == 0)
+    }
+
+    @Test("the socket file gets the configured mode", arguments: [("", 0o660), ("[server]\nsocket_mode = \"0600\"\n", 0o600)])
+    func socketMode(config: String, mode: Int) throws {
+        let daemon = try DaemonProcess.start(config: config)
+        let attributes = try FileManager.default.attributesOfItem(atPath: daemon.socketPath)
+        #expect((attributes[.posixPermissions] as? Int) == mode)
+        #expect(try daemon.terminate() == 0)
+    }
+}
