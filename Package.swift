@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "KeyholeServer", targets: ["KeyholeServer"]),
         .executable(name: "keyholed", targets: ["keyholed"]),
         .executable(name: "keyhole", targets: ["keyhole"]),
+        .executable(name: "keyhole-bench", targets: ["keyhole-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -60,6 +61,15 @@ let package = Package(
                 "KeyholeClient",
                 "KeyholeProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "keyhole-bench",
+            dependencies: [
+                "KeyholeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

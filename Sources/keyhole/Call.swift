@@ -5,7 +5,7 @@ import NIOCore
 struct Call: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one request and print the response as JSON.",
-        discussion: "Example: keyhole call debug.echo '{\"a\": 1}'"
+        discussion: "Examples: keyhole call ping; keyhole call stats '{}'"
     )
 
     @OptionGroup var connection: ConnectionOptions

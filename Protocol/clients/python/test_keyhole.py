@@ -24,12 +24,37 @@ import threading
 import unittest
 from unittest import mock
 
+# Only the tests use jsonschema (make deps installs it); keyhole.py itself is standard library only.
+import jsonschema
+import referencing
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import keyhole  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 VECTORS = os.path.join(REPO_ROOT, "Protocol", "vectors")
+SCHEMAS = os.path.join(REPO_ROOT, "Protocol", "schema")
+
+
+def _load_validators():
+    """One validator per schema in Protocol/schema, sharing a registry so cross-file $refs resolve."""
+    schemas = {}
+    for name in os.listdir(SCHEMAS):
+        if name.endswith(".schema.json"):
+            with open(os.path.join(SCHEMAS, name), encoding="utf-8") as f:
+                schemas[name[: -len(".schema.json")]] = json.load(f)
+    registry = referencing.Registry().with_resources(
+        (schema["$id"], referencing.Resource.from_contents(schema)) for schema in schemas.values()
+    )
+    validators = {}
+    for name, schema in schemas.items():
+        jsonschema.Draft202012Validator.check_schema(schema)
+        validators[name] = jsonschema.Draft202012Validator(schema, registry=registry)
+    return validators
+
+
+VALIDATORS = _load_validators()
 DEFAULT_MAX_FRAME_BYTES = 65536
 # keyholed accepts [server] max_frame_bytes from 256 to 16 MiB (a smaller value is a configuration
 # error), so the framing vectors written for a smaller limit ("small limit", max_frame_bytes = 16)
@@ -164,6 +189,8 @@ class RawConnection:
         assert 1 <= length <= keyhole.MAX_FRAME_BYTES, f"response frame length {length}"
         msg = json.loads(self._read_exact(length).decode("utf-8"))
         assert isinstance(msg, dict), f"response is not an object: {msg!r}"
+        # Every response any test reads must conform to the published schema.
+        VALIDATORS["response"].validate(msg)
         return msg
 
     def assert_closed(self):
@@ -352,11 +379,28 @@ class ClientTests(ServerTestCase):
         self.assertEqual(result["protocol"], 1)
         self.assertIsInstance(result["version"], str)
         self.assertIsInstance(result["uptime_ms"], int)
+        VALIDATORS["ping.result"].validate(result)
 
     def test_stats(self):
-        result = self.client().stats()
+        client = self.client()
+        with self.assertRaises(keyhole.KeyholeError):
+            client.call("no.such.op")
+        result = client.stats()
         self.assertEqual(sorted(result),
                          ["bytes", "connections", "errors", "in_flight", "requests", "uptime_ms"])
+        self.assertGreaterEqual(result["errors"]["unknown_op"], 1)
+        VALIDATORS["stats.result"].validate(result)
+
+    def test_schemas_reject_what_the_protocol_forbids(self):
+        # The schemas are a contract too: they must not accept anything.
+        for bad in ({"id": 1, "ok": True}, {"id": 1, "ok": False, "error": {"code": "nope", "message": ""}},
+                    {"id": 1.5, "ok": True, "result": {}}, {"id": 1, "ok": True, "result": {}, "error": {}}):
+            with self.assertRaises(jsonschema.ValidationError, msg=repr(bad)):
+                VALIDATORS["response"].validate(bad)
+        for bad in ({"id": 1}, {"op": 1}, {"op": "ping", "v": 2}, {"op": "ping", "args": []},
+                    {"op": "ping", "id": 1.5}):
+            with self.assertRaises(jsonschema.ValidationError, msg=repr(bad)):
+                VALIDATORS["request"].validate(bad)
 
     def test_call(self):
         client = self.client()
