@@ -77,7 +77,7 @@ final class ClientHandler: ChannelDuplexHandler {
                 } catch {
                     throw KeyholeClientError.invalidResponse(error.message)
                 }
-                deliver(response)
+                deliver(response, context: context)
             }
         } catch {
             failAll(error as? KeyholeClientError ?? .invalidResponse("\(error)"))
@@ -85,13 +85,14 @@ final class ClientHandler: ChannelDuplexHandler {
         }
     }
 
-    private func deliver(_ response: Response) {
+    private func deliver(_ response: Response, context: ChannelHandlerContext) {
         if case .int(let id)? = response.id, let promise = pending.removeValue(forKey: id) {
             promise.succeed(response)
         } else if response.id == nil, case .failure(let error) = response.outcome {
             // An error without an id concerns the connection (overloaded, a framing error): it ends every request.
             closeReason.record(error)
             failAll(error)
+            context.close(promise: nil)
         }
     }
 

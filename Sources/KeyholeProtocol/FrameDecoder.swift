@@ -22,8 +22,15 @@ public struct FrameDecoder: Sendable {
     /// Bytes received but not yet returned as a frame: non-zero means a frame has started.
     public var bufferedBytes: Int { buffer.readableBytes }
 
-    /// Adds received bytes.
+    /// Whether `next()` would return a frame or throw now, without waiting for more bytes.
+    public var hasCompleteFrame: Bool {
+        guard !failed, let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else { return false }
+        return length == 0 || UInt64(length) > UInt64(maxFrameBytes) || buffer.readableBytes >= 4 + Int(length)
+    }
+
+    /// Adds received bytes; ignored once the decoder has failed.
     public mutating func append(_ bytes: ByteBuffer) {
+        guard !failed else { return }
         if buffer.readableBytes == 0 {
             // Adopting the read buffer avoids a copy in the common case of whole frames per read.
             buffer = bytes

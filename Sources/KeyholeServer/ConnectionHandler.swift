@@ -19,8 +19,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Inside `channelRead`: responses are flushed once, in `channelReadComplete`.
     private var reading = false
     private var needsFlush = false
+    private var closing = false
     private var idleTimer: Scheduled<Void>?
     private var frameTimer: Scheduled<Void>?
+    private var drainTimer: Scheduled<Void>?
+    /// Asynchronous operations still running, cancelled if the connection goes away.
+    private var tasks: [UInt64: Task<Void, Never>] = [:]
+    private var nextTaskID: UInt64 = 0
 
     init(core: ServerCore, logger: Logger) {
         self.core = core
@@ -30,6 +35,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             maxInFlight: core.configuration.maxInFlight,
             idleTimeout: core.configuration.idleTimeout,
             frameTimeout: core.configuration.frameTimeout,
+            drainTimeout: core.configuration.drainTimeout,
             now: .now()
         )
     }
@@ -41,15 +47,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
-        idleTimer?.cancel()
-        frameTimer?.cancel()
+        cancelEverything()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         machine.closed()
+        cancelEverything()
+        context.fireChannelInactive()
+    }
+
+    private func cancelEverything() {
         idleTimer?.cancel()
         frameTimer?.cancel()
-        context.fireChannelInactive()
+        drainTimer?.cancel()
+        for task in tasks.values { task.cancel() }
     }
 
     // MARK: Inbound
@@ -57,22 +68,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let bytes = unwrapInboundIn(data)
         core.stats.bytesIn.add(bytes.readableBytes)
+        // After reading stopped, bytes still arriving are not requests anyone may expect answered.
         guard machine.state == .open else { return }
         decoder.append(bytes)
         reading = true
-        defer { reading = false }
-        var frames = 0
-        do {
-            while machine.state == .open, let frame = try decoder.next() {
-                frames += 1
-                if let now = machine.frameReceived(frame) { serve(now, context: context) }
-            }
-        } catch {
-            failFraming(error, context: context)
-            return
-        }
-        let now = NIODeadline.now()
-        machine.bytesReceived(framesCompleted: frames, bufferedBytes: decoder.bufferedBytes, now: now)
+        let frames = pump(context: context)
+        reading = false
+        guard machine.state == .open else { return }
+        machine.bytesReceived(framesCompleted: frames, bufferedBytes: decoder.bufferedBytes, now: .now())
         if let deadline = machine.frameDeadline, frameTimer == nil {
             armFrameTimer(at: deadline, context: context)
         }
@@ -87,21 +90,27 @@ final class ConnectionHandler: ChannelDuplexHandler {
         switch event {
         case ChannelEvent.inputClosed:
             // The client finished sending: answer what it sent, then close.
-            if machine.stopReading() { closeAfterWrites(context: context) }
+            stopReading(context: context)
         case is ChannelShouldQuiesceEvent:
             logger.debug("connection.draining")
-            if machine.stopReading() { closeAfterWrites(context: context) }
+            stopReading(context: context)
         default:
             context.fireUserInboundEventTriggered(event)
         }
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if machine.writabilityChanged(context.channel.isWritable, now: .now()) { context.read() }
+        let read = machine.writabilityChanged(context.channel.isWritable, now: .now())
+        if context.channel.isWritable {
+            pump(context: context)
+            flushIfNeeded(context: context)
+        }
+        if read { context.read() }
         context.fireChannelWritabilityChanged()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // An I/O error: nothing more can be written, so nothing in flight can be answered.
         logger.debug("connection.error", metadata: ["error": "\(error)"])
         machine.closed()
         context.close(promise: nil)
@@ -115,23 +124,29 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: Serving
 
-    /// Serves a frame and, while operations answer synchronously, the queued frames that follow it.
-    private func serve(_ frame: ByteBuffer, context: ChannelHandlerContext) {
-        var frame = frame
-        while true {
-            guard let response = respond(to: frame, context: context) else { return }
-            write(response, context: context)
-            let completion = machine.requestFinished(now: .now())
-            core.stats.inFlight.subtract()
-            perform(completion, context: context)
-            guard let next = completion.next else { return }
-            frame = next
+    /// Starts requests from the complete frames in the decoder while the state machine allows, then closes
+    /// a drained connection. Returns how many frames were cut.
+    @discardableResult
+    private func pump(context: ChannelHandlerContext) -> Int {
+        var frames = 0
+        do {
+            while machine.mayStartRequest, let frame = try decoder.next() {
+                frames += 1
+                machine.requestStarted()
+                core.stats.inFlight.add()
+                if let response = respond(to: frame, context: context) { finish(response, context: context) }
+            }
+        } catch {
+            failFraming(error, context: context)
         }
+        if machine.state == .draining, machine.drainedIfIdle(framesLeft: decoder.hasCompleteFrame) {
+            closeAfterWrites(context: context)
+        }
+        return frames
     }
 
     /// The response, or `nil` when an asynchronous operation will answer later.
     private func respond(to frame: ByteBuffer, context: ChannelHandlerContext) -> Response? {
-        core.stats.inFlight.add()
         let request: Request
         do {
             request = try Request.parse(frame)
@@ -153,7 +168,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .async(let body):
             let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
             let eventLoop = context.eventLoop
-            Task {
+            let taskID = nextTaskID
+            nextTaskID += 1
+            tasks[taskID] = Task {
                 let outcome: Result<[String: JSONValue], ProtocolError>
                 do throws(ProtocolError) {
                     outcome = .success(try await body(request, requestContext))
@@ -161,30 +178,30 @@ final class ConnectionHandler: ChannelDuplexHandler {
                     outcome = .failure(error)
                 }
                 let response = Response(id: request.id, outcome: outcome)
-                eventLoop.execute { loopBound.value.finishAsync(response) }
+                eventLoop.execute { loopBound.value.finishAsync(response, taskID: taskID) }
             }
             return nil
         }
     }
 
-    private func finishAsync(_ response: Response) {
+    /// Writes a response and frees its slot.
+    private func finish(_ response: Response, context: ChannelHandlerContext) {
         core.stats.inFlight.subtract()
-        guard let context, machine.state != .closed else {
-            // The client is gone; the answer has nowhere to go.
-            _ = machine.requestFinished(now: .now())
-            return
-        }
-        write(response, context: context)
+        if machine.state != .closed { write(response, context: context) }
         let completion = machine.requestFinished(now: .now())
-        flushIfNeeded(context: context)
-        perform(completion, context: context)
-        if let next = completion.next { serve(next, context: context) }
-        flushIfNeeded(context: context)
+        if completion.read { context.read() }
     }
 
-    private func perform(_ completion: ConnectionStateMachine.Completion, context: ChannelHandlerContext) {
-        if completion.read { context.read() }
-        if completion.close { closeAfterWrites(context: context) }
+    private func finishAsync(_ response: Response, taskID: UInt64) {
+        tasks.removeValue(forKey: taskID)
+        guard let context else {
+            // The handler is gone; the slot it held no longer matters, but the counter does.
+            core.stats.inFlight.subtract()
+            return
+        }
+        finish(response, context: context)
+        pump(context: context)
+        flushIfNeeded(context: context)
     }
 
     private func write(_ response: Response, context: ChannelHandlerContext) {
@@ -216,11 +233,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
         core.stats.bytesOut.add(buffer.readableBytes)
         context.write(wrapOutboundOut(buffer), promise: nil)
         needsFlush = true
-        if machine.stopReading() { closeAfterWrites(context: context) }
+        stopReading(context: context)
+    }
+
+    /// Ends reading; what was read is still answered, then the connection closes (pump decides when),
+    /// or at the drain deadline at the latest.
+    private func stopReading(context: ChannelHandlerContext) {
+        guard machine.state == .open else { return }
+        machine.stopReading(now: .now())
+        if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
+        if !reading {
+            pump(context: context)
+            flushIfNeeded(context: context)
+        }
     }
 
     /// Closes once every response written so far has reached the socket.
     private func closeAfterWrites(context: ChannelHandlerContext) {
+        guard !closing else { return }
+        closing = true
         needsFlush = false
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
@@ -230,9 +261,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: Timers
 
-    private func armIdleTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {
+    private func schedule(at deadline: NIODeadline, context: ChannelHandlerContext, _ fired: @escaping @Sendable (ConnectionHandler) -> Void) -> Scheduled<Void> {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        idleTimer = context.eventLoop.scheduleTask(deadline: deadline) { loopBound.value.idleTimerFired() }
+        return context.eventLoop.scheduleTask(deadline: deadline) { fired(loopBound.value) }
+    }
+
+    private func armIdleTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {
+        idleTimer = schedule(at: deadline, context: context) { $0.idleTimerFired() }
     }
 
     private func idleTimerFired() {
@@ -244,26 +279,46 @@ final class ConnectionHandler: ChannelDuplexHandler {
             context.close(promise: nil)
         case .rearm(let deadline):
             armIdleTimer(at: deadline, context: context)
-        case .disarm:
+        case .drain, .disarm:
             break
         }
     }
 
     private func armFrameTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {
-        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        frameTimer = context.eventLoop.scheduleTask(deadline: deadline) { loopBound.value.frameTimerFired() }
+        frameTimer = schedule(at: deadline, context: context) { $0.frameTimerFired() }
     }
 
     private func frameTimerFired() {
         frameTimer = nil
         guard let context else { return }
         switch machine.frameTimerFired(now: .now()) {
-        case .close:
+        case .drain:
             logger.notice("connection.frame_timeout", metadata: ["buffered_bytes": "\(decoder.bufferedBytes)"])
-            context.close(promise: nil)
+            if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
+            pump(context: context)
+            flushIfNeeded(context: context)
         case .rearm(let deadline):
             armFrameTimer(at: deadline, context: context)
-        case .disarm:
+        case .close, .disarm:
+            break
+        }
+    }
+
+    private func armDrainTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {
+        drainTimer?.cancel()
+        drainTimer = schedule(at: deadline, context: context) { $0.drainTimerFired() }
+    }
+
+    private func drainTimerFired() {
+        drainTimer = nil
+        guard let context else { return }
+        switch machine.drainTimerFired(now: .now()) {
+        case .close:
+            logger.notice("connection.drain_timeout", metadata: ["in_flight": "\(machine.inFlight)"])
+            context.close(promise: nil)
+        case .rearm(let deadline):
+            armDrainTimer(at: deadline, context: context)
+        case .drain, .disarm:
             break
         }
     }

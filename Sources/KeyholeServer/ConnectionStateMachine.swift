@@ -1,14 +1,17 @@
 import NIOCore
 
-/// The life of one client connection, without I/O: which frames to serve now, when to read, when to close.
+/// The life of one client connection, without I/O: when to start a request, when to read, when to close.
 ///
-/// The handler feeds it events and performs the actions it returns. Time is passed in, so the timeout
-/// rules are tested without clocks or sockets.
+/// Complete frames are cut from the decoder only when a request may start (a free in-flight slot and a
+/// writable channel), so a client that pipelines without reading its answers leaves its bytes unparsed
+/// in the decoder, bounded by one read, instead of growing queues of requests and responses.
+/// Time is passed in, so the timeout rules are tested without clocks or sockets.
 struct ConnectionStateMachine {
     enum State: Equatable {
         /// Reading and serving.
         case open
-        /// No more reading (frame error, shutdown, client finished sending): answer what was read, then close.
+        /// No more reading (frame error, shutdown, client finished sending, frame timeout): answer what
+        /// was read, then close; force-closed at the drain deadline.
         case draining
         /// Closed or closing; nothing more happens.
         case closed
@@ -16,17 +19,16 @@ struct ConnectionStateMachine {
 
     /// What to do after a request finished.
     struct Completion: Equatable {
-        /// A queued frame to serve now.
-        var next: ByteBuffer?
         /// Ask the channel for more bytes (a read was held back before).
         var read = false
-        /// Every response is written: close the connection.
-        var close = false
     }
 
     /// What a timer found.
     enum TimerVerdict: Equatable {
+        /// Close now, dropping nothing that could still be answered.
         case close
+        /// Stop reading and drain: answer what is in flight, then close.
+        case drain
         case rearm(NIODeadline)
         case disarm
     }
@@ -34,35 +36,39 @@ struct ConnectionStateMachine {
     let maxInFlight: Int
     let idleTimeout: TimeAmount
     let frameTimeout: TimeAmount
+    let drainTimeout: TimeAmount
 
     private(set) var state = State.open
     private(set) var inFlight = 0
-    private var queued = CircularBuffer<ByteBuffer>()
     private var readHeldBack = false
     private var writable = true
     private var lastActivity: NIODeadline
     /// When the frame that is still incomplete began to arrive.
     private var partialFrameSince: NIODeadline?
+    /// When a draining connection is closed whatever is left.
+    private(set) var drainDeadline: NIODeadline?
 
-    init(maxInFlight: Int, idleTimeout: TimeAmount, frameTimeout: TimeAmount, now: NIODeadline) {
+    init(maxInFlight: Int, idleTimeout: TimeAmount, frameTimeout: TimeAmount, drainTimeout: TimeAmount, now: NIODeadline) {
         precondition(maxInFlight >= 1)
         self.maxInFlight = maxInFlight
         self.idleTimeout = idleTimeout
         self.frameTimeout = frameTimeout
+        self.drainTimeout = drainTimeout
         self.lastActivity = now
     }
 
-    /// Requests read but not yet started, waiting for an in-flight slot.
-    var queuedCount: Int { queued.count }
+    /// A request may start now: cut the next complete frame, if any.
+    var mayStartRequest: Bool {
+        state != .closed && inFlight < maxInFlight && writable
+    }
 
     private var mayRead: Bool {
-        state == .open && inFlight < maxInFlight && queued.isEmpty && writable
+        state == .open && inFlight < maxInFlight && writable
     }
 
     // MARK: Reading
 
-    /// Bytes arrived. `framesCompleted` frames were cut from them; `bufferedBytes` remain of a frame
-    /// that is still incomplete.
+    /// Bytes arrived. `framesCompleted` frames were cut from them; `bufferedBytes` remain in the decoder.
     mutating func bytesReceived(framesCompleted: Int, bufferedBytes: Int, now: NIODeadline) {
         lastActivity = now
         if bufferedBytes == 0 {
@@ -71,17 +77,6 @@ struct ConnectionStateMachine {
             // The incomplete frame started in this read.
             partialFrameSince = now
         }
-    }
-
-    /// A complete frame: returns it when it is to be served now, `nil` when it waits for a slot.
-    mutating func frameReceived(_ frame: ByteBuffer) -> ByteBuffer? {
-        guard state != .closed else { return nil }
-        if inFlight < maxInFlight && queued.isEmpty {
-            inFlight += 1
-            return frame
-        }
-        queued.append(frame)
-        return nil
     }
 
     /// The channel wants to read: `true` to let it, `false` to hold the read back (back pressure).
@@ -107,44 +102,46 @@ struct ConnectionStateMachine {
 
     // MARK: Serving
 
-    /// A request's response has been handed to the channel.
+    /// A frame was cut and its request starts.
+    mutating func requestStarted() {
+        precondition(mayStartRequest, "requestStarted while requests may not start")
+        inFlight += 1
+    }
+
+    /// A request's response has been handed to the channel (or its connection is gone).
     mutating func requestFinished(now: NIODeadline) -> Completion {
         precondition(inFlight > 0, "requestFinished without a request in flight")
         inFlight -= 1
-        guard state != .closed else { return Completion() }
-        if let next = queued.popFirst() {
-            inFlight += 1
-            return Completion(next: next)
-        }
+        guard state == .open else { return Completion() }
         if inFlight == 0 { lastActivity = now }
-        if state == .draining && inFlight == 0 {
-            state = .closed
-            return Completion(close: true)
-        }
         return Completion(read: releaseHeldBackRead(now: now))
+    }
+
+    /// Whether a draining connection is done: nothing in flight, and the handler found no complete frame
+    /// left to serve. Moves to `.closed` when it is.
+    mutating func drainedIfIdle(framesLeft: Bool) -> Bool {
+        guard state == .draining, inFlight == 0, !framesLeft else { return false }
+        state = .closed
+        return true
     }
 
     // MARK: Ending
 
-    /// Stop reading (a frame error, shutdown, or the client closed its sending side). Returns `true` when
-    /// the connection can close at once because nothing is left to answer.
-    mutating func stopReading() -> Bool {
-        guard state == .open else { return false }
+    /// Stop reading (a frame error, shutdown, the client closed its sending side, a frame timeout).
+    /// Frames already read are still served; the connection closes once drained, or at the drain deadline.
+    mutating func stopReading(now: NIODeadline) {
+        guard state == .open else { return }
         state = .draining
         readHeldBack = false
         partialFrameSince = nil
-        if inFlight == 0 && queued.isEmpty {
-            state = .closed
-            return true
-        }
-        return false
+        drainDeadline = now + drainTimeout
     }
 
     /// The channel closed.
     mutating func closed() {
         state = .closed
-        queued.removeAll()
         partialFrameSince = nil
+        drainDeadline = nil
     }
 
     // MARK: Timers
@@ -152,7 +149,7 @@ struct ConnectionStateMachine {
     /// The idle timer fired: close a connection with nothing in flight and no bytes for `idleTimeout`.
     mutating func idleTimerFired(now: NIODeadline) -> TimerVerdict {
         guard state == .open else { return .disarm }
-        if inFlight > 0 || !queued.isEmpty { return .rearm(now + idleTimeout) }
+        if inFlight > 0 { return .rearm(now + idleTimeout) }
         let deadline = lastActivity + idleTimeout
         if deadline <= now {
             state = .closed
@@ -166,11 +163,23 @@ struct ConnectionStateMachine {
         partialFrameSince.map { $0 + frameTimeout }
     }
 
-    /// The frame timer fired: close a connection whose frame in progress is older than `frameTimeout`.
+    /// The frame timer fired: a frame in progress older than `frameTimeout` ends reading; requests already
+    /// in flight are still answered.
     mutating func frameTimerFired(now: NIODeadline) -> TimerVerdict {
         guard state == .open, let deadline = frameDeadline else { return .disarm }
         // While we hold reads back the delay is ours, not the client's.
         if readHeldBack || !mayRead { return .rearm(now + frameTimeout) }
+        if deadline <= now {
+            stopReading(now: now)
+            return .drain
+        }
+        return .rearm(deadline)
+    }
+
+    /// The drain timer fired: a draining connection that is still open is closed now.
+    mutating func drainTimerFired(now: NIODeadline) -> TimerVerdict {
+        // Also when drained but not yet closed: the last writes may never flush to a client that does not read.
+        guard state != .open, let deadline = drainDeadline else { return .disarm }
         if deadline <= now {
             state = .closed
             return .close

@@ -32,10 +32,26 @@ extension KeyholeServer {
         public var frameTimeout = TimeAmount.seconds(10)
         /// Requests served at once on one connection before the server stops reading from it.
         public var maxInFlight = 128
+        /// How long a connection that stopped reading (shutdown, frame error, frame timeout) may take to
+        /// answer what it read before it is closed regardless.
+        public var drainTimeout = TimeAmount.seconds(30)
         /// Offer the `debug.*` operations (tests and development only).
         public var enableDebugOperations = false
 
         /// The defaults.
         public init() {}
+
+        /// Refuses settings the server cannot run with.
+        public func validate() throws(ServerError) {
+            guard (256...FrameDecoder.limit).contains(maxFrameBytes) else {
+                throw .invalidConfiguration("maxFrameBytes must be from 256 to \(FrameDecoder.limit)")
+            }
+            guard maxConnections >= 1, maxInFlight >= 1 else {
+                throw .invalidConfiguration("maxConnections and maxInFlight must be at least 1")
+            }
+            guard idleTimeout > .zero, frameTimeout > .zero, drainTimeout > .zero else {
+                throw .invalidConfiguration("timeouts must be positive")
+            }
+        }
     }
 }

@@ -36,6 +36,7 @@ public final class KeyholeServer: Service, Sendable {
 
     /// Listens and serves until graceful shutdown.
     public func run() async throws {
+        try core.configuration.validate()
         let quiescing = ServerQuiescingHelper(group: group)
         let bootstrap = makeBootstrap(quiescing: quiescing)
         var socketFile: SocketFile?

@@ -5,6 +5,7 @@ public struct ServerError: Error, Sendable, Hashable, CustomStringConvertible {
         case notASocket
         case socketPath
         case bindFailed
+        case invalidConfiguration
     }
 
     private let code: Code
@@ -30,6 +31,10 @@ public struct ServerError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The socket path cannot be used (too long, missing directory, not removable).
     public static func socketPath(_ message: String) -> ServerError {
         ServerError(code: .socketPath, message: message)
+    }
+    /// A setting the server cannot run with.
+    public static func invalidConfiguration(_ message: String) -> ServerError {
+        ServerError(code: .invalidConfiguration, message: "invalid server configuration: \(message)")
     }
     /// Binding or listening failed.
     public static func bindFailed(_ path: String, _ reason: String) -> ServerError {

@@ -59,10 +59,11 @@ struct SocketFile {
         return result == 0 ? 0 : errno
     }
 
-    /// Runs `bind` so that the file never exists with looser permissions than `mode`, then applies `mode`.
+    /// Runs `bind` under a umask that makes the socket file's mode exactly `mode` from its creation: no
+    /// window with other permissions, and no chmod by path (which would follow a symlink swapped in).
     mutating func bind<T>(mode: UInt32, _ bind: () async throws -> T) async throws -> T {
         // The umask is process-wide, but at start-up nothing else creates files.
-        let previous = umask(0o177)
+        let previous = umask(mode_t(~mode & 0o777))
         let result: T
         do {
             result = try await bind()
@@ -71,9 +72,6 @@ struct SocketFile {
             throw error
         }
         umask(previous)
-        guard chmod(path, mode_t(mode)) == 0 else {
-            throw ServerError.socketPath("cannot set mode of \(path): \(String(cString: strerror(errno)))")
-        }
         var info = stat()
         if lstat(path, &info) == 0 { inode = info.st_ino }
         return result

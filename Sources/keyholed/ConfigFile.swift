@@ -114,10 +114,9 @@ struct ConfigFile {
             return duration
         }
 
-        /// An octal mode string ("0660"); a TOML octal integer (0o660) is accepted too.
+        /// An octal mode string ("0660"). Integers are refused: a decimal 660 would silently mean 0o1224.
         func mode(_ key: String) throws(ConfigError) -> UInt32? {
             guard let value = table[key] else { return nil }
-            if let int = value.int, (0...0o777).contains(int) { return UInt32(int) }
             guard let text = value.string, let mode = ConfigParsing.mode(text) else {
                 throw error(key, "must be an octal file mode string such as \"0660\"")
             }

@@ -13,7 +13,8 @@ enum ConfigParsing {
             // "5ms" also ends in "s": the number part must be all digits for a unit to match.
             guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy(\.isASCIIDigit), let value = Int64(digits)
             else { continue }
-            return .nanoseconds(value * nanoseconds)
+            let (total, overflow) = value.multipliedReportingOverflow(by: nanoseconds)
+            return overflow ? nil : .nanoseconds(total)
         }
         return nil
     }

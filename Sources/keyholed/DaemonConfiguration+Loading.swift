@@ -44,7 +44,7 @@ extension DaemonConfiguration {
 
         if let server = try file.section("server", keys: [
             "socket", "socket_mode", "max_frame_bytes", "max_connections", "idle_timeout", "frame_timeout",
-            "max_in_flight",
+            "max_in_flight", "drain_timeout",
         ]) {
             if let socket = try server.string("socket") {
                 try checkPath(socket, key: "server.socket", line: file.line(of: "socket", in: "server"), socket: true)
@@ -65,6 +65,9 @@ extension DaemonConfiguration {
             }
             if let count = try server.integer("max_in_flight", in: maxInFlightRange) {
                 configuration.server.maxInFlight = count
+            }
+            if let timeout = try server.duration("drain_timeout", in: timeoutRange) {
+                configuration.server.drainTimeout = timeout
             }
         }
         if let storage = try file.section("storage", keys: ["dir"]), let dir = try storage.string("dir") {

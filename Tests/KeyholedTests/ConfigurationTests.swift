@@ -15,7 +15,7 @@ struct ConfigurationTests {
         #expect(ConfigParsing.duration(text) == expected)
     }
 
-    @Test("bad durations", arguments: ["", "10", "s", "1.5s", "-1s", "10 s", "10sec", "5M", "9999999999s"])
+    @Test("bad durations", arguments: ["", "10", "s", "1.5s", "-1s", "10 s", "10sec", "5M", "9999999999s", "999999999d"])
     func badDurations(text: String) {
         #expect(ConfigParsing.duration(text) == nil)
     }
@@ -49,6 +49,7 @@ struct ConfigurationTests {
         #expect(parsed.server.idleTimeout == defaults.server.idleTimeout)
         #expect(parsed.server.frameTimeout == defaults.server.frameTimeout)
         #expect(parsed.server.maxInFlight == defaults.server.maxInFlight)
+        #expect(parsed.server.drainTimeout == defaults.server.drainTimeout)
     }
 
     @Test("an absent default file means built-in defaults; an absent named file is an error")
@@ -69,6 +70,9 @@ struct ConfigurationTests {
         ("[server]\nsocket = \"relative.sock\"\n", "server.socket", 2),
         ("[server]\nsocket = \"/\(String(repeating: "x", count: 120))\"\n", "server.socket", 2),
         ("[server]\nsocket_mode = \"rw\"\n", "server.socket_mode", 2),
+        ("[server]\nsocket_mode = 660\n", "server.socket_mode", 2),
+        ("[server]\nidle_timeout = \"999999999d\"\n", "server.idle_timeout", 2),
+        ("[server]\ndrain_timeout = \"0ms\"\n", "server.drain_timeout", 2),
         ("[server]\nfoo = 1\n", "server.foo", 2),
         ("# comment\n[sever]\nfoo = 1\n", "sever", 2),
         ("debug = true\n", "debug", 1),

@@ -28,6 +28,34 @@ struct LifecycleEndToEndTests {
         #expect(daemon.stderr.contains("server.draining"))
     }
 
+    @Test("a client that pipelines and never reads cannot hold up shutdown past drain_timeout")
+    func nonReadingClientDoesNotBlockShutdown() throws {
+        let daemon = try DaemonProcess.start(config: "[server]\ndrain_timeout = \"1s\"\n")
+        let hog = try RawConnection(path: daemon.socketPath)
+        let one = withUnsafeBytes(of: UInt32(14).bigEndian, Array.init) + Array(#"{"op":"stats"}"#.utf8)
+        let frame = Array([[UInt8]](repeating: one, count: 20_000).joined())
+        let writer = Thread {
+            // Blocks once keyholed stops reading; fails once it closes the connection.
+            for _ in 0..<50 { guard (try? hog.send(frame)) != nil else { return } }
+        }
+        writer.start()
+        // Wait (by round trips, not time) until keyholed has served a good share of the hog's requests.
+        let observer = try RawConnection(path: daemon.socketPath)
+        var served: Int64 = 0
+        for attempt in 0..<100_000 where served < 1000 {
+            try observer.sendFrame(#"{"op":"stats","id":\#(attempt)}"#)
+            served = try observer.readResponse()["result"]?["requests"]?["stats"]?.intValue ?? 0
+        }
+        #expect(served >= 1000)
+        // Responses pile up unread: the server must stop cutting frames rather than queue them all.
+        try observer.sendFrame(#"{"op":"stats","id":"final"}"#)
+        let stats = try observer.readResponse()["result"]!
+        #expect(stats["in_flight"]!.intValue! <= 128 + 1)
+        daemon.signal(SIGTERM)
+        #expect(try daemon.waitForExit(seconds: 20) == 0)
+        #expect(daemon.stderr.contains("connection.drain_timeout"))
+    }
+
     @Test("SIGINT stops an idle keyholed with status 0")
     func sigint() throws {
         let daemon = try DaemonProcess.start()
