@@ -1,29 +1,17 @@
 import NIOCore
 
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
-
 extension JSONValue {
     /// Parses one JSON text (RFC 8259, UTF-8 without a byte order mark).
     ///
-    /// - Throws: `bad_request` naming what is wrong.
+    /// Parsing is strict: duplicate member names and nesting deeper than 64 arrays and objects are refused
+    /// too. A number without fraction or exponent that fits in 64 bits is an `.int`, any other number a
+    /// `.double` (so `1.0` is a double).
+    ///
+    /// - Throws: `bad_request` naming what is wrong and its byte offset, without quoting the payload.
     public static func parse(_ bytes: ByteBuffer) throws(ProtocolError) -> JSONValue {
-        let view = bytes.readableBytesView
-        // A BOM is not JSON (RFC 8259 section 8.1) and some parsers skip it silently: refuse it explicitly.
-        if view.starts(with: [0xEF, 0xBB, 0xBF]) {
-            throw .badRequest("payload starts with a byte order mark")
-        }
-        // Strings must be valid UTF-8 whatever the JSON parser tolerates.
-        guard String(validating: view, as: UTF8.self) != nil else {
-            throw .badRequest("payload is not valid UTF-8")
-        }
-        do {
-            return try JSONDecoder().decode(JSONValue.self, from: Data(view))
-        } catch {
-            throw .badRequest("payload is not valid JSON")
+        switch bytes.withUnsafeReadableBytes({ JSONParser.parseResult($0) }) {
+        case .success(let value): return value
+        case .failure(let failure): throw .badRequest(failure.message)
         }
     }
 }

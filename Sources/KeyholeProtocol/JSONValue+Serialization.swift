@@ -15,7 +15,8 @@ extension JSONValue {
             buffer.writeString(String(value))
         case .double(let value):
             if value.isFinite {
-                buffer.writeString(value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : "\(value)")
+                // Swift's shortest round-trip form ("2.0", "1e+20") is valid JSON and reads back as a double.
+                buffer.writeString(value.description)
             } else {
                 buffer.writeStaticString("null")
             }

@@ -1,0 +1,483 @@
+/// A strict RFC 8259 parser from UTF-8 bytes to `JSONValue`.
+///
+/// It accepts exactly one value with optional surrounding whitespace (space, tab, LF, CR) and refuses
+/// everything RFC 8259 does not allow, plus two things it only discourages: duplicate member names and
+/// nesting deeper than `maximumDepth`. Input must be valid UTF-8 (no overlong forms, no encoded
+/// surrogates, nothing above U+10FFFF) and must not start with a byte order mark.
+///
+/// Numbers without fraction or exponent that fit in 64 bits become `.int`; every other number becomes
+/// `.double`, so `1.0` and `1e2` are doubles. A number too large for a `Double` is refused.
+///
+/// The parser works in place over the bytes: a string without escapes is made from its bytes in one go,
+/// and errors are only built when parsing fails.
+struct JSONParser {
+    /// The deepest nesting of arrays and objects accepted: a value at this depth is parsed, one level
+    /// more is refused (so parsing never runs out of stack).
+    static let maximumDepth = 64
+
+    /// Why parsing failed, and at which byte offset (counted from 0).
+    struct Failure: Error, Sendable, Equatable {
+        enum Reason: Sendable, Equatable {
+            case byteOrderMark
+            case invalidUTF8
+            /// A token other than the one named was found (or the input ended).
+            case expected(String)
+            case invalidLiteral
+            case trailingData
+            case unterminatedString
+            case controlCharacter
+            case invalidEscape
+            case invalidUnicodeEscape
+            case unpairedSurrogate
+            case leadingZero
+            case numberOutOfRange
+            case tooDeep
+            case duplicateMember(String)
+        }
+
+        /// The byte offset in the input where the problem is.
+        var offset: Int
+        var reason: Reason
+        /// Whether the input ended at `offset`.
+        var atEnd: Bool
+
+        /// A message for people: what is wrong and where, never quoting the input (except a shortened
+        /// duplicate member name).
+        var message: String {
+            switch reason {
+            case .byteOrderMark:
+                return "payload starts with a byte order mark"
+            case .invalidUTF8:
+                return "payload is not valid UTF-8 at byte \(offset)"
+            default:
+                return "invalid JSON at byte \(offset): \(detail)"
+            }
+        }
+
+        private var detail: String {
+            switch reason {
+            case .byteOrderMark: return "byte order mark"
+            case .invalidUTF8: return "invalid UTF-8"
+            case .expected(let what): return atEnd ? "unexpected end of input, expected \(what)" : "expected \(what)"
+            case .invalidLiteral: return "invalid literal (expected true, false or null)"
+            case .trailingData: return "unexpected data after the JSON value"
+            case .unterminatedString: return "unterminated string"
+            case .controlCharacter: return "unescaped control character in string"
+            case .invalidEscape: return "invalid escape sequence in string"
+            case .invalidUnicodeEscape: return "invalid \\u escape (expected 4 hex digits)"
+            case .unpairedSurrogate: return "unpaired UTF-16 surrogate in \\u escape"
+            case .leadingZero: return "number has a leading zero"
+            case .numberOutOfRange: return "number is too large"
+            case .tooDeep: return "nesting deeper than \(JSONParser.maximumDepth) levels"
+            case .duplicateMember(let name): return "duplicate member '\(Self.shortened(name))'"
+            }
+        }
+
+        /// At most 64 Unicode scalars of `name`, with control characters replaced, so that a message
+        /// stays short and printable.
+        private static func shortened(_ name: String) -> String {
+            var scalars = String.UnicodeScalarView()
+            var count = 0
+            for scalar in name.unicodeScalars {
+                if count == 64 {
+                    scalars.append(contentsOf: "...".unicodeScalars)
+                    break
+                }
+                let value = scalar.value
+                scalars.append(value < 0x20 || (0x7F...0x9F).contains(value) ? "\u{FFFD}" : scalar)
+                count += 1
+            }
+            return String(scalars)
+        }
+    }
+
+    private let bytes: UnsafeRawBufferPointer
+    private var index = 0
+    private var depth = 0
+
+    private init(bytes: UnsafeRawBufferPointer) {
+        self.bytes = bytes
+    }
+
+    /// Parses `bytes` as one JSON text.
+    static func parse(_ bytes: UnsafeRawBufferPointer) throws(Failure) -> JSONValue {
+        var parser = JSONParser(bytes: bytes)
+        return try parser.parseDocument()
+    }
+
+    /// Parses `bytes` as one JSON text, returning the failure rather than throwing it.
+    static func parseResult(_ bytes: UnsafeRawBufferPointer) -> Result<JSONValue, Failure> {
+        do {
+            return .success(try parse(bytes))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    // MARK: - Structure
+
+    private mutating func parseDocument() throws(Failure) -> JSONValue {
+        if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF {
+            throw failure(.byteOrderMark, at: 0)
+        }
+        skipWhitespace()
+        let value = try parseValue()
+        skipWhitespace()
+        guard index == bytes.count else { throw failure(.trailingData) }
+        return value
+    }
+
+    private mutating func parseValue() throws(Failure) -> JSONValue {
+        guard index < bytes.count else { throw failure(.expected("a value")) }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject()
+        case UInt8(ascii: "["): return try parseArray()
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+        case UInt8(ascii: "t"):
+            try parseLiteral(0x74_72_75_65, length: 4)  // "true"
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try parseLiteral(0x66_61_6C_73_65, length: 5)  // "false"
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try parseLiteral(0x6E_75_6C_6C, length: 4)  // "null"
+            return .null
+        default:
+            throw failure(.expected("a value"))
+        }
+    }
+
+    /// Consumes the literal whose ASCII bytes, most significant first, make `pattern`.
+    private mutating func parseLiteral(_ pattern: UInt64, length: Int) throws(Failure) {
+        guard bytes.count - index >= length else { throw failure(.invalidLiteral) }
+        var found: UInt64 = 0
+        for offset in 0..<length {
+            found = found << 8 | UInt64(bytes[index + offset])
+        }
+        guard found == pattern else { throw failure(.invalidLiteral) }
+        index += length
+    }
+
+    private mutating func enterContainer() throws(Failure) {
+        depth += 1
+        guard depth <= Self.maximumDepth else { throw failure(.tooDeep) }
+        index += 1
+        skipWhitespace()
+    }
+
+    private mutating func parseObject() throws(Failure) -> JSONValue {
+        try enterContainer()
+        guard index < bytes.count else { throw failure(.expected("a member name or '}'")) }
+        if bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            depth -= 1
+            return .object([:])
+        }
+        guard bytes[index] == UInt8(ascii: "\"") else { throw failure(.expected("a member name or '}'")) }
+        var members = [String: JSONValue](minimumCapacity: 4)
+        while true {
+            let nameOffset = index
+            let name = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw failure(.expected("':'")) }
+            index += 1
+            skipWhitespace()
+            let value = try parseValue()
+            if members.updateValue(value, forKey: name) != nil {
+                throw failure(.duplicateMember(name), at: nameOffset)
+            }
+            skipWhitespace()
+            guard index < bytes.count else { throw failure(.expected("',' or '}'")) }
+            switch bytes[index] {
+            case UInt8(ascii: ","):
+                index += 1
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+                    throw failure(.expected("a member name"))
+                }
+            case UInt8(ascii: "}"):
+                index += 1
+                depth -= 1
+                return .object(members)
+            default:
+                throw failure(.expected("',' or '}'"))
+            }
+        }
+    }
+
+    private mutating func parseArray() throws(Failure) -> JSONValue {
+        try enterContainer()
+        guard index < bytes.count else { throw failure(.expected("a value or ']'")) }
+        if bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            depth -= 1
+            return .array([])
+        }
+        var elements: [JSONValue] = []
+        elements.reserveCapacity(4)
+        while true {
+            elements.append(try parseValue())
+            skipWhitespace()
+            guard index < bytes.count else { throw failure(.expected("',' or ']'")) }
+            switch bytes[index] {
+            case UInt8(ascii: ","):
+                index += 1
+                skipWhitespace()
+            case UInt8(ascii: "]"):
+                index += 1
+                depth -= 1
+                return .array(elements)
+            default:
+                throw failure(.expected("',' or ']'"))
+            }
+        }
+    }
+
+    @inline(__always)
+    private mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x0A, 0x0D, 0x09: index += 1
+            default: return
+            }
+        }
+    }
+
+    // MARK: - Strings
+
+    /// Parses the string whose opening quote is at `index`.
+    ///
+    /// A first pass finds the closing quote and checks everything (UTF-8, control characters, escapes,
+    /// surrogate pairs); a string without escapes is then made straight from its bytes, one with escapes
+    /// is decoded into a string of at most the same number of bytes.
+    private mutating func parseString() throws(Failure) -> String {
+        let openingQuote = index
+        index += 1
+        let contentStart = index
+        var hasEscapes = false
+        while true {
+            guard index < bytes.count else { throw failure(.unterminatedString, at: openingQuote) }
+            let byte = bytes[index]
+            if byte >= 0x20 && byte < 0x80 {
+                if byte == UInt8(ascii: "\"") { break }
+                if byte == UInt8(ascii: "\\") {
+                    hasEscapes = true
+                    try scanEscape(openingQuote: openingQuote)
+                } else {
+                    index += 1
+                }
+            } else if byte < 0x20 {
+                throw failure(.controlCharacter)
+            } else {
+                try scanUTF8Sequence()
+            }
+        }
+        let content = UnsafeRawBufferPointer(rebasing: bytes[contentStart..<index])
+        index += 1  // the closing quote
+        return hasEscapes ? Self.decodeEscapes(content) : String(decoding: content, as: UTF8.self)
+    }
+
+    /// Checks the escape sequence whose backslash is at `index` and moves past it.
+    private mutating func scanEscape(openingQuote: Int) throws(Failure) {
+        let start = index
+        guard index + 1 < bytes.count else { throw failure(.unterminatedString, at: openingQuote) }
+        switch bytes[index + 1] {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+            UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+            index += 2
+        case UInt8(ascii: "u"):
+            guard let unit = Self.hex4(bytes, at: index + 2) else { throw failure(.invalidUnicodeEscape, at: start) }
+            index += 6
+            switch unit {
+            case 0xD800...0xDBFF:
+                // A high surrogate must be followed at once by an escaped low surrogate.
+                guard bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u"),
+                    let low = Self.hex4(bytes, at: index + 2), (0xDC00...0xDFFF).contains(low)
+                else { throw failure(.unpairedSurrogate, at: start) }
+                index += 6
+            case 0xDC00...0xDFFF:
+                throw failure(.unpairedSurrogate, at: start)
+            default:
+                break
+            }
+        default:
+            throw failure(.invalidEscape, at: start)
+        }
+    }
+
+    /// Checks the multi-byte UTF-8 sequence whose lead byte is at `index` (Unicode table 3-7) and moves
+    /// past it.
+    private mutating func scanUTF8Sequence() throws(Failure) {
+        let lead = bytes[index]
+        let length: Int
+        var low: UInt8 = 0x80
+        var high: UInt8 = 0xBF
+        switch lead {
+        case 0xC2...0xDF: length = 2
+        case 0xE0: length = 3; low = 0xA0
+        case 0xE1...0xEC, 0xEE...0xEF: length = 3
+        case 0xED: length = 3; high = 0x9F  // no UTF-16 surrogates
+        case 0xF0: length = 4; low = 0x90
+        case 0xF1...0xF3: length = 4
+        case 0xF4: length = 4; high = 0x8F  // nothing above U+10FFFF
+        default: throw failure(.invalidUTF8)  // continuation bytes, C0, C1, F5...FF
+        }
+        guard bytes.count - index >= length else { throw failure(.invalidUTF8) }
+        let second = bytes[index + 1]
+        guard second >= low && second <= high else { throw failure(.invalidUTF8) }
+        for offset in 2..<length where bytes[index + offset] & 0xC0 != 0x80 {
+            throw failure(.invalidUTF8)
+        }
+        index += length
+    }
+
+    /// The value of the four hex digits at `offset`, or `nil` when they are not four hex digits.
+    private static func hex4(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> UInt32? {
+        guard offset >= 0, bytes.count - offset >= 4 else { return nil }
+        var value: UInt32 = 0
+        for position in offset..<offset + 4 {
+            let byte = bytes[position]
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+            value = value << 4 | UInt32(digit)
+        }
+        return value
+    }
+
+    /// Decodes the content of a string already checked by `parseString`. Every escape is at least as
+    /// long as the UTF-8 it stands for, so the result fits in `content.count` bytes.
+    private static func decodeEscapes(_ content: UnsafeRawBufferPointer) -> String {
+        String(unsafeUninitializedCapacity: content.count) { output in
+            var input = 0
+            var written = 0
+            func emit(_ byte: UInt8) {
+                if written < output.count {
+                    output[written] = byte
+                    written += 1
+                }
+            }
+            while input < content.count {
+                let byte = content[input]
+                guard byte == UInt8(ascii: "\\"), input + 1 < content.count else {
+                    emit(byte)
+                    input += 1
+                    continue
+                }
+                let escape = content[input + 1]
+                input += 2
+                switch escape {
+                case UInt8(ascii: "b"): emit(0x08)
+                case UInt8(ascii: "f"): emit(0x0C)
+                case UInt8(ascii: "n"): emit(0x0A)
+                case UInt8(ascii: "r"): emit(0x0D)
+                case UInt8(ascii: "t"): emit(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = hex4(content, at: input) ?? 0xFFFD
+                    input += 4
+                    if (0xD800...0xDBFF).contains(scalar) {
+                        // Checked by scanEscape: an escaped low surrogate follows.
+                        let low = hex4(content, at: input + 2) ?? 0xDC00
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low &- 0xDC00)
+                        input += 6
+                    }
+                    switch scalar {
+                    case ..<0x80:
+                        emit(UInt8(scalar))
+                    case ..<0x800:
+                        emit(UInt8(0xC0 | scalar >> 6))
+                        emit(UInt8(0x80 | scalar & 0x3F))
+                    case ..<0x10000:
+                        emit(UInt8(0xE0 | scalar >> 12))
+                        emit(UInt8(0x80 | scalar >> 6 & 0x3F))
+                        emit(UInt8(0x80 | scalar & 0x3F))
+                    default:
+                        emit(UInt8(0xF0 | scalar >> 18 & 0x07))
+                        emit(UInt8(0x80 | scalar >> 12 & 0x3F))
+                        emit(UInt8(0x80 | scalar >> 6 & 0x3F))
+                        emit(UInt8(0x80 | scalar & 0x3F))
+                    }
+                default: emit(escape)  // '"', '\\' and '/' stand for themselves
+                }
+            }
+            return written
+        }
+    }
+
+    // MARK: - Numbers
+
+    /// Parses the number starting at `index` (a '-' or a digit), following RFC 8259's grammar exactly.
+    private mutating func parseNumber() throws(Failure) -> JSONValue {
+        let start = index
+        let negative = bytes[index] == UInt8(ascii: "-")
+        if negative { index += 1 }
+        guard index < bytes.count, let first = Self.digit(bytes[index]) else { throw failure(.expected("a digit")) }
+        index += 1
+        var magnitude = UInt64(first)
+        var overflow = false
+        if first == 0 {
+            if index < bytes.count, Self.digit(bytes[index]) != nil { throw failure(.leadingZero, at: start) }
+        } else {
+            while index < bytes.count, let digit = Self.digit(bytes[index]) {
+                let (times10, overflow1) = magnitude.multipliedReportingOverflow(by: 10)
+                let (sum, overflow2) = times10.addingReportingOverflow(UInt64(digit))
+                magnitude = sum
+                overflow = overflow || overflow1 || overflow2
+                index += 1
+            }
+        }
+        var isInteger = true
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            isInteger = false
+            index += 1
+            try skipDigits(describing: "a digit after '.'")
+        }
+        if index < bytes.count, bytes[index] | 0x20 == UInt8(ascii: "e") {
+            isInteger = false
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                index += 1
+            }
+            try skipDigits(describing: "a digit in the exponent")
+        }
+        if isInteger && !overflow {
+            if !negative && magnitude <= UInt64(Int64.max) {
+                return .int(Int64(magnitude))
+            }
+            if negative && magnitude <= UInt64(1) << 63 {
+                return .int(Int64(bitPattern: 0 &- magnitude))
+            }
+        }
+        // The text is plain ASCII and matches the grammar, which `Double(_:)` accepts in full.
+        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        guard let value = Double(text), value.isFinite else { throw failure(.numberOutOfRange, at: start) }
+        return .double(value)
+    }
+
+    /// Moves past one or more digits.
+    private mutating func skipDigits(describing expectation: String) throws(Failure) {
+        guard index < bytes.count, Self.digit(bytes[index]) != nil else { throw failure(.expected(expectation)) }
+        index += 1
+        while index < bytes.count, Self.digit(bytes[index]) != nil {
+            index += 1
+        }
+    }
+
+    @inline(__always)
+    private static func digit(_ byte: UInt8) -> UInt8? {
+        let value = byte &- UInt8(ascii: "0")
+        return value < 10 ? value : nil
+    }
+
+    // MARK: - Errors
+
+    private func failure(_ reason: Failure.Reason, at offset: Int? = nil) -> Failure {
+        let offset = offset ?? index
+        return Failure(offset: offset, reason: reason, atEnd: offset >= bytes.count)
+    }
+}
