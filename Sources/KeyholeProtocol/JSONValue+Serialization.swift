@@ -31,11 +31,13 @@ extension JSONValue {
             buffer.writeInteger(UInt8(ascii: "]"))
         case .object(let members):
             buffer.writeInteger(UInt8(ascii: "{"))
-            for (index, key) in members.keys.sorted().enumerated() {
-                if index > 0 { buffer.writeInteger(UInt8(ascii: ",")) }
+            var first = true
+            for (key, value) in members.sorted(by: { $0.key < $1.key }) {
+                if !first { buffer.writeInteger(UInt8(ascii: ",")) }
+                first = false
                 Self.writeString(key, to: &buffer)
                 buffer.writeInteger(UInt8(ascii: ":"))
-                members[key]!.write(to: &buffer)
+                value.write(to: &buffer)
             }
             buffer.writeInteger(UInt8(ascii: "}"))
         }

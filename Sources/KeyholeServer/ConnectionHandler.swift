@@ -19,6 +19,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Inside `channelRead`: responses are flushed once, in `channelReadComplete`.
     private var reading = false
     private var needsFlush = false
+    /// Responses encoded but not yet handed to the channel: one write per batch instead of per response.
+    private var outbound = ByteBuffer()
+    /// Past this many bytes a batch is handed to the channel, so its writability (back pressure) is current.
+    private static let outboundBatchBytes = 64 * 1024
     private var closing = false
     private var idleTimer: Scheduled<Void>?
     private var frameTimer: Scheduled<Void>?
@@ -209,16 +213,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.stats.countError(error.code)
             logger.debug("request.failed", metadata: ["code": "\(error.code)"])
         }
-        var buffer = context.channel.allocator.buffer(capacity: 128)
-        FrameEncoder.writeFrame(into: &buffer) { response.write(to: &$0) }
-        core.stats.bytesOut.add(buffer.readableBytes)
-        context.write(wrapOutboundOut(buffer), promise: nil)
+        let before = outbound.readableBytes
+        FrameEncoder.writeFrame(into: &outbound) { response.write(to: &$0) }
+        core.stats.bytesOut.add(outbound.readableBytes - before)
         needsFlush = true
+        if outbound.readableBytes >= Self.outboundBatchBytes { handOver(context: context) }
+    }
+
+    /// Gives the batched responses to the channel (not yet flushed).
+    private func handOver(context: ChannelHandlerContext) {
+        guard outbound.readableBytes > 0 else { return }
+        context.write(wrapOutboundOut(outbound), promise: nil)
+        // A new buffer: the channel keeps the old one until it is on the wire.
+        outbound = context.channel.allocator.buffer(capacity: 1024)
     }
 
     private func flushIfNeeded(context: ChannelHandlerContext) {
         guard needsFlush, !reading else { return }
         needsFlush = false
+        handOver(context: context)
         context.flush()
     }
 
@@ -227,12 +240,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func failFraming(_ error: ProtocolError, context: ChannelHandlerContext) {
         logger.notice("connection.bad_frame", metadata: ["code": "\(error.code)"])
         // The error answers no request, so it takes no in-flight slot.
-        core.stats.countError(error.code)
-        var buffer = context.channel.allocator.buffer(capacity: 128)
-        FrameEncoder.writeFrame(into: &buffer) { Response(id: nil, outcome: .failure(error)).write(to: &$0) }
-        core.stats.bytesOut.add(buffer.readableBytes)
-        context.write(wrapOutboundOut(buffer), promise: nil)
-        needsFlush = true
+        write(Response(id: nil, outcome: .failure(error)), context: context)
         stopReading(context: context)
     }
 
@@ -253,6 +261,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard !closing else { return }
         closing = true
         needsFlush = false
+        handOver(context: context)
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(capacity: 0))).whenComplete { _ in
             channel.close(promise: nil)

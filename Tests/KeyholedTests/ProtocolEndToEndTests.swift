@@ -89,6 +89,10 @@ struct ProtocolEndToEndTests {
         let second = try RawConnection(path: daemon.socketPath)
         try second.send([0xFF, 0xFF, 0xFF, 0xFF])
         #expect(try second.readResponse()["error"]?["code"] == "frame_too_large")
+        // Each error response is counted once.
+        let observer = try RawConnection(path: daemon.socketPath)
+        try observer.sendFrame(#"{"op":"stats","id":1}"#)
+        #expect(try observer.readResponse()["result"]?["errors"] == ["frame_too_large": 2])
         #expect(try daemon.terminate() == 0)
     }
 
