@@ -132,3 +132,31 @@ struct KeyholeClientTests {
         }
     }
 }
+
+@Suite("KeyholeServer listeners")
+struct ListenerTests {
+    @Test("an already-listening socket handed over as a file descriptor is served (as systemd will hand one)")
+    func inheritedDescriptor() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("khfd-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("s.sock").path
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0)
+        #expect(listen(fd, 16) == 0)
+
+        try await withServer(configure: { $0.listener = .descriptor(fd) }) { _ in
+            let client = try await KeyholeClient.connect(socketPath: path)
+            #expect(try await client.ping().protocolVersion == 1)
+            try await client.close()
+        }
+        // The server does not remove a socket file it did not create.
+        #expect(FileManager.default.fileExists(atPath: path))
+    }
+}
