@@ -21,15 +21,21 @@ import Darwin
 public final class KeyholeClient: Sendable {
     private let channel: any Channel
     private let closeReason: CloseReason
+    private let requestTimeout: TimeAmount?
 
-    private init(channel: any Channel, closeReason: CloseReason) {
+    private init(channel: any Channel, closeReason: CloseReason, requestTimeout: TimeAmount?) {
         self.channel = channel
         self.closeReason = closeReason
+        self.requestTimeout = requestTimeout
     }
 
     /// Connects to keyholed's socket.
+    ///
+    /// - Parameter requestTimeout: how long a request may wait for its response before it fails with
+    ///   `KeyholeClientError.timeout` (`nil`: no limit). The connection stays usable; a late answer is dropped.
     public static func connect(
         socketPath: String,
+        requestTimeout: TimeAmount? = .seconds(30),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws(KeyholeClientError) -> KeyholeClient {
         let closeReason = CloseReason()
@@ -41,7 +47,7 @@ public final class KeyholeClient: Sendable {
             }
         do {
             let channel = try await bootstrap.connect(unixDomainSocketPath: socketPath).get()
-            return KeyholeClient(channel: channel, closeReason: closeReason)
+            return KeyholeClient(channel: channel, closeReason: closeReason, requestTimeout: requestTimeout)
         } catch let error as IOError {
             throw .cannotConnect(socketPath, String(cString: strerror(error.errnoCode)))
         } catch {
@@ -56,6 +62,10 @@ public final class KeyholeClient: Sendable {
         // On a closed channel the handler is gone and never sees the request: fail it from the write.
         let closeReason = self.closeReason
         written.futureResult.whenFailure { _ in promise.fail(closeReason.clientError) }
+        if let requestTimeout {
+            let timer = channel.eventLoop.scheduleTask(in: requestTimeout) { promise.fail(KeyholeClientError.timeout) }
+            promise.futureResult.whenComplete { _ in timer.cancel() }
+        }
         channel.writeAndFlush(ClientHandler.Outbound(op: op, args: args, promise: promise), promise: written)
         do {
             return try await promise.futureResult.get()

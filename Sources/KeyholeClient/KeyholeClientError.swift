@@ -6,6 +6,7 @@ public struct KeyholeClientError: Error, Sendable, Hashable, CustomStringConvert
         case cannotConnect
         case connectionClosed
         case invalidResponse
+        case timeout
     }
 
     private let code: Code
@@ -34,6 +35,8 @@ public struct KeyholeClientError: Error, Sendable, Hashable, CustomStringConvert
     /// The connection closed before the response arrived; the request may or may not have taken effect.
     public static let connectionClosed = KeyholeClientError(
         code: .connectionClosed, message: "connection to keyholed closed before a response arrived")
+    /// No response within the client's request timeout; the request may or may not have taken effect.
+    public static let timeout = KeyholeClientError(code: .timeout, message: "no response from keyholed in time")
     /// The server ended the connection with an error response that answers no single request.
     public static func connectionClosed(because reason: ProtocolError) -> KeyholeClientError {
         KeyholeClientError(code: .connectionClosed, message: "keyholed closed the connection: \(reason)", reason: reason)

@@ -29,7 +29,8 @@ struct SocketFile {
         }
         guard info.st_mode & S_IFMT == S_IFSOCK else { throw .notASocket(path) }
         switch Self.probe(path) {
-        case 0:
+        case 0, EAGAIN:
+            // EAGAIN: a listener whose backlog is full; it is alive all the same.
             throw .socketInUse(path)
         case ECONNREFUSED:
             guard unlink(path) == 0 || errno == ENOENT else {
@@ -43,7 +44,8 @@ struct SocketFile {
 
     /// Connects to `path`: 0 when something accepts, else the errno.
     private static func probe(_ path: String) -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        // Non-blocking, so a live server with a full backlog answers EAGAIN instead of hanging start-up.
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return errno }
         defer { close(fd) }
         var address = sockaddr_un()

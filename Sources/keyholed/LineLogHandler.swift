@@ -24,25 +24,38 @@ struct LineLogHandler: LogHandler {
     }
 
     func log(event: LogEvent) {
-        var line = Self.timestamp()
-        line += " \(event.level) \(Self.sanitised(event.message.description))"
         var all = metadata
         if let provided = metadataProvider?.get() { all.merge(provided) { _, new in new } }
         if let extra = event.metadata { all.merge(extra) { _, new in new } }
-        for key in all.keys.sorted() {
-            line += " \(Self.sanitised(key))=\(Self.quoted("\(all[key]!)"))"
-        }
-        line += "\n"
+        let line = Self.timestamp() + " " + Self.format(level: event.level, event: event.message.description, metadata: all)
         // One write(2) per line keeps lines whole when several threads log at once.
         line.withCString { pointer in _ = write(STDERR_FILENO, pointer, strlen(pointer)) }
     }
 
+    /// `level event key=value ...` and a newline: exactly one line, whatever the values hold.
+    static func format(level: Logger.Level, event: String, metadata: Logger.Metadata) -> String {
+        var line = "\(level) \(sanitised(event))"
+        for (key, value) in metadata.sorted(by: { $0.key < $1.key }) {
+            line += " \(sanitised(key))=\(quoted("\(value)"))"
+        }
+        return line + "\n"
+    }
+
+    /// Event names and keys: printable ASCII other than `=`, anything else replaced.
     private static func sanitised(_ text: String) -> String {
-        String(text.unicodeScalars.map { $0.value < 0x21 || $0 == "=" ? "_" : Character($0) })
+        String(text.unicodeScalars.map { (0x21...0x7E).contains($0.value) && $0 != "=" ? Character($0) : "_" })
+    }
+
+    /// Scalars that could end a line, fake one, or reorder what a terminal shows.
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case ..<0x20, 0x7F...0x9F, 0x2028, 0x2029, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
     }
 
     private static func quoted(_ value: String) -> String {
-        guard value.isEmpty || value.unicodeScalars.contains(where: { $0.value < 0x21 || $0 == "\"" || $0 == "\\" || $0.value == 0x7F })
+        guard value.isEmpty || value.unicodeScalars.contains(where: { $0 == " " || $0 == "\"" || $0 == "\\" || needsEscape($0) })
         else { return value }
         var out = "\""
         for scalar in value.unicodeScalars {
@@ -50,9 +63,9 @@ struct LineLogHandler: LogHandler {
             case "\"": out += "\\\""
             case "\\": out += "\\\\"
             case "\n": out += "\\n"
-            case " ": out += " "
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                out += "\\x" + String(scalar.value, radix: 16)
+            case _ where needsEscape(scalar):
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u{" + hex + "}"
             default: out.unicodeScalars.append(scalar)
             }
         }

@@ -97,6 +97,16 @@ struct KeyholeClientTests {
         }
     }
 
+    @Test("a request with no answer in time fails with timeout; the connection stays usable")
+    func timeout() async throws {
+        try await withServer { path in
+            let client = try await KeyholeClient.connect(socketPath: path, requestTimeout: .milliseconds(200))
+            await #expect(throws: KeyholeClientError.timeout) { try await client.call("debug.sleep", args: ["ms": 5000]) }
+            #expect(try await client.ping().protocolVersion == 1)
+            try await client.close()
+        }
+    }
+
     @Test("a missing socket is cannotConnect")
     func cannotConnect() async throws {
         await #expect(throws: KeyholeClientError.cannotConnect("", "")) {

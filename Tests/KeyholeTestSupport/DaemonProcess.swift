@@ -14,7 +14,6 @@ package final class DaemonProcess: Sendable {
     private let readiness = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
     private let stderrClosed = DispatchSemaphore(value: 0)
-    private static let spawnLock = NSLock()
 
     private final class StateBox: Sendable {
         let stderr = Mutex("")
@@ -28,14 +27,7 @@ package final class DaemonProcess: Sendable {
     /// The binary under test: `$KEYHOLED`, else `keyholed` beside the test bundle (both live in .build/debug).
     package static var binary: URL {
         if let path = ProcessInfo.processInfo.environment["KEYHOLED"] { return URL(fileURLWithPath: path) }
-        let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        var directory = testBinary.deletingLastPathComponent()
-        while directory.path != "/" {
-            let candidate = directory.appendingPathComponent("keyholed")
-            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-            directory.deleteLastPathComponent()
-        }
-        return URL(fileURLWithPath: ".build/debug/keyholed")
+        return ChildProcess.builtProduct("keyholed")
     }
 
     /// A fresh short temporary directory (socket paths are limited to 107 bytes).
@@ -95,30 +87,8 @@ package final class DaemonProcess: Sendable {
     }
 
     private static func spawn(_ argv: [String]) throws -> (pid_t, Int32) {
-        // pipe2 is not exported to Swift: pipe + FD_CLOEXEC, under a lock so no other spawn of ours
-        // can run between the two and inherit the fds.
-        spawnLock.lock()
-        defer { spawnLock.unlock() }
-        var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else { throw Failure(description: "pipe: \(errno)") }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        // dup2 clears close-on-exec on the child's fd 2 only.
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
-        let cArguments = argv.map { strdup($0) } + [nil]
-        defer { cArguments.forEach { free($0) } }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, argv[0], &actions, nil, cArguments, environ)
-        close(fds[1])
-        guard result == 0 else {
-            close(fds[0])
-            throw Failure(description: "posix_spawn \(argv[0]): \(String(cString: strerror(result)))")
-        }
-        return (pid, fds[0])
+        let (pid, _, stderr) = try ChildProcess.spawn(argv, captureStdout: false)
+        return (pid, stderr)
     }
 
     /// Starts keyholed and waits until it says it is ready.

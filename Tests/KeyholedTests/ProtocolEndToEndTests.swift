@@ -214,6 +214,21 @@ struct ProtocolEndToEndTests {
         let stats = try open[0].readResponse()["result"]!
         #expect(stats["connections"]?["rejected"] == 1)
         #expect(stats["errors"]?["overloaded"] == 1)
+        // A closed connection gives its slot back: close one, and a new connection is served.
+        let leaving = open[2]
+        try leaving.sendFrame(#"{"op":"ping","id":3}"#)
+        _ = try leaving.readResponse()
+        leaving.shutdownWrite()
+        #expect(try leaving.readsEndOfStream())
+        var served = false
+        // The server notices the close on its own event loop; retry until the slot is free (bounded).
+        for _ in 0..<1000 where !served {
+            // A refused attempt is answered overloaded and closed, which may also fail our send.
+            let replacement = try RawConnection(path: daemon.socketPath)
+            guard (try? replacement.sendFrame(#"{"op":"ping","id":4}"#)) != nil else { continue }
+            served = (try? replacement.readResponse())?["ok"] == true
+        }
+        #expect(served)
         #expect(try daemon.terminate() == 0)
     }
 }

@@ -1,0 +1,113 @@
+import Foundation
+
+/// Starting the project's binaries as child processes, for tests.
+///
+/// posix_spawn with close-on-exec pipes created under one lock: Foundation's Process can leave a pipe's
+/// write end open in the parent when several children start at once, so a reader never saw end of file.
+package enum ChildProcess {
+    private static let spawnLock = NSLock()
+
+    /// A product of this package, found beside the test bundle (both live in .build/<configuration>).
+    package static func builtProduct(_ name: String) -> URL {
+        let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var directory = testBinary.deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            directory.deleteLastPathComponent()
+        }
+        return URL(fileURLWithPath: ".build/debug/\(name)")
+    }
+
+    /// Spawns `argv` with stdin from /dev/null; returns its pid and the read ends of its stdout (when
+    /// captured; else /dev/null) and stderr.
+    package static func spawn(_ argv: [String], environment: [String: String] = [:], captureStdout: Bool)
+        throws -> (pid: pid_t, stdout: Int32?, stderr: Int32)
+    {
+        spawnLock.lock()
+        defer { spawnLock.unlock() }
+        func makePipe() throws -> [Int32] {
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { throw RawConnection.Failure(description: "pipe: \(errno)") }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            return fds
+        }
+        let errPipe = try makePipe()
+        let outPipe = captureStdout ? try makePipe() : nil
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if let outPipe {
+            posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        }
+        // dup2 clears close-on-exec on the child's copy only.
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { _, new in new }
+        let cArguments = argv.map { strdup($0) } + [nil]
+        let cEnvironment = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            cArguments.forEach { free($0) }
+            cEnvironment.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let result = posix_spawn(&pid, argv[0], &actions, nil, cArguments, cEnvironment)
+        close(errPipe[1])
+        if let outPipe { close(outPipe[1]) }
+        guard result == 0 else {
+            close(errPipe[0])
+            if let outPipe { close(outPipe[0]) }
+            throw RawConnection.Failure(description: "posix_spawn \(argv[0]): \(String(cString: strerror(result)))")
+        }
+        return (pid, outPipe?[0], errPipe[0])
+    }
+
+    /// What a finished command printed and its exit status.
+    package struct Result: Sendable {
+        package var status: Int32
+        package var stdout: String
+        package var stderr: String
+    }
+
+    /// Runs a short-lived command to completion (the `keyhole` CLI), reading both pipes to end of file.
+    package static func run(_ argv: [String], environment: [String: String] = [:]) throws -> Result {
+        let (pid, stdout, stderr) = try spawn(argv, environment: environment, captureStdout: true)
+        // Read stderr on another thread so neither pipe can fill and stall the child.
+        let errText = LockedText()
+        let reader = Thread {
+            errText.set(readAll(stderr))
+            errText.done.signal()
+        }
+        reader.start()
+        let outText = readAll(stdout!)
+        errText.done.wait()
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let code = status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        return Result(status: code, stdout: outText, stderr: errText.value)
+    }
+
+    private static func readAll(_ fd: Int32) -> String {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            bytes += chunk[..<count]
+        }
+        close(fd)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private final class LockedText: @unchecked Sendable {
+        private let lock = NSLock()
+        private var text = ""
+        let done = DispatchSemaphore(value: 0)
+        func set(_ value: String) { lock.withLock { text = value } }
+        var value: String { lock.withLock { text } }
+    }
+}
