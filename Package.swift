@@ -89,7 +89,7 @@ let package = Package(
         .testTarget(
             name: "KeyholeClientTests",
             dependencies: [
-                "KeyholeClient", "KeyholeServer", "KeyholeProtocol",
+                "KeyholeClient", "KeyholeServer", "KeyholeProtocol", "KeyholeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]

@@ -2,6 +2,7 @@ import Foundation
 import KeyholeClient
 import KeyholeProtocol
 import KeyholeServer
+import KeyholeTestSupport
 import Logging
 import ServiceLifecycle
 import Testing
@@ -151,15 +152,7 @@ struct ListenerTests {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let path = directory.appendingPathComponent("s.sock").path
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        #expect(bound == 0)
-        #expect(listen(fd, 16) == 0)
+        let fd = try UnixSocket.bound(to: path, listening: 16)
 
         try await withServer(configure: { $0.listener = .descriptor(fd) }) { _ in
             let client = try await KeyholeClient.connect(socketPath: path)

@@ -117,3 +117,23 @@ package final class RawConnection: @unchecked Sendable {
         return bytes
     }
 }
+
+/// Unix socket set-ups that tests need besides a client connection.
+package enum UnixSocket {
+    /// A socket bound to `path` (and listening when `backlog` is given); the caller owns the descriptor.
+    package static func bound(to path: String, listening backlog: Int32? = nil) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, backlog.map({ listen(fd, $0) == 0 }) ?? true else {
+            let error = errno
+            close(fd)
+            throw RawConnection.Failure(description: "bind/listen \(path): \(String(cString: strerror(error)))")
+        }
+        return fd
+    }
+}

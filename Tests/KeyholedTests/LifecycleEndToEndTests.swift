@@ -68,15 +68,7 @@ struct LifecycleEndToEndTests {
         let directory = try DaemonProcess.makeDirectory()
         let path = directory.appendingPathComponent("k.sock").path
         // Bind a socket and close it without unlinking: what a killed process leaves behind.
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        #expect(bound == 0)
-        close(fd)
+        close(try UnixSocket.bound(to: path))
         #expect(FileManager.default.fileExists(atPath: path))
 
         let daemon = try DaemonProcess(arguments: [], directory: directory)
