@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "KeyholeProtocol", targets: ["KeyholeProtocol"]),
         .library(name: "KeyholeClient", targets: ["KeyholeClient"]),
         .library(name: "KeyholeServer", targets: ["KeyholeServer"]),
+        .library(name: "KeyholeJOSE", targets: ["KeyholeJOSE"]),
         .executable(name: "keyholed", targets: ["keyholed"]),
         .executable(name: "keyhole", targets: ["keyhole"]),
         .executable(name: "keyhole-bench", targets: ["keyhole-bench"]),
@@ -21,6 +22,15 @@ let package = Package(
         .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
     ],
     targets: [
+        .systemLibrary(
+            name: "CKeyholeOpenSSL",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .target(
+            name: "KeyholeJOSE",
+            dependencies: ["CKeyholeOpenSSL", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(
             name: "KeyholeProtocol",
             dependencies: [.product(name: "NIOCore", package: "swift-nio")]
@@ -81,6 +91,11 @@ let package = Package(
         .testTarget(
             name: "KeyholeProtocolTests",
             dependencies: ["KeyholeProtocol", "KeyholeTestSupport", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "KeyholeJOSETests",
+            dependencies: ["KeyholeJOSE", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "NIOCore", package: "swift-nio")],
+            resources: [.copy("Fixtures")]
         ),
         .testTarget(
             name: "KeyholeServerTests",

@@ -1,0 +1,111 @@
+/// Base64url without padding (RFC 7515 section 2 and appendix C), decoded strictly.
+///
+/// A JWS is only safe to verify if each of its bytes has one meaning: the signing input is the text as
+/// sent, but the header and payload are read from their decoded bytes. A lenient decoder that skips
+/// stray characters or ignores non-zero trailing bits lets two different texts decode to the same
+/// bytes, so decoding here refuses everything but the one canonical encoding:
+/// - only `A-Z a-z 0-9 - _`: no `=` padding, no whitespace, no `+` or `/` of plain base64;
+/// - a length that is not 1 more than a multiple of 4 (such a text cannot encode whole bytes);
+/// - unused bits of the last character equal to zero.
+public enum Base64URL {
+    /// The 6-bit value of each ASCII character, or `invalid`.
+    private static let invalid: UInt8 = 0xFF
+    private static let decodeTable: [UInt8] = {
+        var table = [UInt8](repeating: invalid, count: 256)
+        for (value, character) in alphabet.enumerated() { table[Int(character)] = UInt8(value) }
+        return table
+    }()
+    private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// The bytes `text` encodes, or `nil` when it is not canonical unpadded base64url.
+    ///
+    /// The empty text decodes to no bytes.
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        let utf8 = text.utf8
+        if let decoded = utf8.withContiguousStorageIfAvailable({ decode(bytes: $0) }) { return decoded }
+        // Bridged or otherwise non-contiguous strings: copy once, then take the fast path.
+        return Array(utf8).withUnsafeBufferPointer { decode(bytes: $0) }
+    }
+
+    /// Decodes ASCII bytes; the parser of compact JWS calls this on slices of the token.
+    static func decode(bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        let count = bytes.count
+        let remainder = count % 4
+        guard remainder != 1 else { return nil }
+        let outputCount = count / 4 * 3 + (remainder == 0 ? 0 : remainder - 1)
+        return decodeTable.withUnsafeBufferPointer { table -> [UInt8]? in
+            var failed = false
+            let output = [UInt8](unsafeUninitializedCapacity: outputCount) { out, initialized in
+                var input = 0
+                var written = 0
+                // Whole quanta: 4 characters give 3 bytes. Invalid characters are collected in one
+                // bit test per quantum, so the loop has no early exits.
+                while input + 4 <= count {
+                    let a = table[Int(bytes[input])]
+                    let b = table[Int(bytes[input + 1])]
+                    let c = table[Int(bytes[input + 2])]
+                    let d = table[Int(bytes[input + 3])]
+                    if (a | b | c | d) & 0xC0 != 0 {
+                        failed = true
+                        break
+                    }
+                    out[written] = a << 2 | b >> 4
+                    out[written + 1] = b << 4 | c >> 2
+                    out[written + 2] = c << 6 | d
+                    input += 4
+                    written += 3
+                }
+                if !failed && remainder != 0 {
+                    let a = table[Int(bytes[input])]
+                    let b = table[Int(bytes[input + 1])]
+                    let c = remainder == 3 ? table[Int(bytes[input + 2])] : 0
+                    // The last character carries bits beyond the final byte; a canonical encoder
+                    // leaves them zero (2 characters: low 4 bits of b; 3 characters: low 2 bits of c).
+                    let unusedBitsSet = remainder == 2 ? b & 0x0F != 0 : c & 0x03 != 0
+                    if (a | b | c) & 0xC0 != 0 || unusedBitsSet {
+                        failed = true
+                    } else {
+                        out[written] = a << 2 | b >> 4
+                        written += 1
+                        if remainder == 3 {
+                            out[written] = b << 4 | c >> 2
+                            written += 1
+                        }
+                    }
+                }
+                // Bytes are trivial, so after a failure reporting none as initialised frees nothing wrongly.
+                initialized = failed ? 0 : written
+            }
+            return failed ? nil : output
+        }
+    }
+
+    /// `bytes` as unpadded base64url.
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        let input = Array(bytes)
+        let fullQuanta = input.count / 3
+        let remainder = input.count % 3
+        var output = [UInt8]()
+        output.reserveCapacity(fullQuanta * 4 + (remainder == 0 ? 0 : remainder + 1))
+        var index = 0
+        while index + 3 <= input.count {
+            let (a, b, c) = (input[index], input[index + 1], input[index + 2])
+            output.append(alphabet[Int(a >> 2)])
+            output.append(alphabet[Int((a & 0x03) << 4 | b >> 4)])
+            output.append(alphabet[Int((b & 0x0F) << 2 | c >> 6)])
+            output.append(alphabet[Int(c & 0x3F)])
+            index += 3
+        }
+        if remainder == 1 {
+            let a = input[index]
+            output.append(alphabet[Int(a >> 2)])
+            output.append(alphabet[Int((a & 0x03) << 4)])
+        } else if remainder == 2 {
+            let (a, b) = (input[index], input[index + 1])
+            output.append(alphabet[Int(a >> 2)])
+            output.append(alphabet[Int((a & 0x03) << 4 | b >> 4)])
+            output.append(alphabet[Int((b & 0x0F) << 2)])
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+}

@@ -1,0 +1,50 @@
+import KeyholeProtocol
+import NIOCore
+
+/// An issuer's key set (RFC 7517 section 5), every usable key already made into a `VerificationKey`.
+///
+/// Keys keyholed cannot use (encryption keys, unsupported curves, short RSA keys) are skipped, not
+/// fatal: issuers publish mixed sets, and one odd key must not stop the others from verifying.
+public struct JWKSet: Sendable {
+    /// The usable keys, in document order.
+    public let keys: [VerificationKey]
+    /// Why each unusable key was skipped, for `jwks.status` and logs.
+    public let skipped: [String]
+
+    /// A set of already-made keys.
+    public init(keys: [VerificationKey]) {
+        self.keys = keys
+        self.skipped = []
+    }
+
+    /// Parses a JWKS document, `{"keys": [...]}`.
+    ///
+    /// - Throws: `key_invalid` when the document is not JSON or has no `keys` array.
+    public init(json bytes: [UInt8]) throws(JOSEError) {
+        let document: JSONValue
+        do {
+            document = try JSONValue.parse(ByteBuffer(bytes: bytes))
+        } catch {
+            throw .keyInvalid("key set is not valid JSON: \(error.message)")
+        }
+        guard case .array(let entries)? = document["keys"] else {
+            throw .keyInvalid("key set has no \"keys\" array")
+        }
+        var keys: [VerificationKey] = []
+        var skipped: [String] = []
+        for (index, entry) in entries.enumerated() {
+            guard case .object(let jwk) = entry else {
+                skipped.append("key \(index): not an object")
+                continue
+            }
+            do {
+                keys.append(try VerificationKey(jwk: jwk))
+            } catch {
+                let kid = jwk["kid"]?.stringValue.map { "kid \($0.prefix(64))" } ?? "key \(index)"
+                skipped.append("\(kid): \(error.message)")
+            }
+        }
+        self.keys = keys
+        self.skipped = skipped
+    }
+}
