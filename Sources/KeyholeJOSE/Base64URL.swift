@@ -15,7 +15,8 @@ public enum Base64URL {
         for (value, character) in alphabet.enumerated() { table[Int(character)] = UInt8(value) }
         return table
     }()
-    private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let alphabet: [UInt8] =
+        Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     /// The bytes `text` encodes, or `nil` when it is not canonical unpadded base64url.
     ///

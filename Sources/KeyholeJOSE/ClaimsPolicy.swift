@@ -1,0 +1,62 @@
+/// What an issuer's tokens must claim to be accepted: who issued them, for whom, and how much clock
+/// skew to forgive.
+///
+/// One policy per configured issuer. Several audiences are normal: a Sign in with Apple issuer has the
+/// app's bundle ID for native sign-ins and a Services ID for the web.
+public struct ClaimsPolicy: Sendable, Hashable {
+    /// The leeway when none is configured, in seconds.
+    public static let defaultLeeway: Int64 = 60
+
+    /// The exact `iss` the issuer's tokens carry, such as `https://appleid.apple.com`.
+    public let issuer: String
+    /// The audiences (client IDs) a token may be for.
+    public let audiences: Set<String>
+    /// Clock skew forgiven on `exp`, `nbf` and `iat`, in seconds; never negative.
+    public let leeway: Int64
+    /// How the issuer's claims are normalised.
+    public let profile: ClaimsProfile
+
+    /// A policy. A negative `leeway` is taken as 0: a leeway that shortens a token's life would make
+    /// fresh tokens fail on any skew, which is never what a configuration meant.
+    public init(
+        issuer: String, audiences: Set<String>, leeway: Int64 = defaultLeeway, profile: ClaimsProfile = .standard
+    ) {
+        self.issuer = issuer
+        self.audiences = audiences
+        self.leeway = max(0, leeway)
+        self.profile = profile
+    }
+
+    /// Whether `name` is one of the configured audiences, compared byte for byte.
+    public func isConfiguredAudience(_ name: String) -> Bool {
+        audiences.contains { ClaimsPolicy.exactlyEqual($0, name) }
+    }
+
+    /// Checks that a token for `tokenAudiences` is acceptable to a request that named `requested`.
+    ///
+    /// A request that names its audience narrows the check to that one, and it must itself be configured:
+    /// otherwise a caller could make keyholed accept a token minted for some other client of the issuer.
+    /// A request that names none accepts any configured audience.
+    ///
+    /// - Throws: `token_audience_invalid`.
+    public func checkAudience(_ tokenAudiences: [String], requested: String?) throws(JOSEError) {
+        if let requested {
+            guard isConfiguredAudience(requested) else {
+                throw JOSEError(.tokenAudienceInvalid, "the requested audience is not configured for this issuer")
+            }
+            guard tokenAudiences.contains(where: { ClaimsPolicy.exactlyEqual($0, requested) }) else {
+                throw JOSEError(.tokenAudienceInvalid, "token is not for the requested audience")
+            }
+        } else {
+            guard tokenAudiences.contains(where: isConfiguredAudience) else {
+                throw JOSEError(.tokenAudienceInvalid, "token is for none of the issuer's audiences")
+            }
+        }
+    }
+
+    /// Byte equality of UTF-8. Swift's `==` on strings uses Unicode canonical equivalence, but RFC 7519
+    /// compares `iss`, `aud` and the like as exact strings, so two spellings must not match.
+    static func exactlyEqual(_ lhs: String, _ rhs: String) -> Bool {
+        lhs.utf8.elementsEqual(rhs.utf8)
+    }
+}
