@@ -78,6 +78,7 @@ let package = Package(
             name: "keyhole-bench",
             dependencies: [
                 "KeyholeProtocol",
+                "KeyholeJOSE",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
