@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "KeyholeClient", targets: ["KeyholeClient"]),
         .library(name: "KeyholeServer", targets: ["KeyholeServer"]),
         .library(name: "KeyholeJOSE", targets: ["KeyholeJOSE"]),
+        .library(name: "KeyholeIssuers", targets: ["KeyholeIssuers"]),
         .executable(name: "keyholed", targets: ["keyholed"]),
         .executable(name: "keyhole", targets: ["keyhole"]),
         .executable(name: "keyhole-bench", targets: ["keyhole-bench"]),
@@ -32,6 +33,10 @@ let package = Package(
             dependencies: ["CKeyholeOpenSSL", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .target(
+            name: "KeyholeIssuers",
+            dependencies: ["KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .target(
             name: "KeyholeProtocol",
             dependencies: [.product(name: "NIOCore", package: "swift-nio")]
         ),
@@ -39,6 +44,8 @@ let package = Package(
             name: "KeyholeServer",
             dependencies: [
                 "KeyholeProtocol",
+                "KeyholeIssuers",
+                "KeyholeJOSE",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
@@ -58,6 +65,8 @@ let package = Package(
             name: "keyholed",
             dependencies: [
                 "KeyholeServer",
+                "KeyholeIssuers",
+                "KeyholeJOSE",
                 "KeyholeProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -99,6 +108,10 @@ let package = Package(
             resources: [.copy("Fixtures")]
         ),
         .testTarget(
+            name: "KeyholeIssuersTests",
+            dependencies: ["KeyholeIssuers", "KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
             name: "KeyholeServerTests",
             dependencies: ["KeyholeServer", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
         ),
@@ -113,7 +126,7 @@ let package = Package(
         .testTarget(
             name: "KeyholedTests",
             dependencies: [
-                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeTestSupport",
+                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeJOSE", "KeyholeTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),

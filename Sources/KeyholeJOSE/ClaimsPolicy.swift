@@ -9,6 +9,8 @@ public struct ClaimsPolicy: Sendable, Hashable {
 
     /// The exact `iss` the issuer's tokens carry, such as `https://appleid.apple.com`.
     public let issuer: String
+    /// Other spellings of `iss` the issuer uses (Google: `accounts.google.com` beside the URL).
+    public let alternativeIssuers: Set<String>
     /// The audiences (client IDs) a token may be for.
     public let audiences: Set<String>
     /// Clock skew forgiven on `exp`, `nbf` and `iat`, in seconds; never negative.
@@ -19,12 +21,19 @@ public struct ClaimsPolicy: Sendable, Hashable {
     /// A policy. A negative `leeway` is taken as 0: a leeway that shortens a token's life would make
     /// fresh tokens fail on any skew, which is never what a configuration meant.
     public init(
-        issuer: String, audiences: Set<String>, leeway: Int64 = defaultLeeway, profile: ClaimsProfile = .standard
+        issuer: String, alternativeIssuers: Set<String> = [], audiences: Set<String>, leeway: Int64 = defaultLeeway,
+        profile: ClaimsProfile = .standard
     ) {
         self.issuer = issuer
+        self.alternativeIssuers = alternativeIssuers
         self.audiences = audiences
         self.leeway = max(0, leeway)
         self.profile = profile
+    }
+
+    /// Whether a token's `iss` is this issuer's, compared byte for byte.
+    public func acceptsIssuer(_ iss: String) -> Bool {
+        ClaimsPolicy.exactlyEqual(iss, issuer) || alternativeIssuers.contains { ClaimsPolicy.exactlyEqual($0, iss) }
     }
 
     /// Whether `name` is one of the configured audiences, compared byte for byte.

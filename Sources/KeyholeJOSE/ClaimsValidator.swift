@@ -49,7 +49,7 @@ public enum ClaimsValidator {
     public static func validate(
         claims: [String: JSONValue], policy: ClaimsPolicy, now: Double, audience: String?, nonce: String?
     ) throws(JOSEError) -> VerifiedToken {
-        guard case .string(let issuer)? = claims["iss"], ClaimsPolicy.exactlyEqual(issuer, policy.issuer) else {
+        guard case .string(let issuer)? = claims["iss"], policy.acceptsIssuer(issuer) else {
             throw JOSEError(.tokenIssuerUnknown, "token's 'iss' is not the issuer's")
         }
         guard case .string(let subject)? = claims["sub"], !subject.isEmpty else {

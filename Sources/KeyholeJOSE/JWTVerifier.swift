@@ -36,7 +36,13 @@ public struct JWTVerifier: Sendable {
     public func verifyWithKey(
         _ token: some StringProtocol, now: Double, audience: String? = nil, nonce: String? = nil
     ) throws(JOSEError) -> (token: VerifiedToken, key: VerificationKey) {
-        let jws = try CompactJWS.parse(token)
+        try verifyWithKey(CompactJWS.parse(token), now: now, audience: audience, nonce: nonce)
+    }
+
+    /// Like `verifyWithKey(_:now:audience:nonce:)` for a token already parsed (to route it by its `iss`).
+    public func verifyWithKey(
+        _ jws: CompactJWS, now: Double, audience: String? = nil, nonce: String? = nil
+    ) throws(JOSEError) -> (token: VerifiedToken, key: VerificationKey) {
         let key = try signatures.verify(jws)
         let verified = try ClaimsValidator.validate(
             payload: jws.payload, policy: policy, now: now, audience: audience, nonce: nonce

@@ -14,6 +14,17 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
             case overloaded = "overloaded"
             case shuttingDown = "shutting_down"
             case `internal` = "internal"
+            case tokenMalformed = "token_malformed"
+            case tokenAlgNotAllowed = "token_alg_not_allowed"
+            case tokenKeyUnknown = "token_key_unknown"
+            case tokenSignatureInvalid = "token_signature_invalid"
+            case tokenExpired = "token_expired"
+            case tokenNotYetValid = "token_not_yet_valid"
+            case tokenIssuerUnknown = "token_issuer_unknown"
+            case tokenAudienceInvalid = "token_audience_invalid"
+            case tokenNonceMismatch = "token_nonce_mismatch"
+            case tokenClaimInvalid = "token_claim_invalid"
+            case keysUnavailable = "keys_unavailable"
         }
 
         fileprivate let base: Base
@@ -52,6 +63,28 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let shuttingDown = Code(.shuttingDown)
         /// An unexpected failure inside the server.
         public static let `internal` = Code(.internal)
+        /// Not a compact JWS, or its header or payload is not what a JWT must be.
+        public static let tokenMalformed = Code(.tokenMalformed)
+        /// The token's `alg` is not one the issuer allows.
+        public static let tokenAlgNotAllowed = Code(.tokenAlgNotAllowed)
+        /// No key of the issuer's set fits the token's `kid` and `alg`.
+        public static let tokenKeyUnknown = Code(.tokenKeyUnknown)
+        /// The token's signature does not verify.
+        public static let tokenSignatureInvalid = Code(.tokenSignatureInvalid)
+        /// The token has expired.
+        public static let tokenExpired = Code(.tokenExpired)
+        /// The token is not valid yet (`nbf` or `iat` in the future).
+        public static let tokenNotYetValid = Code(.tokenNotYetValid)
+        /// No configured issuer matches the request or the token's `iss`.
+        public static let tokenIssuerUnknown = Code(.tokenIssuerUnknown)
+        /// The token's `aud` holds none of the accepted audiences.
+        public static let tokenAudienceInvalid = Code(.tokenAudienceInvalid)
+        /// The token's `nonce` does not match the request's.
+        public static let tokenNonceMismatch = Code(.tokenNonceMismatch)
+        /// A claim is missing or of the wrong type.
+        public static let tokenClaimInvalid = Code(.tokenClaimInvalid)
+        /// The issuer's key set is not available yet; retry after `retry_after_ms`.
+        public static let keysUnavailable = Code(.keysUnavailable)
     }
 
     /// The stable code.

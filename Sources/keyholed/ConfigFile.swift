@@ -18,15 +18,35 @@ struct ConfigFile {
         lines = text.split(separator: "\n", omittingEmptySubsequences: false)
     }
 
-    /// Refuses any top-level key or table outside `allowed`.
-    func checkTables(allowed: Set<String>) throws(ConfigError) {
-        for key in root.keys.sorted() where !allowed.contains(key) {
+    /// Refuses any top-level key or table outside `allowed` and `arrays` (arrays of tables, `[[name]]`).
+    func checkTables(allowed: Set<String>, arrays: Set<String> = []) throws(ConfigError) {
+        for key in root.keys.sorted() where !allowed.contains(key) && !arrays.contains(key) {
             let line = root[key]?.type == .table ? line(ofTable: key) : line(of: key, in: nil)
             throw ConfigError(key: key, line: line, message: "unknown table or key")
         }
-        for key in root.keys.sorted() where root[key]?.type != .table {
+        for key in root.keys.sorted() where allowed.contains(key) && root[key]?.type != .table {
             throw ConfigError(key: key, line: line(of: key, in: nil), message: "must be a table, as [\(key)]")
         }
+        for key in root.keys.sorted() where arrays.contains(key) {
+            guard let array = root[key]?.array, array.allSatisfy({ $0.type == .table }) else {
+                throw ConfigError(key: key, line: line(of: key, in: nil), message: "must be tables, as [[\(key)]]")
+            }
+        }
+    }
+
+    /// The tables `[[name]]`, each refusing keys outside `keys`.
+    func arraySections(_ name: String, keys: Set<String>) throws(ConfigError) -> [Section] {
+        guard let array = root[name]?.array else { return [] }
+        var sections: [Section] = []
+        for (index, element) in array.enumerated() {
+            guard let table = element.table else { continue }
+            let section = Section(name: "\(name)[\(index)]", lookup: name, table: table, file: self)
+            for key in table.keys.sorted() where !keys.contains(key) {
+                throw section.error(key, "unknown key")
+            }
+            sections.append(section)
+        }
+        return sections
     }
 
     /// The table `[name]`, refusing keys outside `keys`; `nil` when the file has no such table.
@@ -35,7 +55,7 @@ struct ConfigFile {
         for key in table.keys.sorted() where !keys.contains(key) {
             throw ConfigError(key: "\(name).\(key)", line: line(of: key, in: name), message: "unknown key")
         }
-        return Section(name: name, table: table, file: self)
+        return Section(name: name, lookup: name, table: table, file: self)
     }
 
     /// The line of the header `[name]` or `[[name]]`.
@@ -67,12 +87,26 @@ struct ConfigFile {
 
     /// One table of the file, with typed accessors that report the key and line on error.
     struct Section {
+        /// As shown in errors: `server`, `issuer[1]`.
         let name: String
+        /// As written in the file's headers, to find lines.
+        let lookup: String
         let table: TOMLTable
         let file: ConfigFile
 
         func error(_ key: String, _ message: String) -> ConfigError {
-            ConfigError(key: "\(name).\(key)", line: file.line(of: key, in: name), message: message)
+            ConfigError(key: "\(name).\(key)", line: file.line(of: key, in: lookup), message: message)
+        }
+
+        func stringArray(_ key: String) throws(ConfigError) -> [String]? {
+            guard let value = table[key] else { return nil }
+            guard let array = value.array else { throw error(key, "must be an array of strings") }
+            var strings: [String] = []
+            for element in array {
+                guard let string = element.string else { throw error(key, "must be an array of strings") }
+                strings.append(string)
+            }
+            return strings
         }
 
         func string(_ key: String) throws(ConfigError) -> String? {

@@ -39,7 +39,7 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "log"])
+        try file.checkTables(allowed: ["server", "storage", "log"], arrays: ["issuer"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -77,6 +77,7 @@ extension DaemonConfiguration {
         if let log = try file.section("log", keys: ["level"]), let level = try log.string("level") {
             configuration.logLevel = try logLevel(level, key: "log.level", line: file.line(of: "level", in: "log"))
         }
+        configuration.issuers = try issuers(file)
         return configuration
     }
 }

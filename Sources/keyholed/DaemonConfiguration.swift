@@ -1,3 +1,4 @@
+import KeyholeIssuers
 import KeyholeProtocol
 import KeyholeServer
 import Logging
@@ -13,6 +14,7 @@ struct DaemonConfiguration {
     var server = KeyholeServer.Configuration()
     var stateDirectory = "/var/lib/keyhole"
     var logLevel = Logger.Level.info
+    var issuers: [IssuerConfiguration] = []
 
     /// The server configuration with the listener filled in.
     var serverConfiguration: KeyholeServer.Configuration {

@@ -1,4 +1,6 @@
 import ArgumentParser
+import KeyholeIssuers
+import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeServer
 import Logging
@@ -35,6 +37,10 @@ struct Keyholed: AsyncParsableCommand {
     @Flag(name: .customLong("enable-debug-ops"), help: .hidden)
     var enableDebugOps = false
 
+    /// Verify tokens as if it were this moment (seconds since 1970): tests only, with --enable-debug-ops.
+    @Option(name: .customLong("fixed-clock"), help: .hidden)
+    var fixedClock: Double?
+
     func run() async throws {
         let configuration: DaemonConfiguration
         do {
@@ -54,8 +60,27 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(1)
         }
 
+        let registry: IssuerRegistry
+        do {
+            registry = try loadIssuers(configuration.issuers, logger: logger)
+        } catch {
+            printError("keyholed: configuration error: \(error)")
+            throw ExitCode(78)
+        }
+        let fixed = fixedClock
+        let clock: @Sendable () -> Double = {
+            if let fixed { return fixed }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        }
+
         let socketPath = configuration.socketPath
-        let server = KeyholeServer(configuration: configuration.serverConfiguration, logger: logger) {
+        let server = KeyholeServer(
+            configuration: configuration.serverConfiguration,
+            operations: TokenOperations.make(registry: registry, now: clock),
+            logger: logger
+        ) {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
         }
         var lifecycleLogger = logger
@@ -91,7 +116,29 @@ struct Keyholed: AsyncParsableCommand {
             configuration.logLevel = try DaemonConfiguration.logLevel(logLevel, key: "--log-level", line: nil)
         }
         configuration.server.enableDebugOperations = enableDebugOps
+        if fixedClock != nil && !enableDebugOps {
+            throw ConfigError(key: "--fixed-clock", line: nil, message: "is for tests and needs --enable-debug-ops")
+        }
         return configuration
+    }
+
+    /// Reads each issuer's key set from its file: a file that cannot be used stops start-up.
+    private func loadIssuers(_ issuers: [IssuerConfiguration], logger: Logger) throws(ConfigError) -> IssuerRegistry {
+        var keySets: [String: JWKSet] = [:]
+        for (index, issuer) in issuers.enumerated() {
+            guard case .file(let path) = issuer.keySet else { continue }
+            do {
+                let set = try KeySetFile.load(path)
+                keySets[issuer.name] = set
+                logger.info("issuer.keys_loaded", metadata: [
+                    "issuer": "\(issuer.name)", "keys": "\(set.keys.count)",
+                    "kids": "\(set.keys.compactMap(\.kid).joined(separator: ","))", "skipped": "\(set.skipped.count)",
+                ])
+            } catch {
+                throw ConfigError(key: "issuer[\(index)].jwks_uri", line: nil, message: error.description)
+            }
+        }
+        return IssuerRegistry(issuers: issuers, keySets: keySets)
     }
 
     private func printError(_ message: String) {

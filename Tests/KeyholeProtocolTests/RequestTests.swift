@@ -82,6 +82,9 @@ struct ErrorCodeTests {
         let expected = [
             "bad_frame", "frame_too_large", "bad_request", "unknown_op", "unsupported_version",
             "permission_denied", "overloaded", "shutting_down", "internal",
+            "token_malformed", "token_alg_not_allowed", "token_key_unknown", "token_signature_invalid",
+            "token_expired", "token_not_yet_valid", "token_issuer_unknown", "token_audience_invalid",
+            "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable",
         ]
         #expect(ProtocolError.Code.allCases.map(\.rawValue) == expected)
         for code in ProtocolError.Code.allCases { #expect(ProtocolError.Code(rawValue: code.rawValue) == code) }

@@ -40,7 +40,10 @@ DEFAULT_SOCKET = "/run/keyhole/keyholed.sock"
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # the largest frame either side may send
 ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown_op",
                          "unsupported_version", "permission_denied", "overloaded",
-                         "shutting_down", "internal"})
+                         "shutting_down", "internal", "token_malformed", "token_alg_not_allowed",
+                         "token_key_unknown", "token_signature_invalid", "token_expired",
+                         "token_not_yet_valid", "token_issuer_unknown", "token_audience_invalid",
+                         "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable"})
 _HEADER = struct.Struct(">I")
 
 

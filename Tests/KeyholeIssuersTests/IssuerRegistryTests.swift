@@ -1,0 +1,97 @@
+import Foundation
+import KeyholeIssuers
+import KeyholeJOSE
+import KeyholeProtocol
+import NIOCore
+import Testing
+
+@Suite("IssuerRegistry")
+struct IssuerRegistryTests {
+    static let apple = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("KeyholeJOSETests/Fixtures/apple")
+
+    let token: String
+    let now: Double
+    let keys: JWKSet
+
+    init() throws {
+        token = try String(contentsOf: Self.apple.appendingPathComponent("apple_token_4.jwt"), encoding: .utf8)
+            .filter { !$0.isWhitespace }
+        let claims = try JSONValue.parse(ByteBuffer(bytes: try CompactJWS.parse(token).payload))
+        now = Double(claims["iat"]!.intValue!) + 60
+        keys = try KeySetFile.load(Self.apple.appendingPathComponent("apple_jwks_panva-wellknown-20241001.json").path)
+    }
+
+    func appleIssuer(name: String = "apple") -> IssuerConfiguration {
+        var issuer = IssuerPreset.apple.configuration(name: name, audiences: ["dev.timc.siwa-demo.TILiOS"])
+        issuer.keySet = .file("unused")
+        return issuer
+    }
+
+    func google() -> IssuerConfiguration {
+        IssuerPreset.google.configuration(name: "google", audiences: ["1234.apps.googleusercontent.com"])
+    }
+
+    @Test("a token goes to the issuer named in the request, else to the one whose iss it carries")
+    func routing() throws {
+        let registry = IssuerRegistry(issuers: [google(), appleIssuer()], keySets: ["apple": keys, "google": keys])
+        #expect(try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now).issuer == "apple")
+        #expect(try registry.verify(token: token, issuer: "apple", audience: nil, nonce: nil, now: now).issuer == "apple")
+        // Named as Google's: the iss is not Google's.
+        #expect(throws: ProtocolError(code: .tokenIssuerUnknown, message: "")) {
+            try registry.verify(token: token, issuer: "google", audience: nil, nonce: nil, now: now)
+        }
+        #expect(throws: ProtocolError(code: .tokenIssuerUnknown, message: "")) {
+            try registry.verify(token: token, issuer: "nobody", audience: nil, nonce: nil, now: now)
+        }
+    }
+
+    @Test("an issuer without keys yet answers keys_unavailable with a retry hint")
+    func keysUnavailable() {
+        let registry = IssuerRegistry(issuers: [appleIssuer()], keySets: [:])
+        do {
+            _ = try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now)
+            Issue.record("verified without keys")
+        } catch {
+            #expect(error.code == .keysUnavailable)
+            #expect(error.retryAfterMs != nil)
+        }
+    }
+
+    @Test("JOSE errors keep their codes on the wire")
+    func errorCodes() {
+        let registry = IssuerRegistry(issuers: [appleIssuer()], keySets: ["apple": keys])
+        #expect(throws: ProtocolError(code: .tokenExpired, message: "")) {
+            try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now + 86_400 * 2)
+        }
+        #expect(throws: ProtocolError(code: .tokenMalformed, message: "")) {
+            try registry.verify(token: "x", issuer: nil, audience: nil, nonce: nil, now: now)
+        }
+    }
+
+    @Test("presets: Apple's and Google's issuers, key-set URLs and algorithms")
+    func presets() {
+        let apple = IssuerPreset.apple.configuration(name: "a", audiences: ["x"])
+        #expect(apple.issuer == "https://appleid.apple.com")
+        #expect(apple.keySet == .url("https://appleid.apple.com/auth/keys"))
+        #expect(apple.algorithms == [.rs256])
+        let google = google()
+        #expect(google.policy.acceptsIssuer("https://accounts.google.com"))
+        #expect(google.policy.acceptsIssuer("accounts.google.com"))
+        #expect(!google.policy.acceptsIssuer("https://accounts.google.com/"))
+        #expect(google.keySet == .url("https://www.googleapis.com/oauth2/v3/certs"))
+    }
+
+    @Test("a key-set file that is missing, not JSON or without usable keys is refused")
+    func keySetFiles() throws {
+        #expect(throws: KeySetFile.Failure.self) { try KeySetFile.load("/nonexistent/keys.json") }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("khks-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for (name, text) in [("bad.json", "not json"), ("empty.json", #"{"keys":[{"kty":"oct","k":"AAAA"}]}"#)] {
+            let path = directory.appendingPathComponent(name)
+            try text.write(to: path, atomically: true, encoding: .utf8)
+            #expect(throws: KeySetFile.Failure.self) { try KeySetFile.load(path.path) }
+        }
+    }
+}
