@@ -3,6 +3,10 @@ import KeyholeProtocol
 import NIOCore
 import NIOPosix
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// `keyhole-bench load`: pipelined requests against a running keyholed.
 struct Load: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -14,6 +18,12 @@ struct Load: AsyncParsableCommand {
 
     @Option(help: "The operation to send.")
     var op = "ping"
+
+    @Option(help: "The operation's arguments, a JSON object.")
+    var args: String?
+
+    @Option(help: "keyholed's pid: also report its CPU time per answered request (from /proc).")
+    var serverPid: Int32?
 
     @Option(help: "Concurrent connections.")
     var connections = 1
@@ -30,7 +40,29 @@ struct Load: AsyncParsableCommand {
     @Flag(help: "Print the result as JSON.")
     var json = false
 
+    private var arguments: [String: JSONValue] {
+        guard let args, case .object(let members)? = try? JSONValue.parse(ByteBuffer(string: args)) else { return [:] }
+        return members
+    }
+
+    /// User plus system CPU seconds of process `pid`, from /proc/PID/stat (fields 14 and 15, in clock ticks).
+    static func cpuSeconds(_ pid: Int32) -> Double? {
+        guard let file = fopen("/proc/\(pid)/stat", "r") else { return nil }
+        defer { fclose(file) }
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        let count = fread(&buffer, 1, buffer.count, file)
+        let line = String(decoding: buffer[..<count], as: UTF8.self)
+        // The command name (field 2) may hold spaces; fields after its closing parenthesis are plain.
+        guard let close = line.lastIndex(of: ")") else { return nil }
+        let fields = line[line.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     func validate() throws {
+        if let args, case .object? = try? JSONValue.parse(ByteBuffer(string: args)) {} else if args != nil {
+            throw ValidationError("--args must be a JSON object")
+        }
         guard connections >= 1, depth >= 1, seconds > 0, threads >= 1 else {
             throw ValidationError("connections, depth, seconds and threads must be positive")
         }
@@ -43,7 +75,7 @@ struct Load: AsyncParsableCommand {
         for _ in 0..<connections {
             let promise = group.next().makePromise(of: Void.self)
             finished.append(promise.futureResult)
-            let request = Request(id: .int(1), op: op)
+            let request = Request(id: .int(1), op: op, args: arguments)
             _ = try await ClientBootstrap(group: group)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
@@ -56,9 +88,12 @@ struct Load: AsyncParsableCommand {
         let clock = ContinuousClock()
         try await Task.sleep(for: .seconds(1))
         let startCount = counters.answered.load(ordering: .relaxed)
+        let startCPU = serverPid.flatMap(Self.cpuSeconds)
         let start = clock.now
         try await Task.sleep(for: .seconds(seconds))
         let answered = counters.answered.load(ordering: .relaxed) - startCount
+        let endCPU = serverPid.flatMap(Self.cpuSeconds)
+        let serverCPU = startCPU.flatMap { start in endCPU.map { $0 - start } }
         let elapsed = start.duration(to: clock.now)
         counters.stopped.store(true, ordering: .relaxed)
         for future in finished { try await future.get() }
@@ -76,6 +111,9 @@ struct Load: AsyncParsableCommand {
         } else {
             print("\(op): \(connections) connection(s) x \(depth) in flight: \(answered) answered in "
                 + "\(String(format: secondsElapsed)) s = \(Int(rate)) per second, \(failed) failed")
+        }
+        if let serverCPU, answered > 0 {
+            print("keyholed CPU: \(Int((serverCPU / Double(answered) * 1e8).rounded()) / 100) µs per answered request")
         }
         if failed > 0 { throw ExitCode(1) }
     }
