@@ -50,6 +50,8 @@ public struct IssuerRegistry: Sendable {
         } catch {
             throw Self.protocolError(error)
         }
+        // The payload is parsed once: to route by its iss, and then for the claims checks.
+        let claims = Self.claims(jws)
         let entry: Entry
         if let issuer {
             guard let named = entries.first(where: { $0.configuration.name == issuer }) else {
@@ -57,7 +59,9 @@ public struct IssuerRegistry: Sendable {
             }
             entry = named
         } else {
-            guard let iss = Self.unverifiedIssuer(jws), let matching = entries.first(where: { $0.configuration.policy.acceptsIssuer(iss) })
+            // Read before anything is verified: used only to pick whose keys check the token.
+            guard let iss = claims?["iss"]?.stringValue,
+                let matching = entries.first(where: { $0.configuration.policy.acceptsIssuer(iss) })
             else {
                 throw ProtocolError(code: .tokenIssuerUnknown, message: "the token's iss matches no configured issuer")
             }
@@ -68,18 +72,22 @@ public struct IssuerRegistry: Sendable {
                 code: .keysUnavailable, message: "the key set of issuer '\(entry.configuration.name)' is not loaded yet",
                 retryAfterMs: 1000)
         }
-        do {
-            let (verified, _) = try verifier.verifyWithKey(jws, now: now, audience: audience, nonce: nonce)
+        do throws(JOSEError) {
+            // Signature first, as JWTVerifier does: an unsigned payload's claims are never judged.
+            _ = try verifier.signatures.verify(jws)
+            guard let claims else { throw JOSEError.malformed("payload is not a JSON object") }
+            let verified = try ClaimsValidator.validate(
+                claims: claims, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
             return Verification(issuer: entry.configuration.name, token: verified)
         } catch {
             throw Self.protocolError(error)
         }
     }
 
-    /// The `iss` a token claims, read before anything is verified: used only to pick whose keys check it.
-    private static func unverifiedIssuer(_ jws: CompactJWS) -> String? {
+    /// The token's payload as a JSON object, or `nil` when it is not one.
+    private static func claims(_ jws: CompactJWS) -> [String: JSONValue]? {
         guard case .object(let claims)? = try? JSONValue.parse(ByteBuffer(bytes: jws.payload)) else { return nil }
-        return claims["iss"]?.stringValue
+        return claims
     }
 
     /// The protocol error for a JOSE error; the codes share their names.
