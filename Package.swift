@@ -34,7 +34,8 @@ let package = Package(
         ),
         .target(
             name: "KeyholeIssuers",
-            dependencies: ["KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")],
+            exclude: ["KeySetStore.md"]
         ),
         .target(
             name: "KeyholeProtocol",
