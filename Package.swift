@@ -18,6 +18,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
@@ -34,7 +35,10 @@ let package = Package(
         ),
         .target(
             name: "KeyholeIssuers",
-            dependencies: ["KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
             exclude: ["KeySetStore.md"]
         ),
         .target(
@@ -96,7 +100,10 @@ let package = Package(
         ),
         .target(
             name: "KeyholeTestSupport",
-            dependencies: ["KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: [
+                "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             path: "Tests/KeyholeTestSupport"
         ),
         .testTarget(
@@ -110,7 +117,10 @@ let package = Package(
         ),
         .testTarget(
             name: "KeyholeIssuersTests",
-            dependencies: ["KeyholeIssuers", "KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [
+                "KeyholeIssuers", "KeyholeJOSE", "KeyholeProtocol", "KeyholeTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "KeyholeServerTests",

@@ -1,0 +1,94 @@
+import AsyncHTTPClient
+import NIOCore
+import NIOHTTP1
+
+/// Fetches an issuer's key set over HTTPS (or HTTP to a loopback host, for tests).
+///
+/// Bounded in every way a hostile or broken server could exploit: connect and total timeouts, a body
+/// limit, no redirects (keys come from the configured URL or not at all).
+public struct KeySetFetcher: Sendable {
+    /// The fetcher's limits (issue 3, "The hot key-set cache").
+    public struct Configuration: Sendable {
+        /// Connecting may take this long.
+        public var connectTimeout = TimeAmount.seconds(2)
+        /// The whole fetch may take this long.
+        public var totalTimeout = TimeAmount.seconds(5)
+        /// The largest key-set document accepted.
+        public var maximumBytes = 1 << 20
+
+        /// The defaults.
+        public init() {}
+    }
+
+    /// A fetched document and how long the server says it stays fresh.
+    public struct Fetched: Sendable {
+        /// The response body.
+        public let document: [UInt8]
+        /// The response's `Cache-Control` max-age, if any.
+        public let maxAge: Int64?
+    }
+
+    /// Why a fetch failed (shown in `jwks.status`; never contains key material).
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        /// What went wrong.
+        public let description: String
+    }
+
+    private let client: HTTPClient
+    private let configuration: Configuration
+
+    /// A fetcher over `client`; make the client with `makeClient(configuration:)` and shut it down when done.
+    public init(client: HTTPClient, configuration: Configuration = Configuration()) {
+        self.client = client
+        self.configuration = configuration
+    }
+
+    /// An HTTP client with the fetcher's connect timeout and no redirects.
+    public static func makeClient(configuration: Configuration = Configuration()) -> HTTPClient {
+        HTTPClient(
+            eventLoopGroupProvider: .singleton,
+            configuration: HTTPClient.Configuration(
+                redirectConfiguration: .disallow,
+                timeout: .init(connect: configuration.connectTimeout, read: configuration.totalTimeout)))
+    }
+
+    /// GETs `url`, which must be https, or http to a loopback host.
+    public func fetch(_ url: String) async throws(Failure) -> Fetched {
+        guard Self.isAllowed(url) else { throw Failure(description: "\(url) is neither https nor http to a loopback host") }
+        var request = HTTPClientRequest(url: url)
+        request.method = .GET
+        // The issue: fetch past any intermediate cache, so a rotated key set is seen at once.
+        request.headers.add(name: "Cache-Control", value: "no-cache")
+        request.headers.add(name: "Accept", value: "application/json, application/jwk-set+json")
+        request.headers.add(name: "User-Agent", value: "keyholed")
+        do {
+            let response = try await client.execute(request, timeout: configuration.totalTimeout)
+            guard response.status == .ok else {
+                throw Failure(description: "\(url) answered HTTP \(response.status.code)")
+            }
+            let body: ByteBuffer
+            do {
+                body = try await response.body.collect(upTo: configuration.maximumBytes)
+            } catch {
+                throw Failure(description: "\(url) sent more than \(configuration.maximumBytes) bytes, or broke off")
+            }
+            return Fetched(
+                document: Array(body.readableBytesView),
+                maxAge: CacheControl.maxAge(response.headers["Cache-Control"].joined(separator: ",")))
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw Failure(description: "fetching \(url) failed: \(error)")
+        }
+    }
+
+    /// https, or http to 127.0.0.1, localhost or [::1].
+    static func isAllowed(_ url: String) -> Bool {
+        if url.hasPrefix("https://") { return true }
+        for loopback in ["http://127.0.0.1", "http://localhost", "http://[::1]"] where url.hasPrefix(loopback) {
+            let rest = url.dropFirst(loopback.count)
+            if rest.isEmpty || rest.hasPrefix(":") || rest.hasPrefix("/") { return true }
+        }
+        return false
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import KeyholeIssuers
+import KeyholeJOSE
+import KeyholeTestSupport
+import NIOCore
+import Testing
+
+/// The fetcher against a real HTTP server on loopback that records what it is asked.
+@Suite("KeySetFetcher")
+struct KeySetFetcherTests {
+    static let document = Array(#"{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"KSexBRK64-3c_kZ4KBKLrSkDJpkZ9whgacjE32xzKDg","y":"x3h5ZOqsAOWSH7FJimD0YGdms9loUAFVjRqXTnNBUT4"}]}"#.utf8)
+
+    func withFetcher(
+        _ reply: LocalHTTPServer.Reply, configuration: KeySetFetcher.Configuration = .init(),
+        _ body: (KeySetFetcher, LocalHTTPServer) async throws -> Void
+    ) async throws {
+        let server = try await LocalHTTPServer(reply: reply)
+        let client = KeySetFetcher.makeClient(configuration: configuration)
+        do {
+            try await body(KeySetFetcher(client: client, configuration: configuration), server)
+        } catch {
+            try await client.shutdown()
+            try await server.close()
+            throw error
+        }
+        try await client.shutdown()
+        try await server.close()
+    }
+
+    @Test("a key set is fetched with Cache-Control: no-cache, and the response's max-age is reported")
+    func success() async throws {
+        let reply = LocalHTTPServer.Reply(headers: [("Cache-Control", "public, max-age=19512")], body: Self.document)
+        try await withFetcher(reply) { fetcher, server in
+            let fetched = try await fetcher.fetch(server.url + "/auth/keys")
+            #expect(fetched.document == Self.document)
+            #expect(fetched.maxAge == 19512)
+            #expect(try JWKSet(json: fetched.document).keys.first?.kid == "k1")
+            #expect(server.received.count == 1)
+            #expect(server.received.first?.uri == "/auth/keys")
+            #expect(server.received.first?.headers["Cache-Control"] == ["no-cache"])
+        }
+    }
+
+    @Test("a non-200 answer, an oversized body, a server that never answers and a redirect all fail", arguments: [
+        LocalHTTPServer.Reply(status: .notFound, body: Array("no".utf8)),
+        LocalHTTPServer.Reply(body: [UInt8](repeating: 0x20, count: 4096)),
+        LocalHTTPServer.Reply(hang: true),
+        LocalHTTPServer.Reply(status: .movedPermanently, headers: [("Location", "http://127.0.0.1:1/keys")]),
+    ])
+    func failures(reply: LocalHTTPServer.Reply) async throws {
+        var configuration = KeySetFetcher.Configuration()
+        configuration.maximumBytes = 1024
+        configuration.totalTimeout = .milliseconds(500)
+        try await withFetcher(reply, configuration: configuration) { fetcher, server in
+            await #expect(throws: KeySetFetcher.Failure.self) { try await fetcher.fetch(server.url + "/keys") }
+            // Redirects are not followed: exactly one request reached the server.
+            #expect(server.received.count == 1)
+        }
+    }
+
+    @Test("only https, or http to a loopback host, is fetched")
+    func urlPolicy() async throws {
+        try await withFetcher(LocalHTTPServer.Reply(body: Self.document)) { fetcher, _ in
+            for url in ["http://example.com/keys", "ftp://127.0.0.1/keys", "http://127.0.0.1.evil.example/keys", "file:///etc/passwd"] {
+                await #expect(throws: KeySetFetcher.Failure.self) { try await fetcher.fetch(url) }
+            }
+        }
+    }
+}
