@@ -126,19 +126,20 @@ public struct KeySetCacheState: Sendable {
 
     /// A token names a `kid` the current set lacks (or there is no set yet).
     public mutating func unknownKey(now: Double) -> UnknownKeyDecision {
-        if fetching != nil { return .waitForFetch }
-        if let last = lastUnknownKeyFetch, now - last < configuration.unknownKeyCooldown { return .failFast }
-        lastUnknownKeyFetch = now
-        _ = beginFetch(.unknownKey)
-        return .fetchAndWait
+        rateLimitedFetch(.unknownKey, now: now)
     }
 
     /// An operator asked for a fetch (`jwks.refresh`): under the same limit as unknown keys.
     public mutating func forceRefresh(now: Double) -> UnknownKeyDecision {
+        rateLimitedFetch(.forced, now: now)
+    }
+
+    /// Joins a running fetch, or starts one unless the last rate-limited fetch was within the cool-down.
+    private mutating func rateLimitedFetch(_ reason: FetchReason, now: Double) -> UnknownKeyDecision {
         if fetching != nil { return .waitForFetch }
         if let last = lastUnknownKeyFetch, now - last < configuration.unknownKeyCooldown { return .failFast }
         lastUnknownKeyFetch = now
-        _ = beginFetch(.forced)
+        _ = beginFetch(reason)
         return .fetchAndWait
     }
 

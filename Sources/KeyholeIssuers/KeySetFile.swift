@@ -1,8 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import KeyholeJOSE
 
 /// A key set read from a local file (an issuer's `jwks_uri` as a path, for air-gapped hosts).
@@ -18,18 +13,11 @@ public enum KeySetFile {
 
     /// Reads and parses the key set at `path`.
     public static func load(_ path: String) throws(Failure) -> JWKSet {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw Failure(description: "cannot read \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { throw Failure(description: "cannot read \(path): \(String(cString: strerror(errno)))") }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            guard bytes.count <= maximumBytes else { throw Failure(description: "\(path) is larger than \(maximumBytes) bytes") }
+        let bytes: [UInt8]
+        do {
+            bytes = try LocalFile.contents(of: path, maximumBytes: maximumBytes)
+        } catch {
+            throw Failure(description: error.description)
         }
         let set: JWKSet
         do {

@@ -92,21 +92,12 @@ public struct KeySetStore: Sendable {
     /// - Throws: when a file exists but cannot be used (the caller warns and fetches as if there were none).
     public func load(_ issuer: IssuerConfiguration) throws(Failure) -> Entry? {
         let file = path(issuer)
-        let fd = open(file, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return nil }
-            throw Failure(description: "cannot read \(file): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { throw Failure(description: "cannot read \(file): \(String(cString: strerror(errno)))") }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            guard bytes.count <= Self.maximumBytes else { throw Failure(description: "\(file) is larger than \(Self.maximumBytes) bytes") }
+        let bytes: [UInt8]
+        do {
+            bytes = try LocalFile.contents(of: file, maximumBytes: Self.maximumBytes)
+        } catch {
+            if error.isMissing { return nil }
+            throw Failure(description: error.description)
         }
         guard case .object(let record)? = try? JSONValue.parse(ByteBuffer(bytes: bytes)), record["format"] == 1 else {
             throw Failure(description: "\(file) is not a format-1 key-set file")

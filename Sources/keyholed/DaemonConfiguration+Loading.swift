@@ -1,8 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import KeyholeIssuers
 
 extension DaemonConfiguration {
     /// The largest configuration file read: anything bigger is a mistake.
@@ -11,25 +7,12 @@ extension DaemonConfiguration {
     /// Reads a configuration file. A missing file is an error only when `required` (it was named
     /// explicitly): the default path may be absent, and then the built-in defaults apply.
     static func load(path: String, required: Bool) throws(ConfigError) -> DaemonConfiguration {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT && !required { return DaemonConfiguration() }
-            throw ConfigError(key: nil, line: nil, message: "cannot read \(path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else {
-                throw ConfigError(key: nil, line: nil, message: "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            guard bytes.count <= maxFileBytes else {
-                throw ConfigError(key: nil, line: nil, message: "\(path) is larger than \(maxFileBytes) bytes")
-            }
+        let bytes: [UInt8]
+        do {
+            bytes = try LocalFile.contents(of: path, maximumBytes: maxFileBytes)
+        } catch {
+            if error.isMissing && !required { return DaemonConfiguration() }
+            throw ConfigError(key: nil, line: nil, message: error.description)
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw ConfigError(key: nil, line: nil, message: "\(path) is not UTF-8 text")
