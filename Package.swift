@@ -38,6 +38,8 @@ let package = Package(
             dependencies: [
                 "KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             exclude: ["KeySetStore.md"]
         ),

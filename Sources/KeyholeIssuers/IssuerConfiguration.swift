@@ -8,12 +8,22 @@ public struct IssuerConfiguration: Sendable, Equatable {
         case file(String)
         /// A URL: https, or http to a loopback host (tests).
         case url(String)
+        /// OpenID Connect discovery: the `jwks_uri` of `<issuer URL>/.well-known/openid-configuration`,
+        /// whose `issuer` must be this URL exactly (OpenID Connect Discovery 1.0 section 4.3).
+        case discovery(String)
+
+        /// Whether the keys come over the network (and so are refreshed, cached and persisted).
+        public var isRemote: Bool {
+            if case .file = self { return false }
+            return true
+        }
 
         /// The location as configured.
         public var description: String {
             switch self {
             case .file(let path): path
             case .url(let url): url
+            case .discovery(let issuer): "discovery of \(issuer)"
             }
         }
     }

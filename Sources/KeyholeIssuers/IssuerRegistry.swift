@@ -2,32 +2,40 @@ import KeyholeJOSE
 import KeyholeProtocol
 import NIOCore
 
-/// The configured issuers and their current key sets: picks the issuer for a token and verifies it.
+/// The configured issuers with their keys, and the cache of verified tokens: picks the issuer for a
+/// token and verifies it.
 ///
 /// A token goes to the issuer the request names, else to the one whose `iss` it carries.
 public struct IssuerRegistry: Sendable {
-    /// One issuer and, once its keys are in, its verifier.
-    struct Entry: Sendable {
-        let configuration: IssuerConfiguration
-        let verifier: JWTVerifier?
-    }
+    private let entries: [IssuerKeys]
+    private let cache: VerifiedTokenCache?
 
-    private let entries: [Entry]
-
-    /// Issuers with the key sets loaded so far, by issuer name; an issuer without one answers
-    /// `keys_unavailable`.
-    public init(issuers: [IssuerConfiguration], keySets: [String: JWKSet]) {
-        entries = issuers.map { configuration in
-            Entry(
-                configuration: configuration,
-                verifier: keySets[configuration.name].map {
-                    JWTVerifier(keys: $0, algorithms: configuration.algorithms, policy: configuration.policy)
-                })
+    /// The issuers, and a cache of verified tokens (`nil`: none).
+    public init(issuers: [IssuerKeys], cache: VerifiedTokenCache?) {
+        entries = issuers
+        self.cache = cache
+        guard let cache else { return }
+        for keys in issuers {
+            let name = keys.configuration.name
+            keys.onKeysChanged { set in cache.removeEntries(of: name, keptKeys: set) }
         }
     }
 
+    /// Issuers with fixed key sets, by issuer name (an issuer without one answers `keys_unavailable`),
+    /// and no cache: for tests and tools.
+    public init(issuers: [IssuerConfiguration], keySets: [String: JWKSet]) {
+        self.init(
+            issuers: issuers.map { configuration in
+                keySets[configuration.name].map { IssuerKeys(configuration: configuration, keys: $0) }
+                    ?? IssuerKeys(configuration: configuration)
+            }, cache: nil)
+    }
+
     /// The configured issuers.
-    public var issuers: [IssuerConfiguration] { entries.map(\.configuration) }
+    public var issuers: [IssuerKeys] { entries }
+
+    /// The cache of verified tokens, if there is one.
+    public var verifiedTokens: VerifiedTokenCache? { cache }
 
     /// The outcome of a verification: which issuer vouched for the token, and its claims.
     public struct Verification: Sendable {
@@ -37,13 +45,30 @@ public struct IssuerRegistry: Sendable {
         public let token: VerifiedToken
     }
 
-    /// Verifies `token` for the issuer named `issuer`, or the one whose `iss` the token carries.
+    /// What one attempt at verifying found.
+    public enum Attempt: Sendable {
+        /// The token verified.
+        case verified(Verification)
+        /// The issuer has no key for the token (unknown `kid`) or no keys at all: after a fetch of
+        /// `keys` (see `verifyAfterFetch`) the token may verify; else answer `error`.
+        case needsKeys(IssuerKeys, error: ProtocolError)
+    }
+
+    /// Verifies `token` with the keys in hand, without waiting for a fetch.
     ///
-    /// - Throws: `IssuerError` with the protocol code to answer: the `token_*` codes of the JOSE layer,
-    ///   `token_issuer_unknown` when no issuer fits, `keys_unavailable` when its keys are not loaded.
-    public func verify(
+    /// - Throws: `ProtocolError` with the code to answer: the `token_*` codes of the JOSE layer, and
+    ///   `token_issuer_unknown` when no issuer fits.
+    public func attempt(
         token: String, issuer: String?, audience: String?, nonce: String?, now: Double
-    ) throws(ProtocolError) -> Verification {
+    ) throws(ProtocolError) -> Attempt {
+        var digest: SHA256.Digest?
+        if let cache, token.utf8.count <= CompactJWS.maximumLength {
+            let key = SHA256.digest(utf8: token)
+            digest = key
+            if let hit = try cached(key, in: cache, issuer: issuer, audience: audience, nonce: nonce, now: now) {
+                return .verified(hit)
+            }
+        }
         let jws: CompactJWS
         do {
             jws = try CompactJWS.parse(token)
@@ -52,36 +77,105 @@ public struct IssuerRegistry: Sendable {
         }
         // The payload is parsed once: to route by its iss, and then for the claims checks.
         let claims = Self.claims(jws)
-        let entry: Entry
+        let keys = try route(issuer: issuer, claims: claims)
+        guard let verifier = keys.verifier() else {
+            return .needsKeys(keys, error: Self.keysUnavailable(keys))
+        }
+        do throws(JOSEError) {
+            // Signature first, as JWTVerifier does: an unsigned payload's claims are never judged.
+            let key = try verifier.signatures.verify(jws)
+            guard let claims else { throw JOSEError.malformed("payload is not a JSON object") }
+            let verified = try ClaimsValidator.validate(
+                claims: claims, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
+            let name = keys.configuration.name
+            if let cache, let digest {
+                let evictAt = verified.expiresAt + Double(verifier.policy.leeway)
+                cache.insert(.init(issuer: name, token: verified, key: key, evictAt: evictAt), for: digest)
+            }
+            return .verified(Verification(issuer: name, token: verified))
+        } catch where error.code == .tokenKeyUnknown {
+            return .needsKeys(keys, error: Self.protocolError(error))
+        } catch {
+            throw Self.protocolError(error)
+        }
+    }
+
+    /// Verifies `token`; an unknown key is answered at once, without a fetch.
+    public func verify(
+        token: String, issuer: String?, audience: String?, nonce: String?, now: Double
+    ) throws(ProtocolError) -> Verification {
+        switch try attempt(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now) {
+        case .verified(let verification): return verification
+        case .needsKeys(_, let error): throw error
+        }
+    }
+
+    /// After an attempt found `.needsKeys(keys, ...)`: joins or starts a fetch of `keys` (single
+    /// flight, rate limited) and tries again.
+    public func verifyAfterFetch(
+        of keys: IssuerKeys, token: String, issuer: String?, audience: String?, nonce: String?,
+        now: @Sendable () -> Double
+    ) async throws(ProtocolError) -> Verification {
+        // Two rounds: a request that joined a fetch it did not cause (the first one at start-up, a
+        // refresh) and still lacks its key may then cause an unknown-key fetch, under the cool-down.
+        var failure: ProtocolError
+        var round = 0
+        repeat {
+            let outcome = await keys.fetchForUnknownKey()
+            switch try attempt(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now()) {
+            case .verified(let verification): return verification
+            case .needsKeys(_, let error): failure = error
+            }
+            guard outcome == .succeeded else { break }
+            round += 1
+        } while round < 2
+        throw failure
+    }
+
+    /// A cache hit still vouched for: same issuer as asked, its key still in the set; then the
+    /// request's and the clock's checks.
+    private func cached(
+        _ digest: SHA256.Digest, in cache: VerifiedTokenCache, issuer: String?, audience: String?, nonce: String?,
+        now: Double
+    ) throws(ProtocolError) -> Verification? {
+        guard let hit = cache.entry(for: digest, now: now), issuer == nil || issuer == hit.issuer,
+            let keys = entries.first(where: { $0.configuration.name == hit.issuer }), let verifier = keys.verifier(),
+            verifier.signatures.keys.contains(hit.key)
+        else { return nil }
+        do {
+            try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
+        } catch {
+            throw Self.protocolError(error)
+        }
+        return Verification(issuer: hit.issuer, token: hit.token)
+    }
+
+    private func route(issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {
         if let issuer {
             guard let named = entries.first(where: { $0.configuration.name == issuer }) else {
                 throw ProtocolError(code: .tokenIssuerUnknown, message: "no issuer named '\(issuer.prefix(64))' is configured")
             }
-            entry = named
-        } else {
-            // Read before anything is verified: used only to pick whose keys check the token.
-            guard let iss = claims?["iss"]?.stringValue,
-                let matching = entries.first(where: { $0.configuration.policy.acceptsIssuer(iss) })
-            else {
-                throw ProtocolError(code: .tokenIssuerUnknown, message: "the token's iss matches no configured issuer")
-            }
-            entry = matching
+            return named
         }
-        guard let verifier = entry.verifier else {
-            throw ProtocolError(
-                code: .keysUnavailable, message: "the key set of issuer '\(entry.configuration.name)' is not loaded yet",
-                retryAfterMs: 1000)
+        // Read before anything is verified: used only to pick whose keys check the token.
+        guard let iss = claims?["iss"]?.stringValue,
+            let matching = entries.first(where: { $0.configuration.policy.acceptsIssuer(iss) })
+        else {
+            throw ProtocolError(code: .tokenIssuerUnknown, message: "the token's iss matches no configured issuer")
         }
-        do throws(JOSEError) {
-            // Signature first, as JWTVerifier does: an unsigned payload's claims are never judged.
-            _ = try verifier.signatures.verify(jws)
-            guard let claims else { throw JOSEError.malformed("payload is not a JSON object") }
-            let verified = try ClaimsValidator.validate(
-                claims: claims, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
-            return Verification(issuer: entry.configuration.name, token: verified)
-        } catch {
-            throw Self.protocolError(error)
-        }
+        return matching
+    }
+
+    /// `keys_unavailable`, with a retry hint: when the next fetch is due, between 1 s and 1 min.
+    private static func keysUnavailable(_ keys: IssuerKeys) -> ProtocolError {
+        let status = keys.status()
+        let now = keys.clock.now()
+        let wait = status.nextFetchAt.map { $0 - now } ?? 1
+        let detail = status.lastError.map { ": the last fetch failed (\($0))" } ?? ""
+        return ProtocolError(
+            code: .keysUnavailable,
+            message: "issuer '\(keys.configuration.name)' has no usable key set yet\(detail)",
+            retryAfterMs: Int((min(max(wait, 1), 60) * 1000).rounded()))
     }
 
     /// The token's payload as a JSON object, or `nil` when it is not one.

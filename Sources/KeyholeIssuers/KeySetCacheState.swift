@@ -68,7 +68,8 @@ public struct KeySetCacheState: Sendable {
     public private(set) var failureCount = 0
     private var consecutiveFailures = 0
     private var lastUnknownKeyFetch: Double?
-    private var nextWakeUp: Double?
+    /// When the owner's timer is due (a refresh or a retry), if one is armed.
+    public private(set) var nextWakeUp: Double?
 
     /// A cache, possibly holding a key set persisted by an earlier run (used until it is too stale).
     public init(configuration: Configuration = Configuration(), persisted: (keys: JWKSet, fetchedAt: Double, expiresAt: Double)? = nil) {
@@ -132,6 +133,12 @@ public struct KeySetCacheState: Sendable {
     /// An operator asked for a fetch (`jwks.refresh`): under the same limit as unknown keys.
     public mutating func forceRefresh(now: Double) -> UnknownKeyDecision {
         rateLimitedFetch(.forced, now: now)
+    }
+
+    /// How long until a rate-limited fetch (unknown key, `jwks.refresh`) may start again; 0 when it may now.
+    public func cooldownRemaining(now: Double) -> Double {
+        guard let last = lastUnknownKeyFetch else { return 0 }
+        return max(0, last + configuration.unknownKeyCooldown - now)
     }
 
     /// Joins a running fetch, or starts one unless the last rate-limited fetch was within the cool-down.

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import KeyholeProtocol
 import NIOCore
 import NIOHTTP1
 
@@ -52,29 +53,56 @@ public struct KeySetFetcher: Sendable {
                 timeout: .init(connect: configuration.connectTimeout, read: configuration.totalTimeout)))
     }
 
-    /// GETs `url`, which must be https, or http to a loopback host.
+    /// GETs the key set at `url`, which must be https, or http to a loopback host.
     public func fetch(_ url: String) async throws(Failure) -> Fetched {
+        let (body, headers) = try await get(url, accept: "application/json, application/jwk-set+json")
+        return Fetched(
+            document: Array(body.readableBytesView),
+            maxAge: CacheControl.maxAge(headers["Cache-Control"].joined(separator: ",")))
+    }
+
+    /// The `jwks_uri` of the OpenID Connect issuer at `issuer`, from its
+    /// `/.well-known/openid-configuration` (OpenID Connect Discovery 1.0 section 4).
+    ///
+    /// The document's `issuer` must be `issuer` exactly (section 4.3: otherwise a document could
+    /// speak for another issuer), and its `jwks_uri` must be https, or http to a loopback host.
+    public func discoverKeySetURL(issuer: String) async throws(Failure) -> String {
+        let base = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
+        let url = base + "/.well-known/openid-configuration"
+        let (body, _) = try await get(url, accept: "application/json")
+        guard case .object(let document)? = try? JSONValue.parse(body) else {
+            throw Failure(description: "\(url) is not a JSON object")
+        }
+        guard document["issuer"] == .string(issuer) else {
+            throw Failure(description: "\(url) names another issuer than \(issuer)")
+        }
+        guard case .string(let keySetURL)? = document["jwks_uri"] else {
+            throw Failure(description: "\(url) has no jwks_uri string")
+        }
+        guard Self.isAllowed(keySetURL) else {
+            throw Failure(description: "\(url) gives a jwks_uri that is neither https nor http to a loopback host")
+        }
+        return keySetURL
+    }
+
+    private func get(_ url: String, accept: String) async throws(Failure) -> (ByteBuffer, HTTPHeaders) {
         guard Self.isAllowed(url) else { throw Failure(description: "\(url) is neither https nor http to a loopback host") }
         var request = HTTPClientRequest(url: url)
         request.method = .GET
         // The issue: fetch past any intermediate cache, so a rotated key set is seen at once.
         request.headers.add(name: "Cache-Control", value: "no-cache")
-        request.headers.add(name: "Accept", value: "application/json, application/jwk-set+json")
+        request.headers.add(name: "Accept", value: accept)
         request.headers.add(name: "User-Agent", value: "keyholed")
         do {
             let response = try await client.execute(request, timeout: configuration.totalTimeout)
             guard response.status == .ok else {
                 throw Failure(description: "\(url) answered HTTP \(response.status.code)")
             }
-            let body: ByteBuffer
             do {
-                body = try await response.body.collect(upTo: configuration.maximumBytes)
+                return (try await response.body.collect(upTo: configuration.maximumBytes), response.headers)
             } catch {
                 throw Failure(description: "\(url) sent more than \(configuration.maximumBytes) bytes, or broke off")
             }
-            return Fetched(
-                document: Array(body.readableBytesView),
-                maxAge: CacheControl.maxAge(response.headers["Cache-Control"].joined(separator: ",")))
         } catch let failure as Failure {
             throw failure
         } catch {

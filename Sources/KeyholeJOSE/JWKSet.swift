@@ -17,6 +17,25 @@ public struct JWKSet: Sendable {
         self.skipped = []
     }
 
+    private init(keys: [VerificationKey], skipped: [String]) {
+        self.keys = keys
+        self.skipped = skipped
+    }
+
+    /// This set with each key that `previous` also holds (same JWK, member for member) replaced by
+    /// `previous`'s object for it: a refetch that changes nothing keeps every key's identity, so a
+    /// cache of verified tokens, which remembers the key that verified each token, stays warm.
+    public func reusingKeys(of previous: JWKSet?) -> JWKSet {
+        guard let previous, !previous.keys.isEmpty else { return self }
+        let reused = keys.map { key in previous.keys.first { $0.fingerprint == key.fingerprint } ?? key }
+        return JWKSet(keys: reused, skipped: skipped)
+    }
+
+    /// Whether `key` (this very object) is one of the set's keys.
+    public func contains(_ key: VerificationKey) -> Bool {
+        keys.contains { $0 === key }
+    }
+
     /// Parses a JWKS document, `{"keys": [...]}`.
     ///
     /// - Throws: `key_invalid` when the document is not JSON or has no `keys` array.

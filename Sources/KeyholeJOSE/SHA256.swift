@@ -2,15 +2,46 @@ internal import CKeyholeOpenSSL
 
 /// SHA-256 through libcrypto.
 public enum SHA256 {
+    /// A digest as four words: hashed and compared without an allocation, as a cache key must be.
+    public struct Digest: Hashable, Sendable {
+        /// The 32 bytes, in memory order.
+        public let words: (UInt64, UInt64, UInt64, UInt64)
+
+        /// Equal digests hash alike; the first word is already uniformly distributed.
+        public func hash(into hasher: inout Hasher) { hasher.combine(words.0) }
+
+        /// Compares all 32 bytes.
+        public static func == (lhs: Digest, rhs: Digest) -> Bool {
+            lhs.words.0 == rhs.words.0 && lhs.words.1 == rhs.words.1 && lhs.words.2 == rhs.words.2
+                && lhs.words.3 == rhs.words.3
+        }
+    }
+
+    /// Fetched once: `EVP_sha256()` would look the implementation up again on every call.
+    nonisolated(unsafe) private static let algorithm = EVP_MD_fetch(nil, "SHA2-256", nil)
+
     /// The 32-byte digest of `bytes`.
     public static func digest(_ bytes: some Collection<UInt8>) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         let input = Array(bytes)
         _ = output.withUnsafeMutableBufferPointer { out in
-            EVP_Digest(input, input.count, out.baseAddress, &length, EVP_sha256(), nil)
+            EVP_Digest(input, input.count, out.baseAddress, &length, algorithm, nil)
         }
         return output
+    }
+
+    /// The digest of `text`'s UTF-8 bytes, without copying them.
+    public static func digest(utf8 text: String) -> Digest {
+        var text = text
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        var length: UInt32 = 0
+        text.withUTF8 { bytes in
+            withUnsafeMutableBytes(of: &words) { out in
+                _ = EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, algorithm, nil)
+            }
+        }
+        return Digest(words: words)
     }
 
     /// The digest as lowercase hex, as native Apple apps send a hashed nonce.

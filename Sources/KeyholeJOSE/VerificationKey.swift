@@ -1,5 +1,6 @@
 internal import CKeyholeOpenSSL
 import KeyholeProtocol
+import NIOCore
 
 /// A public key from a JWK, made into an OpenSSL `EVP_PKEY` once, when its key set is loaded, so that
 /// verifying a token never parses key material.
@@ -24,6 +25,9 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
     let kind: Kind
     let use: String?
     let keyOperations: [String]?
+    /// The SHA-256 of the JWK as loaded (members sorted), so that a refetched key set keeps the key objects
+    /// of unchanged keys (see `JWKSet.reusingKeys(of:)`).
+    public let fingerprint: [UInt8]
     /// Immutable after init; OpenSSL allows concurrent verifications with one key and separate contexts.
     nonisolated(unsafe) private let pkey: OpaquePointer
 
@@ -35,6 +39,9 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
     /// - Throws: `key_invalid` for an unsupported type or curve, a short or malformed key, a point not on
     ///   its curve, or members of the wrong type.
     public init(jwk: [String: JSONValue]) throws(JOSEError) {
+        var canonical = ByteBuffer()
+        JSONValue.object(jwk).write(to: &canonical)
+        fingerprint = SHA256.digest(canonical.readableBytesView)
         kid = try Self.optionalString(jwk, "kid")
         declaredAlgorithm = try Self.optionalString(jwk, "alg")
         algorithm = declaredAlgorithm.flatMap(JWSAlgorithm.init(rawValue:))

@@ -170,21 +170,43 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 return Response(id: request.id, outcome: .failure(error))
             }
         case .async(let body):
-            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            let eventLoop = context.eventLoop
-            let taskID = nextTaskID
-            nextTaskID += 1
-            tasks[taskID] = Task {
-                let outcome: Result<[String: JSONValue], ProtocolError>
-                do throws(ProtocolError) {
-                    outcome = .success(try await body(request, requestContext))
-                } catch {
-                    outcome = .failure(error)
-                }
-                let response = Response(id: request.id, outcome: outcome)
-                eventLoop.execute { loopBound.value.finishAsync(response, taskID: taskID) }
+            startTask(request: request, context: context) { () async throws(ProtocolError) in
+                try await body(request, requestContext)
             }
             return nil
+        case .deferrable(let body):
+            do {
+                switch try body(request, requestContext) {
+                case .done(let result):
+                    return Response(id: request.id, outcome: .success(result))
+                case .later(let work):
+                    startTask(request: request, context: context, work)
+                    return nil
+                }
+            } catch {
+                return Response(id: request.id, outcome: .failure(error))
+            }
+        }
+    }
+
+    /// Runs `work` in a task that answers `request` on the event loop when done.
+    private func startTask(
+        request: Request, context: ChannelHandlerContext,
+        _ work: @escaping @Sendable () async throws(ProtocolError) -> [String: JSONValue]
+    ) {
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let eventLoop = context.eventLoop
+        let taskID = nextTaskID
+        nextTaskID += 1
+        tasks[taskID] = Task {
+            let outcome: Result<[String: JSONValue], ProtocolError>
+            do throws(ProtocolError) {
+                outcome = .success(try await work())
+            } catch {
+                outcome = .failure(error)
+            }
+            let response = Response(id: request.id, outcome: outcome)
+            eventLoop.execute { loopBound.value.finishAsync(response, taskID: taskID) }
         }
     }
 

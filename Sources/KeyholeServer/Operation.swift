@@ -17,9 +17,21 @@ public struct Operation: Sendable {
     /// The signature of an operation that waits for something (disk, network, time).
     public typealias AsyncBody = @Sendable (Request, RequestContext) async throws(ProtocolError) -> [String: JSONValue]
 
+    /// What an operation with a fast path found: the answer, or work that must wait.
+    public enum Outcome: Sendable {
+        /// The answer, found without waiting.
+        case done([String: JSONValue])
+        /// The answer needs waiting (a key-set fetch, say): run this as a task.
+        case later(@Sendable () async throws(ProtocolError) -> [String: JSONValue])
+    }
+
+    /// The signature of an operation that usually answers at once but sometimes has to wait.
+    public typealias DeferrableBody = @Sendable (Request, RequestContext) throws(ProtocolError) -> Outcome
+
     enum Body: Sendable {
         case sync(SyncBody)
         case async(AsyncBody)
+        case deferrable(DeferrableBody)
     }
 
     let body: Body
@@ -27,6 +39,10 @@ public struct Operation: Sendable {
     /// An operation that answers without waiting: run on the connection's event loop, with no task or hop.
     /// It must not block.
     public static func sync(_ body: @escaping SyncBody) -> Operation { Operation(body: .sync(body)) }
+
+    /// An operation run inline on the event loop like `sync`, which may hand the rest of its work to a
+    /// task (`.later`) when it has to wait: the common case pays for no task.
+    public static func deferrable(_ body: @escaping DeferrableBody) -> Operation { Operation(body: .deferrable(body)) }
 
     /// An operation that awaits: run in its own task, so it holds back no other request.
     public static func async(_ body: @escaping AsyncBody) -> Operation { Operation(body: .async(body)) }

@@ -26,9 +26,6 @@ extension DaemonConfiguration {
         guard let audiences = try section.stringArray("audiences"), !audiences.isEmpty, !audiences.contains("") else {
             throw section.error("audiences", "is required: the client IDs (bundle ID, Services ID) tokens may be for")
         }
-        if section.table["discovery"] != nil {
-            throw section.error("discovery", "OpenID Connect discovery needs fetching over HTTPS, which this build does not do yet; give iss and jwks_uri")
-        }
 
         var configuration: IssuerConfiguration
         if let presetName = try section.string("preset") {
@@ -38,8 +35,13 @@ extension DaemonConfiguration {
             }
             configuration = preset.configuration(name: name, audiences: Set(audiences))
         } else {
-            guard section.table["iss"] != nil else { throw section.error("iss", "is required without a preset") }
-            guard section.table["jwks_uri"] != nil else { throw section.error("jwks_uri", "is required without a preset") }
+            let discovery = section.table["discovery"] != nil
+            guard section.table["iss"] != nil || discovery else {
+                throw section.error("iss", "is required without a preset or discovery")
+            }
+            guard section.table["jwks_uri"] != nil || discovery else {
+                throw section.error("jwks_uri", "is required without a preset or discovery")
+            }
             configuration = IssuerConfiguration(name: name, issuer: "", keySet: .file(""), audiences: Set(audiences))
         }
         if let iss = try section.string("iss") {
@@ -49,10 +51,21 @@ extension DaemonConfiguration {
         if let location = try section.string("jwks_uri") {
             configuration.keySet = try keySetLocation(location, section: section)
         }
-        if case .url(let url) = configuration.keySet {
-            throw section.error(
-                "jwks_uri",
-                "fetching key sets from \(url) is not implemented in this build yet; give jwks_uri as a local file path")
+        if let discovery = try section.string("discovery") {
+            guard section.table["jwks_uri"] == nil else {
+                throw section.error("discovery", "give either discovery or jwks_uri, not both")
+            }
+            guard case .url = try? keySetLocation(discovery, section: section) else {
+                throw section.error("discovery", "must be an https:// issuer URL (or http:// to a loopback host)")
+            }
+            // OpenID Connect Discovery 4.3: the issuer's identifier is the URL its document is found under.
+            if section.table["iss"] == nil && configuration.issuer != discovery {
+                configuration.issuer = discovery
+                configuration.alternativeIssuers = []
+            } else if configuration.issuer != discovery {
+                throw section.error("discovery", "must equal iss: an OpenID Connect issuer is found under its own URL")
+            }
+            configuration.keySet = .discovery(discovery)
         }
         if let names = try section.stringArray("algorithms") {
             configuration.algorithms = try algorithms(names, section: section)

@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "log"], arrays: ["issuer"])
+        try file.checkTables(allowed: ["server", "storage", "log", "jwks", "tokens"], arrays: ["issuer"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -59,6 +59,19 @@ extension DaemonConfiguration {
         }
         if let log = try file.section("log", keys: ["level"]), let level = try log.string("level") {
             configuration.logLevel = try logLevel(level, key: "log.level", line: file.line(of: "level", in: "log"))
+        }
+        if let jwks = try file.section("jwks", keys: ["refetch_cooldown", "max_stale"]) {
+            if let cooldown = try jwks.duration("refetch_cooldown", in: .seconds(1)...(.hours(1))) {
+                configuration.keySetCache.unknownKeyCooldown = Double(cooldown.nanoseconds) / 1e9
+            }
+            if let stale = try jwks.duration("max_stale", in: .hours(1)...(.hours(24 * 90))) {
+                configuration.keySetCache.maximumStaleness = Double(stale.nanoseconds) / 1e9
+            }
+        }
+        if let tokens = try file.section("tokens", keys: ["cache_entries"]),
+            let entries = try tokens.integer("cache_entries", in: 0...10_000_000)
+        {
+            configuration.verifiedTokenCacheEntries = entries
         }
         configuration.issuers = try issuers(file)
         return configuration

@@ -15,6 +15,10 @@ struct DaemonConfiguration {
     var stateDirectory = "/var/lib/keyhole"
     var logLevel = Logger.Level.info
     var issuers: [IssuerConfiguration] = []
+    /// The key-set cache's rules (`[jwks]`).
+    var keySetCache = KeySetCacheState.Configuration()
+    /// The verified-token cache's size (`[tokens] cache_entries`); 0 turns it off.
+    var verifiedTokenCacheEntries = VerifiedTokenCache.defaultCapacity
 
     /// The server configuration with the listener filled in.
     var serverConfiguration: KeyholeServer.Configuration {

@@ -60,13 +60,15 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(1)
         }
 
-        let registry: IssuerRegistry
+        let issuers: [IssuerKeys]
         do {
-            registry = try loadIssuers(configuration.issuers, logger: logger)
+            issuers = try loadIssuers(configuration, logger: logger)
         } catch {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        let cacheEntries = configuration.verifiedTokenCacheEntries
+        let registry = IssuerRegistry(issuers: issuers, cache: cacheEntries > 0 ? VerifiedTokenCache(capacity: cacheEntries) : nil)
         let fixed = fixedClock
         let clock: @Sendable () -> Double = {
             if let fixed { return fixed }
@@ -78,7 +80,7 @@ struct Keyholed: AsyncParsableCommand {
         let socketPath = configuration.socketPath
         let server = KeyholeServer(
             configuration: configuration.serverConfiguration,
-            operations: TokenOperations.make(registry: registry, now: clock),
+            operations: TokenOperations.make(registry: registry, now: clock).merging(KeySetOperations.make(registry: registry)) { $1 },
             logger: logger
         ) {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
@@ -86,7 +88,11 @@ struct Keyholed: AsyncParsableCommand {
         var lifecycleLogger = logger
         lifecycleLogger.logLevel = max(level, .notice)
         let group = ServiceGroup(configuration: .init(
-            services: [.init(service: server)],
+            // Stopped in reverse order: the server drains its requests while keys still refresh.
+            services: [
+                .init(service: KeySetRefresher(issuers: issuers, store: KeySetStore(stateDirectory: configuration.stateDirectory), logger: logger)),
+                .init(service: server),
+            ],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: lifecycleLogger
         ))
@@ -122,14 +128,33 @@ struct Keyholed: AsyncParsableCommand {
         return configuration
     }
 
-    /// Reads each issuer's key set from its file: a file that cannot be used stops start-up.
-    private func loadIssuers(_ issuers: [IssuerConfiguration], logger: Logger) throws(ConfigError) -> IssuerRegistry {
-        var keySets: [String: JWKSet] = [:]
-        for (index, issuer) in issuers.enumerated() {
-            guard case .file(let path) = issuer.keySet else { continue }
+    /// Makes each issuer's keys: a key-set file is read now (one that cannot be used stops start-up);
+    /// a remote issuer starts from the key set persisted by an earlier run, if any, and is fetched by
+    /// the refresher.
+    private func loadIssuers(_ configuration: DaemonConfiguration, logger: Logger) throws(ConfigError) -> [IssuerKeys] {
+        let store = KeySetStore(stateDirectory: configuration.stateDirectory)
+        var issuers: [IssuerKeys] = []
+        for (index, issuer) in configuration.issuers.enumerated() {
+            guard case .file(let path) = issuer.keySet else {
+                var persisted: KeySetStore.Entry?
+                do {
+                    persisted = try store.load(issuer)
+                } catch {
+                    logger.warning("issuer.persisted_keys_unusable", metadata: ["issuer": "\(issuer.name)", "error": "\(error)"])
+                }
+                if let persisted {
+                    logger.info("issuer.keys_restored", metadata: [
+                        "issuer": "\(issuer.name)", "keys": "\(persisted.keys.keys.count)",
+                        "kids": "\(persisted.keys.keys.compactMap(\.kid).joined(separator: ","))",
+                        "fetched_at": "\(Int(persisted.fetchedAt))",
+                    ])
+                }
+                issuers.append(IssuerKeys(configuration: issuer, cache: configuration.keySetCache, persisted: persisted))
+                continue
+            }
             do {
                 let set = try KeySetFile.load(path)
-                keySets[issuer.name] = set
+                issuers.append(IssuerKeys(configuration: issuer, keys: set))
                 logger.info("issuer.keys_loaded", metadata: [
                     "issuer": "\(issuer.name)", "keys": "\(set.keys.count)",
                     "kids": "\(set.keys.compactMap(\.kid).joined(separator: ","))", "skipped": "\(set.skipped.count)",
@@ -138,7 +163,7 @@ struct Keyholed: AsyncParsableCommand {
                 throw ConfigError(key: "issuer[\(index)].jwks_uri", line: nil, message: error.description)
             }
         }
-        return IssuerRegistry(issuers: issuers, keySets: keySets)
+        return issuers
     }
 
     private func printError(_ message: String) {

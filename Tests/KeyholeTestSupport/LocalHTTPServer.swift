@@ -4,7 +4,8 @@ import NIOHTTP1
 import NIOPosix
 
 /// A real HTTP/1.1 server on 127.0.0.1, for tests of code that fetches: it answers with a scripted
-/// response and records every request it gets.
+/// response (per path, or one for every path) and records every request it gets. Replies can be held
+/// back and released, so a test controls exactly when a fetch ends.
 package final class LocalHTTPServer: Sendable {
     /// What the server answers.
     package struct Reply: Sendable {
@@ -29,8 +30,17 @@ package final class LocalHTTPServer: Sendable {
         package var headers: HTTPHeaders
     }
 
+    struct State {
+        var reply: Reply
+        var paths: [String: Reply] = [:]
+        var received: [Received] = []
+        var holding = false
+        var held: [@Sendable () -> Void] = []
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
     private let channel: any Channel
-    private let state: NIOLockedValueBox<(reply: Reply, received: [Received])>
+    private let state: NIOLockedValueBox<State>
 
     /// The port it listens on.
     package var port: Int { channel.localAddress!.port! }
@@ -38,7 +48,7 @@ package final class LocalHTTPServer: Sendable {
     package var url: String { "http://127.0.0.1:\(port)" }
 
     package init(reply: Reply = Reply()) async throws {
-        let state = NIOLockedValueBox((reply: reply, received: [Received]()))
+        let state = NIOLockedValueBox(State(reply: reply))
         self.state = state
         channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -54,8 +64,36 @@ package final class LocalHTTPServer: Sendable {
     /// Changes what later requests get.
     package func setReply(_ reply: Reply) { state.withLockedValue { $0.reply = reply } }
 
+    /// Changes what later requests for `path` get (other paths get the general reply).
+    package func setReply(_ reply: Reply, forPath path: String) { state.withLockedValue { $0.paths[path] = reply } }
+
     /// Every request so far.
     package var received: [Received] { state.withLockedValue { $0.received } }
+
+    /// From now on, replies wait until `release()`.
+    package func hold() { state.withLockedValue { $0.holding = true } }
+
+    /// Sends every held reply, and stops holding.
+    package func release() {
+        let held = state.withLockedValue { state in
+            state.holding = false
+            defer { state.held = [] }
+            return state.held
+        }
+        for send in held { send() }
+    }
+
+    /// Returns once the server has received at least `count` requests in all.
+    package func waitForRequests(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLockedValue { state in
+                if state.received.count >= count { return true }
+                state.waiters.append((count, continuation))
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
 
     package func close() async throws { try await channel.close() }
 
@@ -63,25 +101,55 @@ package final class LocalHTTPServer: Sendable {
         typealias InboundIn = HTTPServerRequestPart
         typealias OutboundOut = HTTPServerResponsePart
 
-        let state: NIOLockedValueBox<(reply: Reply, received: [Received])>
+        let state: NIOLockedValueBox<State>
+        /// The path of the request being read on this connection.
+        var path = "/"
 
-        init(state: NIOLockedValueBox<(reply: Reply, received: [Received])>) { self.state = state }
+        init(state: NIOLockedValueBox<State>) { self.state = state }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            switch unwrapInboundIn(data) {
+            switch Self.unwrapInboundIn(data) {
             case .head(let head):
-                state.withLockedValue { $0.received.append(Received(method: head.method, uri: head.uri, headers: head.headers)) }
+                path = String(head.uri.prefix { $0 != "?" })
+                let ready = state.withLockedValue { state in
+                    state.received.append(Received(method: head.method, uri: head.uri, headers: head.headers))
+                    let count = state.received.count
+                    var ready: [CheckedContinuation<Void, Never>] = []
+                    state.waiters.removeAll { waiter in
+                        guard waiter.count <= count else { return false }
+                        ready.append(waiter.continuation)
+                        return true
+                    }
+                    return ready
+                }
+                for continuation in ready { continuation.resume() }
             case .body:
                 break
             case .end:
-                let reply = state.withLockedValue { $0.reply }
-                guard !reply.hang else { return }
-                var headers = HTTPHeaders(reply.headers)
-                headers.replaceOrAdd(name: "Content-Length", value: String(reply.body.count))
-                context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: reply.status, headers: headers))), promise: nil)
-                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil)
-                context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+                let path = self.path
+                let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+                let eventLoop = context.eventLoop
+                let send: @Sendable () -> Void = { [state] in
+                    eventLoop.execute {
+                        let reply = state.withLockedValue { $0.paths[path] ?? $0.reply }
+                        Self.write(reply, context: loopBound.value)
+                    }
+                }
+                let holding = state.withLockedValue { state in
+                    if state.holding { state.held.append(send) }
+                    return state.holding
+                }
+                if !holding { send() }
             }
+        }
+
+        private static func write(_ reply: Reply, context: ChannelHandlerContext) {
+            guard !reply.hang else { return }
+            var headers = HTTPHeaders(reply.headers)
+            headers.replaceOrAdd(name: "Content-Length", value: String(reply.body.count))
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: reply.status, headers: headers))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }
     }
 }

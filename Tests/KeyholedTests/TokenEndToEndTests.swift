@@ -116,13 +116,18 @@ struct TokenEndToEndTests {
     }
 
     @Test("issuer configuration errors stop keyholed with exit 78 naming the key", arguments: [
-        ("[[issuer]]\nname = \"apple\"\npreset = \"apple\"\naudiences = [\"a\"]\n", "jwks_uri"),
+        ("[[issuer]]\nname = \"apple\"\npreset = \"apple\"\njwks_uri = \"http://appleid.apple.com/auth/keys\"\naudiences = [\"a\"]\n", "jwks_uri"),
         ("[[issuer]]\nname = \"x\"\npreset = \"facebook\"\naudiences = [\"a\"]\n", "preset"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/nonexistent/keys.json\"\naudiences = [\"a\"]\n", "jwks_uri"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/k.json\"\naudiences = []\n", "audiences"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/k.json\"\naudiences = [\"a\"]\nalgorithms = [\"HS256\"]\n", "algorithms"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"ftp://k\"\naudiences = [\"a\"]\n", "jwks_uri"),
-        ("[[issuer]]\nname = \"x\"\ndiscovery = \"https://accounts.google.com\"\naudiences = [\"a\"]\n", "discovery"),
+        ("[[issuer]]\nname = \"x\"\ndiscovery = \"https://accounts.google.com\"\njwks_uri = \"/k.json\"\naudiences = [\"a\"]\n", "discovery"),
+        ("[[issuer]]\nname = \"x\"\ndiscovery = \"http://accounts.google.com\"\naudiences = [\"a\"]\n", "discovery"),
+        ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\ndiscovery = \"https://y\"\naudiences = [\"a\"]\n", "discovery"),
+        ("[jwks]\nrefetch_cooldown = \"0s\"\n", "refetch_cooldown"),
+        ("[jwks]\nmax_stale = \"forever\"\n", "max_stale"),
+        ("[tokens]\ncache_entries = -1\n", "cache_entries"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/k.json\"\naudiences = [\"a\"]\ncolour = \"red\"\n", "colour"),
         ("[issuer]\nname = \"x\"\n", "issuer"),
     ])

@@ -1,0 +1,131 @@
+import KeyholeJOSE
+import Synchronization
+
+/// One issuer's keys while keyholed runs: the verifier requests use, and the key-set cache behind it.
+///
+/// Requests read the current verifier under a lock held for a few loads, never waiting for I/O. A
+/// remote issuer's keys are fetched by `run(fetcher:store:logger:)` (driven by `KeySetRefresher`),
+/// which performs what `KeySetCacheState` decides: the first fetch, background refreshes before
+/// expiry, retries with backoff, and the fetches a request's unknown `kid` or `jwks.refresh` asks for.
+/// An issuer whose key set is a local file has fixed keys and never fetches.
+public final class IssuerKeys: Sendable {
+    /// How a wait for a fetch ended.
+    public enum FetchOutcome: Sendable, Equatable {
+        /// The fetch brought a key set, now in use.
+        case succeeded
+        /// The fetch failed (the last good keys, if any, stay in use).
+        case failed(String)
+        /// No fetch: the last rate-limited one was less than the cool-down ago; seconds until allowed.
+        case rateLimited(retryAfter: Double)
+        /// No fetch: the keys come from a file, or the refresher has stopped.
+        case notFetched
+    }
+
+    /// The issuer.
+    public let configuration: IssuerConfiguration
+    let clock: any KeySetClock
+    let state: Mutex<State>
+
+    struct State {
+        var cache: KeySetCacheState
+        /// Made when a key set comes in, so that requests never build one.
+        var verifier: JWTVerifier?
+        /// A fetch a request decided on, for the refresh loop to perform.
+        var requested: KeySetCacheState.FetchReason?
+        /// Requests waiting for the running or requested fetch.
+        var waiters: [CheckedContinuation<FetchOutcome, Never>] = []
+        /// The refresh loop, while it waits for its timer or a request.
+        var wake: CheckedContinuation<Void, Never>?
+        var poked = false
+        var running = false
+        var stopped = false
+        /// The `jwks_uri` discovery found, until a fetch from it fails.
+        var discoveredURL: String?
+        var observers: [(predicate: @Sendable (Status) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
+        var keysChanged: [@Sendable (JWKSet) -> Void] = []
+    }
+
+    /// A remote issuer (`jwks_uri` URL or discovery), starting from the key set a previous run persisted.
+    public init(
+        configuration: IssuerConfiguration, cache: KeySetCacheState.Configuration = .init(),
+        persisted: KeySetStore.Entry? = nil, clock: any KeySetClock = SystemKeySetClock()
+    ) {
+        self.configuration = configuration
+        self.clock = clock
+        let state = KeySetCacheState(
+            configuration: cache, persisted: persisted.map { ($0.keys, $0.fetchedAt, $0.expiresAt) })
+        let verifier = persisted.map {
+            JWTVerifier(keys: $0.keys, algorithms: configuration.algorithms, policy: configuration.policy)
+        }
+        self.state = Mutex(State(cache: state, verifier: verifier))
+    }
+
+    /// An issuer with fixed keys (a key-set file read at start-up): they never expire or refresh.
+    public init(configuration: IssuerConfiguration, keys: JWKSet, clock: any KeySetClock = SystemKeySetClock()) {
+        self.configuration = configuration
+        self.clock = clock
+        let now = clock.now()
+        let state = KeySetCacheState(persisted: (keys, now, .infinity))
+        let verifier = JWTVerifier(keys: keys, algorithms: configuration.algorithms, policy: configuration.policy)
+        self.state = Mutex(State(cache: state, verifier: verifier))
+    }
+
+    /// The verifier over the keys usable now, or `nil` when there are none (not fetched yet, or the
+    /// last good set is older than the staleness limit).
+    public func verifier() -> JWTVerifier? {
+        let now = clock.now()
+        return state.withLock { $0.cache.usableKeys(now: now) == nil ? nil : $0.verifier }
+    }
+
+    /// A token names a `kid` the keys lack, or there are no keys: joins the running fetch or starts
+    /// one (at most one per cool-down), and returns when it ends. Look for the key again after
+    /// `.succeeded`; any other outcome means the token cannot be verified now.
+    public func fetchForUnknownKey() async -> FetchOutcome {
+        await rateLimitedFetch { cache, now in cache.unknownKey(now: now) }
+    }
+
+    /// `jwks.refresh`: a fetch now, under the same cool-down as unknown keys; returns when it ends.
+    public func refresh() async -> FetchOutcome {
+        await rateLimitedFetch { cache, now in cache.forceRefresh(now: now) }
+    }
+
+    private func rateLimitedFetch(
+        _ decide: @escaping @Sendable (inout KeySetCacheState, Double) -> KeySetCacheState.UnknownKeyDecision
+    ) async -> FetchOutcome {
+        guard configuration.keySet.isRemote else { return .notFetched }
+        let now = clock.now()
+        return await withCheckedContinuation { continuation in
+            let (immediate, wake) = state.withLock { state -> (FetchOutcome?, CheckedContinuation<Void, Never>?) in
+                if state.stopped { return (.notFetched, nil) }
+                switch decide(&state.cache, now) {
+                case .failFast:
+                    return (.rateLimited(retryAfter: state.cache.cooldownRemaining(now: now)), nil)
+                case .waitForFetch:
+                    state.waiters.append(continuation)
+                    return (nil, nil)
+                case .fetchAndWait:
+                    state.requested = state.cache.fetching
+                    state.waiters.append(continuation)
+                    return (nil, Self.poke(&state))
+                }
+            }
+            wake?.resume()
+            if let immediate { continuation.resume(returning: immediate) }
+        }
+    }
+
+    /// Registers `body` to run with each new key set, after requests start using it.
+    public func onKeysChanged(_ body: @escaping @Sendable (JWKSet) -> Void) {
+        state.withLock { $0.keysChanged.append(body) }
+    }
+
+    /// Wakes the refresh loop, or makes its next wait return at once.
+    static func poke(_ state: inout State) -> CheckedContinuation<Void, Never>? {
+        guard let wake = state.wake else {
+            state.poked = true
+            return nil
+        }
+        state.wake = nil
+        return wake
+    }
+}

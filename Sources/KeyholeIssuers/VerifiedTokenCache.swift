@@ -1,0 +1,107 @@
+import KeyholeJOSE
+import Synchronization
+
+/// Tokens that verified, keyed by the SHA-256 of their bytes, so that a token seen again costs a hash
+/// and a lookup instead of a signature check (issue 3, "Verified-token cache").
+///
+/// Bounded: least recently used entries go first once `capacity` is reached, and an entry goes when
+/// its token expires (`exp` plus leeway). An entry remembers the key object that verified its token;
+/// the registry uses it only while that very key is still in its issuer's set, and a new key set
+/// drops the entries of keys that left it. The checks that depend on the request (audience, nonce)
+/// and the time are not cached: the registry runs them on every hit.
+///
+/// Split into shards with a lock each, so that event loops on different cores rarely wait for each other.
+public final class VerifiedTokenCache: Sendable {
+    /// A verified token and what vouches for it.
+    public struct Entry: Sendable {
+        /// The configured name of the issuer whose key verified it.
+        public let issuer: String
+        /// Its claims.
+        public let token: VerifiedToken
+        /// The key that verified its signature.
+        public let key: VerificationKey
+        /// When it leaves the cache: `exp` plus the issuer's leeway, in seconds since 1970.
+        public let evictAt: Double
+
+        /// An entry.
+        public init(issuer: String, token: VerifiedToken, key: VerificationKey, evictAt: Double) {
+            self.issuer = issuer
+            self.token = token
+            self.key = key
+            self.evictAt = evictAt
+        }
+    }
+
+    /// The most entries held.
+    public let capacity: Int
+    private let shards: [ShardBox]
+
+    /// The default capacity.
+    public static let defaultCapacity = 100_000
+
+    /// A cache of at most `capacity` (at least 1) entries.
+    public init(capacity: Int = defaultCapacity) {
+        self.capacity = max(1, capacity)
+        // Small caches keep one shard, so that their bound and eviction order are exact.
+        let count = self.capacity < 4096 ? 1 : 16
+        let perShard = (self.capacity + count - 1) / count
+        shards = (0..<count).map { _ in ShardBox(capacity: perShard) }
+    }
+
+    private func shard(_ digest: SHA256.Digest) -> ShardBox {
+        shards[Int(truncatingIfNeeded: digest.words.1 & 0xFFFF) % shards.count]
+    }
+
+    /// The entry for `digest`, unless it has expired at `now` (then it is removed); marks it recently used.
+    public func entry(for digest: SHA256.Digest, now: Double) -> Entry? {
+        shard(digest).mutex.withLock { $0.entry(for: digest, now: now) }
+    }
+
+    /// Adds or replaces the entry for `digest`, evicting the least recently used entry when full.
+    public func insert(_ entry: Entry, for digest: SHA256.Digest) {
+        shard(digest).mutex.withLock { $0.insert(entry, for: digest) }
+    }
+
+    /// Removes the entry for `digest`.
+    public func remove(_ digest: SHA256.Digest) {
+        shard(digest).mutex.withLock { $0.remove(digest) }
+    }
+
+    /// Removes every entry of `issuer` whose key is not in `keys`: run when a new key set comes in.
+    public func removeEntries(of issuer: String, keptKeys keys: JWKSet) {
+        for shard in shards {
+            shard.mutex.withLock { $0.removeAll { $0.issuer == issuer && !keys.contains($0.key) } }
+        }
+    }
+
+    /// How many entries it holds.
+    public var count: Int { statistics.entries }
+
+    /// Its counters, for `jwks.status`.
+    public struct Statistics: Sendable, Equatable {
+        /// Entries held now.
+        public var entries = 0
+        /// Lookups that found a live entry, and lookups that did not (expired entries included).
+        public var hits = 0
+        public var misses = 0
+        /// Entries pushed out by newer ones because the cache was full.
+        public var evictions = 0
+    }
+
+    /// The counters, summed over the shards.
+    public var statistics: Statistics {
+        shards.reduce(into: Statistics()) { total, shard in
+            shard.mutex.withLock { shard in
+                total.entries += shard.index.count
+                total.hits += shard.hits
+                total.misses += shard.misses
+                total.evictions += shard.evictions
+            }
+        }
+    }
+
+    private final class ShardBox: Sendable {
+        let mutex: Mutex<Shard>
+        init(capacity: Int) { mutex = Mutex(Shard(capacity: capacity)) }
+    }
+}
