@@ -122,6 +122,7 @@ let package = Package(
             dependencies: [
                 "KeyholeIssuers", "KeyholeJOSE", "KeyholeProtocol", "KeyholeTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

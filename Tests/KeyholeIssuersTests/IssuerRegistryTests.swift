@@ -69,6 +69,38 @@ struct IssuerRegistryTests {
         }
     }
 
+    @Test("a cached token is checked again on every hit: issuer named, audience, nonce, time")
+    func cachedTokensAreRechecked() throws {
+        var apple = appleIssuer()
+        apple.audiences.insert("com.example.web")
+        let cache = VerifiedTokenCache()
+        let registry = IssuerRegistry(
+            issuers: [IssuerKeys(configuration: apple, keys: keys), IssuerKeys(configuration: google(), keys: keys)],
+            cache: cache)
+        #expect(try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now).token.subject.isEmpty == false)
+        #expect(cache.count == 1 && cache.statistics.hits == 0)
+        #expect(try registry.verify(token: token, issuer: "apple", audience: "dev.timc.siwa-demo.TILiOS", nonce: nil, now: now).issuer == "apple")
+        #expect(cache.statistics.hits == 1)
+        let refusals: [(String?, String?, String?, Double, ProtocolError.Code)] = [
+            ("google", nil, nil, now, .tokenIssuerUnknown),
+            (nil, "com.example.web", nil, now, .tokenAudienceInvalid),
+            (nil, "com.unknown", nil, now, .tokenAudienceInvalid),
+            (nil, nil, "not the nonce", now, .tokenNonceMismatch),
+            (nil, nil, nil, now - 3600, .tokenNotYetValid),
+        ]
+        for (issuer, audience, nonce, time, code) in refusals {
+            #expect(throws: ProtocolError(code: code, message: "")) {
+                try registry.verify(token: token, issuer: issuer, audience: audience, nonce: nonce, now: time)
+            }
+        }
+        // Every lookup found the entry (the one naming Google then went the whole way, and failed there).
+        #expect(cache.statistics.hits == 6)
+        #expect(throws: ProtocolError(code: .tokenExpired, message: "")) {
+            try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now + 86_400 * 2)
+        }
+        #expect(cache.count == 0)
+    }
+
     @Test("presets: Apple's and Google's issuers, key-set URLs and algorithms")
     func presets() {
         let apple = IssuerPreset.apple.configuration(name: "a", audiences: ["x"])

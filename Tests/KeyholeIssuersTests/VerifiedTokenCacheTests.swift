@@ -1,0 +1,86 @@
+import KeyholeIssuers
+import KeyholeJOSE
+import KeyholeProtocol
+import Testing
+
+/// The bounded LRU of verified tokens, without I/O.
+@Suite("VerifiedTokenCache")
+struct VerifiedTokenCacheTests {
+    static let keys = try! JWKSet(json: IssuerKeysHarness.document("panva-wellknown-20241001"))
+
+    static func token(_ subject: String, exp: Int64) throws -> VerifiedToken {
+        let policy = ClaimsPolicy(issuer: "https://issuer", audiences: ["client"])
+        return try ClaimsValidator.validate(
+            claims: ["iss": "https://issuer", "sub": .string(subject), "aud": "client", "exp": .int(exp)],
+            policy: policy, now: 0, audience: nil, nonce: nil)
+    }
+
+    static func entry(_ subject: String, exp: Int64 = 1000, key: Int = 0, issuer: String = "i") throws -> VerifiedTokenCache.Entry {
+        .init(issuer: issuer, token: try token(subject, exp: exp), key: keys.keys[key], evictAt: Double(exp))
+    }
+
+    @Test("bounded: the least recently used entry goes first")
+    func leastRecentlyUsed() throws {
+        let cache = VerifiedTokenCache(capacity: 3)
+        let digests = (0..<5).map { SHA256.digest(utf8: "token \($0)") }
+        for index in 0..<3 { cache.insert(try Self.entry("s\(index)"), for: digests[index]) }
+        // Touch 0, so 1 is now the oldest.
+        #expect(cache.entry(for: digests[0], now: 1)?.token.subject == "s0")
+        cache.insert(try Self.entry("s3"), for: digests[3])
+        #expect(cache.count == 3)
+        #expect(cache.entry(for: digests[1], now: 1) == nil)
+        #expect(cache.entry(for: digests[2], now: 1)?.token.subject == "s2")
+        cache.insert(try Self.entry("s4"), for: digests[4])
+        #expect(cache.entry(for: digests[0], now: 1) == nil)
+        #expect(cache.entry(for: digests[3], now: 1)?.token.subject == "s3")
+        #expect(cache.entry(for: digests[4], now: 1)?.token.subject == "s4")
+        let statistics = cache.statistics
+        #expect(statistics.entries == 3 && statistics.hits == 4 && statistics.misses == 2 && statistics.evictions == 2)
+    }
+
+    @Test("an entry goes when its token expires; replacing keeps one entry")
+    func expiry() throws {
+        let cache = VerifiedTokenCache(capacity: 10)
+        let digest = SHA256.digest(utf8: "token")
+        cache.insert(try Self.entry("a", exp: 100), for: digest)
+        cache.insert(try Self.entry("b", exp: 100), for: digest)
+        #expect(cache.count == 1)
+        #expect(cache.entry(for: digest, now: 99.9)?.token.subject == "b")
+        #expect(cache.entry(for: digest, now: 100) == nil)
+        #expect(cache.count == 0)
+        cache.insert(try Self.entry("c", exp: 100), for: digest)
+        #expect(cache.entry(for: digest, now: .nan) == nil)
+    }
+
+    @Test("a new key set drops the entries of its issuer's keys that left, and only those")
+    func keyRemoval() throws {
+        let cache = VerifiedTokenCache()
+        for index in 0..<300 {
+            cache.insert(try Self.entry("s\(index)", key: index % 3, issuer: index % 2 == 0 ? "a" : "b"), for: SHA256.digest(utf8: "t\(index)"))
+        }
+        #expect(cache.count == 300)
+        // Issuer a keeps keys 0 and 1: its 50 entries of key 2 go.
+        cache.removeEntries(of: "a", keptKeys: JWKSet(keys: Array(Self.keys.keys.prefix(2))))
+        #expect(cache.count == 250)
+        for index in 0..<300 {
+            let present = cache.entry(for: SHA256.digest(utf8: "t\(index)"), now: 0) != nil
+            #expect(present == !(index % 2 == 0 && index % 3 == 2))
+        }
+    }
+
+    @Test("many shards at the default size: the bound holds")
+    func bound() throws {
+        let cache = VerifiedTokenCache(capacity: 5000)
+        let entry = try Self.entry("s")
+        for index in 0..<20_000 { cache.insert(entry, for: SHA256.digest(utf8: "t\(index)")) }
+        #expect(cache.count <= 5000 + 16)
+        #expect(cache.count >= 4000)
+    }
+
+    @Test("digests of distinct tokens differ, of equal ones agree")
+    func digests() {
+        #expect(SHA256.digest(utf8: "a") == SHA256.digest(utf8: "a"))
+        #expect(SHA256.digest(utf8: "a") != SHA256.digest(utf8: "b"))
+        #expect(SHA256.hexDigest(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+}
