@@ -44,9 +44,24 @@ extension JSONValue {
         return nil
     }
 
+    /// The number as a `Double`, when this is a number (integers included).
+    public var doubleValue: Double? {
+        switch self {
+        case .double(let double): double
+        case .int(let int): Double(int)
+        default: nil
+        }
+    }
+
     /// Member access on objects; `nil` on anything else or a missing member.
     public subscript(key: String) -> JSONValue? {
         objectValue?[key]
+    }
+
+    /// Element access on arrays; `nil` on anything else or an index out of range.
+    public subscript(index: Int) -> JSONValue? {
+        guard let array = arrayValue, array.indices.contains(index) else { return nil }
+        return array[index]
     }
 }
 
