@@ -84,6 +84,17 @@ public final class IssuerKeys: Sendable {
         await rateLimitedFetch { cache, now in cache.unknownKey(now: now) }
     }
 
+    /// Whether `fetchForUnknownKey()` would wait for a fetch (one is running, or the cool-down allows
+    /// one) rather than answer `.rateLimited` or `.notFetched` at once: a request that cannot be
+    /// helped is answered on the spot, so a flood of unknown kids costs no task per request.
+    public func fetchMayHelp() -> Bool {
+        guard configuration.keySet.isRemote else { return false }
+        let now = clock.now()
+        return state.withLock { state in
+            !state.stopped && (state.cache.fetching != nil || state.cache.cooldownRemaining(now: now) == 0)
+        }
+    }
+
     /// `jwks.refresh`: a fetch now, under the same cool-down as unknown keys; returns when it ends.
     public func refresh() async -> FetchOutcome {
         await rateLimitedFetch { cache, now in cache.forceRefresh(now: now) }

@@ -49,8 +49,9 @@ public struct IssuerRegistry: Sendable {
     public enum Attempt: Sendable {
         /// The token verified.
         case verified(Verification)
-        /// The issuer has no key for the token (unknown `kid`) or no keys at all: after a fetch of
-        /// `keys` (see `verifyAfterFetch`) the token may verify; else answer `error`.
+        /// The issuer has no key for the token (unknown `kid`) or no keys at all, and a fetch is
+        /// running or allowed: after it (see `verifyAfterFetch`) the token may verify; else answer
+        /// `error`. When no fetch can help (a key-set file, the cool-down), `attempt` throws instead.
         case needsKeys(IssuerKeys, error: ProtocolError)
     }
 
@@ -62,8 +63,8 @@ public struct IssuerRegistry: Sendable {
         token: String, issuer: String?, audience: String?, nonce: String?, now: Double
     ) throws(ProtocolError) -> Attempt {
         var digest: SHA256.Digest?
-        if let cache, token.utf8.count <= CompactJWS.maximumLength {
-            let key = SHA256.digest(utf8: token)
+        // Without a digest (libcrypto failed), the cache is skipped, never consulted with a wrong key.
+        if let cache, token.utf8.count <= CompactJWS.maximumLength, let key = SHA256.digest(utf8: token) {
             digest = key
             if let hit = try cached(key, in: cache, issuer: issuer, audience: audience, nonce: nonce, now: now) {
                 return .verified(hit)
@@ -79,7 +80,9 @@ public struct IssuerRegistry: Sendable {
         let claims = Self.claims(jws)
         let keys = try route(issuer: issuer, claims: claims)
         guard let verifier = keys.verifier() else {
-            return .needsKeys(keys, error: Self.keysUnavailable(keys))
+            let error = Self.keysUnavailable(keys)
+            guard keys.fetchMayHelp() else { throw error }
+            return .needsKeys(keys, error: error)
         }
         do throws(JOSEError) {
             // Signature first, as JWTVerifier does: an unsigned payload's claims are never judged.
@@ -93,7 +96,7 @@ public struct IssuerRegistry: Sendable {
                 cache.insert(.init(issuer: name, token: verified, key: key, evictAt: evictAt), for: digest)
             }
             return .verified(Verification(issuer: name, token: verified))
-        } catch where error.code == .tokenKeyUnknown {
+        } catch where error.code == .tokenKeyUnknown && keys.fetchMayHelp() {
             return .needsKeys(keys, error: Self.protocolError(error))
         } catch {
             throw Self.protocolError(error)

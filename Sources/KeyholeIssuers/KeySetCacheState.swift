@@ -137,14 +137,15 @@ public struct KeySetCacheState: Sendable {
 
     /// How long until a rate-limited fetch (unknown key, `jwks.refresh`) may start again; 0 when it may now.
     public func cooldownRemaining(now: Double) -> Double {
-        guard let last = lastUnknownKeyFetch else { return 0 }
+        // A wall clock stepped back to before the last fetch must not stretch the cool-down.
+        guard let last = lastUnknownKeyFetch, now >= last else { return 0 }
         return max(0, last + configuration.unknownKeyCooldown - now)
     }
 
     /// Joins a running fetch, or starts one unless the last rate-limited fetch was within the cool-down.
     private mutating func rateLimitedFetch(_ reason: FetchReason, now: Double) -> UnknownKeyDecision {
         if fetching != nil { return .waitForFetch }
-        if let last = lastUnknownKeyFetch, now - last < configuration.unknownKeyCooldown { return .failFast }
+        if cooldownRemaining(now: now) > 0 { return .failFast }
         lastUnknownKeyFetch = now
         _ = beginFetch(reason)
         return .fetchAndWait

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Synchronization
 import KeyholeProtocol
 import NIOCore
 import NIOHTTP1
@@ -14,6 +15,8 @@ public struct KeySetFetcher: Sendable {
         public var connectTimeout = TimeAmount.seconds(2)
         /// The whole fetch may take this long.
         public var totalTimeout = TimeAmount.seconds(5)
+        /// A connection may be silent this long (within the total).
+        public var readTimeout = TimeAmount.seconds(5)
         /// The largest key-set document accepted.
         public var maximumBytes = 1 << 20
 
@@ -50,7 +53,7 @@ public struct KeySetFetcher: Sendable {
             eventLoopGroupProvider: .singleton,
             configuration: HTTPClient.Configuration(
                 redirectConfiguration: .disallow,
-                timeout: .init(connect: configuration.connectTimeout, read: configuration.totalTimeout)))
+                timeout: .init(connect: configuration.connectTimeout, read: configuration.readTimeout)))
     }
 
     /// GETs the key set at `url`, which must be https, or http to a loopback host.
@@ -79,13 +82,49 @@ public struct KeySetFetcher: Sendable {
         guard case .string(let keySetURL)? = document["jwks_uri"] else {
             throw Failure(description: "\(url) has no jwks_uri string")
         }
-        guard Self.isAllowed(keySetURL) else {
-            throw Failure(description: "\(url) gives a jwks_uri that is neither https nor http to a loopback host")
+        // Plain http only to loopback, and only when discovery itself is on loopback (tests): a
+        // remote document must not aim keyholed at services on its own host.
+        guard keySetURL.hasPrefix("https://") || (Self.isAllowed(keySetURL) && !issuer.hasPrefix("https://")) else {
+            throw Failure(description: "\(url) gives a jwks_uri that is not https")
         }
         return keySetURL
     }
 
+    /// A GET bounded as a whole by `totalTimeout`: AsyncHTTPClient's deadline covers the response
+    /// head only, and a server trickling its body a byte at a time must not hold a fetch (and every
+    /// request waiting on it) for longer.
+    ///
+    /// On timeout the answer comes at once; the request is cancelled, but collecting a body does not
+    /// notice cancellation promptly, so its task may linger until the server or the read timeout ends it.
     private func get(_ url: String, accept: String) async throws(Failure) -> (ByteBuffer, HTTPHeaders) {
+        let timeout = configuration.totalTimeout
+        typealias Outcome = Result<(ByteBuffer, HTTPHeaders), Failure>
+        // The first outcome wins: the fetch's, the timer's or cancellation's.
+        let race = FirstOutcome<Outcome>()
+        let finish = race.finish
+        let work = Task {
+            do throws(Failure) {
+                finish(.success(try await unboundedGet(url, accept: accept)))
+            } catch {
+                finish(.failure(error))
+            }
+        }
+        let timer = Task {
+            guard (try? await Task.sleep(for: .nanoseconds(timeout.nanoseconds))) != nil else { return }
+            finish(.failure(Failure(description: "fetching \(url) took longer than \(timeout.nanoseconds / 1_000_000) ms")))
+            work.cancel()
+        }
+        let result = await withTaskCancellationHandler {
+            await race.wait()
+        } onCancel: {
+            work.cancel()
+            finish(.failure(Failure(description: "fetching \(url) was cancelled")))
+        }
+        timer.cancel()
+        return try result.get()
+    }
+
+    private func unboundedGet(_ url: String, accept: String) async throws(Failure) -> (ByteBuffer, HTTPHeaders) {
         guard Self.isAllowed(url) else { throw Failure(description: "\(url) is neither https nor http to a loopback host") }
         var request = HTTPClientRequest(url: url)
         request.method = .GET
@@ -118,5 +157,31 @@ public struct KeySetFetcher: Sendable {
             if rest.isEmpty || rest.hasPrefix(":") || rest.hasPrefix("/") { return true }
         }
         return false
+    }
+}
+
+/// The first of several outcomes, handed to one waiter.
+private final class FirstOutcome<Value: Sendable>: Sendable {
+    private let state = Mutex<(continuation: CheckedContinuation<Value, Never>?, value: Value?)>((nil, nil))
+
+    /// Records `value` unless an outcome came first, and resumes the waiter if there is one.
+    @Sendable func finish(_ value: Value) {
+        state.withLock { state -> CheckedContinuation<Value, Never>? in
+            guard state.value == nil else { return nil }
+            state.value = value
+            defer { state.continuation = nil }
+            return state.continuation
+        }?.resume(returning: value)
+    }
+
+    /// The first outcome, once there is one.
+    func wait() async -> Value {
+        await withCheckedContinuation { continuation in
+            let early = state.withLock { state -> Value? in
+                if state.value == nil { state.continuation = continuation }
+                return state.value
+            }
+            if let early { continuation.resume(returning: early) }
+        }
     }
 }

@@ -47,6 +47,7 @@ public struct KeySetStore: Sendable {
         }
         let record: JSONValue = [
             "format": 1, "issuer": .string(issuer.name), "iss": .string(issuer.issuer),
+            "source": .string(issuer.keySet.description),
             "fetched_at": .double(fetchedAt), "expires_at": .double(expiresAt), "jwks": .object(jwks),
         ]
         var bytes = ByteBuffer()
@@ -102,7 +103,9 @@ public struct KeySetStore: Sendable {
         guard case .object(let record)? = try? JSONValue.parse(ByteBuffer(bytes: bytes)), record["format"] == 1 else {
             throw Failure(description: "\(file) is not a format-1 key-set file")
         }
-        guard record["issuer"] == .string(issuer.name), record["iss"] == .string(issuer.issuer) else {
+        guard record["issuer"] == .string(issuer.name), record["iss"] == .string(issuer.issuer),
+            record["source"] == .string(issuer.keySet.description)
+        else {
             throw Failure(description: "\(file) belongs to another issuer configuration")
         }
         guard let fetchedAt = Self.seconds(record["fetched_at"]), let expiresAt = Self.seconds(record["expires_at"]),

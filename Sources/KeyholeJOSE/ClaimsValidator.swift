@@ -114,7 +114,7 @@ public enum ClaimsValidator {
         case .string(let tokenNonce)?:
             guard
                 ClaimsPolicy.exactlyEqual(tokenNonce, requested)
-                    || ClaimsPolicy.exactlyEqual(tokenNonce, SHA256.hexDigest(requested.utf8))
+                    || SHA256.hexDigest(requested.utf8).map({ ClaimsPolicy.exactlyEqual(tokenNonce, $0) }) == true
             else {
                 throw JOSEError(.tokenNonceMismatch, "token's nonce is neither the request's nor its SHA-256")
             }

@@ -11,6 +11,9 @@ public struct JWKSet: Sendable {
     /// Why each unusable key was skipped, for `jwks.status` and logs.
     public let skipped: [String]
 
+    /// The most keys taken from one document.
+    public static let maximumKeys = 100
+
     /// A set of already-made keys.
     public init(keys: [VerificationKey]) {
         self.keys = keys
@@ -52,6 +55,12 @@ public struct JWKSet: Sendable {
         var keys: [VerificationKey] = []
         var skipped: [String] = []
         for (index, entry) in entries.enumerated() {
+            // Issuers publish a handful; a set of thousands is hostile or broken, and each key costs
+            // an EVP_PKEY held in memory.
+            guard keys.count < Self.maximumKeys else {
+                skipped.append("keys after the first \(Self.maximumKeys) usable ones")
+                break
+            }
             guard case .object(let jwk) = entry else {
                 skipped.append("key \(index): not an object")
                 continue

@@ -10,6 +10,9 @@ public struct JWSVerifier: Sendable {
     /// The algorithms the issuer may sign with; `JWSAlgorithm` already leaves out HMAC and `none`.
     public let algorithms: Set<JWSAlgorithm>
 
+    /// The most keys tried for one token (keys sharing its `kid`).
+    public static let maximumCandidates = 4
+
     /// A verifier for tokens signed with one of `keys`, by one of `algorithms`.
     public init(keys: JWKSet, algorithms: Set<JWSAlgorithm>) {
         self.keys = keys
@@ -39,15 +42,16 @@ public struct JWSVerifier: Sendable {
     /// The keys a token may have been signed with.
     ///
     /// With a `kid`: the keys of the set with that `kid` that permit `algorithm`. Key IDs should be
-    /// unique in a set, but RFC 7517 section 4.5 allows repeats, so every such key is tried (a set holds
-    /// a handful of keys, so this bounds the work). Without a `kid`: the one key of the set that
+    /// unique in a set, but RFC 7517 section 4.5 allows repeats, so up to `maximumCandidates` such keys
+    /// are tried, in set order. Without a `kid`: the one key of the set that
     /// permits `algorithm`; when several do, which one signed would be a guess, and trying them all
     /// would let a token without `kid` cost several signature checks, so the token is refused.
     ///
     /// - Throws: `token_key_unknown` when there is no candidate.
     func candidates(for keyID: String?, algorithm: JWSAlgorithm) throws(JOSEError) -> [VerificationKey] {
         if let keyID {
-            let matching = keys.keys.filter { $0.kid == keyID && $0.permits(algorithm) }
+            // At most a few: a hostile set repeating one kid must not make one token cost many checks.
+            let matching = Array(keys.keys.lazy.filter { $0.kid == keyID && $0.permits(algorithm) }.prefix(Self.maximumCandidates))
             guard !matching.isEmpty else {
                 // The kid is not echoed: it is whatever the client chose, up to the length of the token.
                 throw JOSEError(

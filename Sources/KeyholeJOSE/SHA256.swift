@@ -20,36 +20,38 @@ public enum SHA256 {
     /// Fetched once: `EVP_sha256()` would look the implementation up again on every call.
     nonisolated(unsafe) private static let algorithm = EVP_MD_fetch(nil, "SHA2-256", nil)
 
-    /// The 32-byte digest of `bytes`.
-    public static func digest(_ bytes: some Collection<UInt8>) -> [UInt8] {
+    /// The 32-byte digest of `bytes`, or `nil` if libcrypto fails (never a made-up value: a digest of
+    /// zeros would make every input look alike).
+    public static func digest(_ bytes: some Collection<UInt8>) -> [UInt8]? {
         var output = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         let input = Array(bytes)
-        _ = output.withUnsafeMutableBufferPointer { out in
-            EVP_Digest(input, input.count, out.baseAddress, &length, algorithm, nil)
+        let ok = output.withUnsafeMutableBufferPointer { out in
+            algorithm != nil && EVP_Digest(input, input.count, out.baseAddress, &length, algorithm, nil) == 1
         }
-        return output
+        return ok && length == 32 ? output : nil
     }
 
-    /// The digest of `text`'s UTF-8 bytes, without copying them.
-    public static func digest(utf8 text: String) -> Digest {
+    /// The digest of `text`'s UTF-8 bytes, without copying them; `nil` if libcrypto fails.
+    public static func digest(utf8 text: String) -> Digest? {
         var text = text
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         var length: UInt32 = 0
-        text.withUTF8 { bytes in
+        let ok = text.withUTF8 { bytes in
             withUnsafeMutableBytes(of: &words) { out in
-                _ = EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, algorithm, nil)
+                algorithm != nil && EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, algorithm, nil) == 1
             }
         }
-        return Digest(words: words)
+        return ok && length == 32 ? Digest(words: words) : nil
     }
 
-    /// The digest as lowercase hex, as native Apple apps send a hashed nonce.
-    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String {
+    /// The digest as lowercase hex, as native Apple apps send a hashed nonce; `nil` if libcrypto fails.
+    public static func hexDigest(_ bytes: some Collection<UInt8>) -> String? {
+        guard let digest = digest(bytes) else { return nil }
         let digits = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
         text.reserveCapacity(64)
-        for byte in digest(bytes) {
+        for byte in digest {
             text.append(digits[Int(byte >> 4)])
             text.append(digits[Int(byte & 0x0F)])
         }

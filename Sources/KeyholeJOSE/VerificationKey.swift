@@ -25,8 +25,9 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
     let kind: Kind
     let use: String?
     let keyOperations: [String]?
-    /// The SHA-256 of the JWK as loaded (members sorted), so that a refetched key set keeps the key objects
-    /// of unchanged keys (see `JWKSet.reusingKeys(of:)`).
+    /// The JWK as loaded, serialised with its members sorted, so that a refetched key set keeps the key
+    /// objects of unchanged keys (see `JWKSet.reusingKeys(of:)`). The bytes themselves, not a hash:
+    /// equal fingerprints mean equal JWKs, whatever happens in libcrypto.
     public let fingerprint: [UInt8]
     /// Immutable after init; OpenSSL allows concurrent verifications with one key and separate contexts.
     nonisolated(unsafe) private let pkey: OpaquePointer
@@ -41,7 +42,7 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
     public init(jwk: [String: JSONValue]) throws(JOSEError) {
         var canonical = ByteBuffer()
         JSONValue.object(jwk).write(to: &canonical)
-        fingerprint = SHA256.digest(canonical.readableBytesView)
+        fingerprint = Array(canonical.readableBytesView)
         kid = try Self.optionalString(jwk, "kid")
         declaredAlgorithm = try Self.optionalString(jwk, "alg")
         algorithm = declaredAlgorithm.flatMap(JWSAlgorithm.init(rawValue:))

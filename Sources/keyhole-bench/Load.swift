@@ -22,6 +22,11 @@ struct Load: AsyncParsableCommand {
     @Option(help: "The operation's arguments, a JSON object.")
     var args: String?
 
+    @Option(help: ArgumentHelp(
+        "A file of tokens, one per line: each request is token.verify of the next one, in one cycle shared by all connections.",
+        discussion: "With more tokens than keyholed's [tokens] cache_entries, every request misses the cache."))
+    var tokens: String?
+
     @Option(help: "keyholed's pid: also report its CPU time per answered request (from /proc).")
     var serverPid: Int32?
 
@@ -59,6 +64,22 @@ struct Load: AsyncParsableCommand {
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
+    /// The non-empty lines of `path`.
+    static func readTokens(_ path: String) throws -> [String] {
+        guard let file = fopen(path, "r") else { throw ValidationError("cannot open \(path)") }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let count = fread(&chunk, 1, chunk.count, file)
+            guard count > 0 else { break }
+            bytes += chunk[..<count]
+        }
+        let lines = bytes.split(separator: UInt8(ascii: "\n")).map { String(decoding: $0, as: UTF8.self) }.filter { !$0.isEmpty }
+        guard !lines.isEmpty else { throw ValidationError("\(path) holds no token") }
+        return lines
+    }
+
     func validate() throws {
         if let args, case .object? = try? JSONValue.parse(ByteBuffer(string: args)) {} else if args != nil {
             throw ValidationError("--args must be a JSON object")
@@ -71,16 +92,21 @@ struct Load: AsyncParsableCommand {
     func run() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let counters = LoadCounters()
+        let requests = try tokens.map(Self.readTokens)?.map { token in
+            var args = arguments
+            args["token"] = .string(token)
+            return Request(id: .int(1), op: "token.verify", args: args)
+        } ?? [Request(id: .int(1), op: op, args: arguments)]
+        let op = tokens == nil ? op : "token.verify"
         var finished: [EventLoopFuture<Void>] = []
         for _ in 0..<connections {
             let promise = group.next().makePromise(of: Void.self)
             finished.append(promise.futureResult)
-            let request = Request(id: .int(1), op: op, args: arguments)
             _ = try await ClientBootstrap(group: group)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
-                            PingLoadHandler(request: request, depth: depth, counters: counters, finished: promise))
+                            PingLoadHandler(requests: requests, depth: depth, counters: counters, finished: promise))
                     }
                 }
                 .connect(unixDomainSocketPath: socket).get()

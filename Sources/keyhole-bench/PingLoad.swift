@@ -7,15 +7,18 @@ final class LoadCounters: Sendable {
     let answered = Atomic<Int>(0)
     let failed = Atomic<Int>(0)
     let stopped = Atomic<Bool>(false)
+    /// The next request of the cycle, shared by every connection.
+    let next = Atomic<Int>(0)
 }
 
 /// Keeps `depth` requests in flight on one connection: each answer read is replaced by a new request,
-/// until the run stops. Requests are one pre-encoded frame, so the client costs little per request.
+/// until the run stops. Requests are pre-encoded frames, taken in one cycle shared by every connection
+/// (so that with more distinct tokens than keyholed caches, no token is seen again while cached).
 final class PingLoadHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let frame: ByteBuffer
+    private let frames: [ByteBuffer]
     private let depth: Int
     private let counters: LoadCounters
     private let finished: EventLoopPromise<Void>
@@ -23,10 +26,12 @@ final class PingLoadHandler: ChannelInboundHandler {
     private var outstanding = 0
     private var toSend = 0
 
-    init(request: Request, depth: Int, counters: LoadCounters, finished: EventLoopPromise<Void>) {
-        var frame = ByteBuffer()
-        FrameEncoder.writeFrame(into: &frame) { request.write(to: &$0) }
-        self.frame = frame
+    init(requests: [Request], depth: Int, counters: LoadCounters, finished: EventLoopPromise<Void>) {
+        frames = requests.map { request in
+            var frame = ByteBuffer()
+            FrameEncoder.writeFrame(into: &frame) { request.write(to: &$0) }
+            return frame
+        }
         self.depth = depth
         self.counters = counters
         self.finished = finished
@@ -69,8 +74,13 @@ final class PingLoadHandler: ChannelInboundHandler {
 
     private func sendPending(context: ChannelHandlerContext) {
         guard toSend > 0 else { return }
-        var batch = context.channel.allocator.buffer(capacity: frame.readableBytes * toSend)
-        for _ in 0..<toSend { batch.writeImmutableBuffer(frame) }
+        var batch = context.channel.allocator.buffer(capacity: frames[0].readableBytes * toSend)
+        if frames.count == 1 {
+            for _ in 0..<toSend { batch.writeImmutableBuffer(frames[0]) }
+        } else {
+            let first = counters.next.add(toSend, ordering: .relaxed).oldValue
+            for index in first..<(first + toSend) { batch.writeImmutableBuffer(frames[index % frames.count]) }
+        }
         outstanding += toSend
         toSend = 0
         context.writeAndFlush(wrapOutboundOut(batch), promise: nil)

@@ -45,6 +45,20 @@ struct KeySetCacheStateTests {
         #expect(state.fetchCount == 3)
     }
 
+    @Test("a wall clock stepped back does not stretch the cool-down")
+    func clockSteppedBack() {
+        var state = KeySetCacheState()
+        _ = state.start(now: t0)
+        _ = state.fetchSucceeded(keys, maxAge: nil, now: t0)
+        #expect(state.unknownKey(now: t0 + 10) == .fetchAndWait)
+        _ = state.fetchSucceeded(keys, maxAge: nil, now: t0 + 11)
+        #expect(state.unknownKey(now: t0 + 20) == .failFast)
+        #expect(state.cooldownRemaining(now: t0 + 20) == 20)
+        // NTP steps the clock back an hour: without the guard, fetches would fail fast for an hour.
+        #expect(state.cooldownRemaining(now: t0 - 3600) == 0)
+        #expect(state.unknownKey(now: t0 - 3600) == .fetchAndWait)
+    }
+
     @Test("failed fetches retry with exponential backoff and jitter, capped at 5 min; success resets it")
     func backoff() {
         var state = KeySetCacheState()

@@ -58,6 +58,37 @@ struct KeySetFetcherTests {
         }
     }
 
+    @Test("a server that trickles its body a byte at a time is cut off at the total timeout")
+    func trickle() async throws {
+        var configuration = KeySetFetcher.Configuration()
+        configuration.totalTimeout = .milliseconds(300)
+        configuration.readTimeout = .seconds(30)
+        let reply = LocalHTTPServer.Reply(body: Self.document, trickle: .milliseconds(20))
+        try await withFetcher(reply, configuration: configuration) { fetcher, server in
+            let started = ContinuousClock.now
+            do throws(KeySetFetcher.Failure) {
+                _ = try await fetcher.fetch(server.url + "/keys")
+                Issue.record("a trickled body of \(Self.document.count) bytes at 50 per second arrived within 300 ms")
+            } catch {
+                #expect(error.description.contains("took longer than 300 ms"), "\(error)")
+            }
+            // Far less than the 30 s read timeout or the seconds the whole body would take.
+            #expect(ContinuousClock.now - started < .seconds(3))
+        }
+    }
+
+    @Test("discovery: a remote document may not point keyholed at plain http, even to loopback")
+    func discoveryPolicy() async throws {
+        try await withFetcher(LocalHTTPServer.Reply(status: .notFound)) { fetcher, server in
+            server.setReply(
+                LocalHTTPServer.Reply(body: Array(#"{"issuer":"\#(server.url)","jwks_uri":"http://127.0.0.1:1/keys"}"#.utf8)),
+                forPath: "/.well-known/openid-configuration")
+            // A loopback issuer (tests) may name a loopback key set.
+            let url = try await fetcher.discoverKeySetURL(issuer: server.url)
+            #expect(url == "http://127.0.0.1:1/keys")
+        }
+    }
+
     @Test("only https, or http to a loopback host, is fetched")
     func urlPolicy() async throws {
         try await withFetcher(LocalHTTPServer.Reply(body: Self.document)) { fetcher, _ in

@@ -33,6 +33,10 @@ struct KeySetStoreTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["apple.json"])
         #expect(try FileManager.default.attributesOfItem(atPath: directory.path)[.posixPermissions] as? Int == 0o700)
         #expect(try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent("apple.json").path)[.posixPermissions] as? Int == 0o600)
+        // Another key-set URL for the same issuer: the file is not used.
+        var moved = issuer
+        moved.keySet = .url("https://keys.example/apple")
+        #expect(throws: KeySetStore.Failure.self) { try store.load(moved) }
         // Saving again replaces the file whole.
         try store.save(Array(#"{"keys":[]}"#.utf8), for: issuer, fetchedAt: 2, expiresAt: 3)
         #expect(try store.load(issuer)?.keys.keys.isEmpty == true)
@@ -41,8 +45,9 @@ struct KeySetStoreTests {
     @Test("a damaged, foreign or oversized file is refused with an error, never a crash, and never used", arguments: [
         "not json", #"{"format":2}"#, #"{"format":1,"issuer":"google","iss":"https://appleid.apple.com","fetched_at":1,"expires_at":2,"jwks":{"keys":[]}}"#,
         #"{"format":1,"issuer":"apple","iss":"https://evil.example","fetched_at":1,"expires_at":2,"jwks":{"keys":[]}}"#,
-        #"{"format":1,"issuer":"apple","iss":"https://appleid.apple.com","fetched_at":"1","expires_at":2,"jwks":{"keys":[]}}"#,
-        #"{"format":1,"issuer":"apple","iss":"https://appleid.apple.com","fetched_at":1,"expires_at":2,"jwks":{"kees":[]}}"#,
+        #"{"format":1,"issuer":"apple","iss":"https://appleid.apple.com","source":"https://appleid.apple.com/auth/keys","fetched_at":"1","expires_at":2,"jwks":{"keys":[]}}"#,
+        #"{"format":1,"issuer":"apple","iss":"https://appleid.apple.com","source":"https://appleid.apple.com/auth/keys","fetched_at":1,"expires_at":2,"jwks":{"kees":[]}}"#,
+        #"{"format":1,"issuer":"apple","iss":"https://appleid.apple.com","source":"https://old.example/keys","fetched_at":1,"expires_at":2,"jwks":{"keys":[]}}"#,
         String(repeating: " ", count: 3 << 20),
     ])
     func damaged(content: String) throws {

@@ -22,7 +22,7 @@ struct VerifiedTokenCacheTests {
     @Test("bounded: the least recently used entry goes first")
     func leastRecentlyUsed() throws {
         let cache = VerifiedTokenCache(capacity: 3)
-        let digests = (0..<5).map { SHA256.digest(utf8: "token \($0)") }
+        let digests = (0..<5).map { SHA256.digest(utf8: "token \($0)")! }
         for index in 0..<3 { cache.insert(try Self.entry("s\(index)"), for: digests[index]) }
         // Touch 0, so 1 is now the oldest.
         #expect(cache.entry(for: digests[0], now: 1)?.token.subject == "s0")
@@ -41,7 +41,7 @@ struct VerifiedTokenCacheTests {
     @Test("an entry goes when its token expires; replacing keeps one entry")
     func expiry() throws {
         let cache = VerifiedTokenCache(capacity: 10)
-        let digest = SHA256.digest(utf8: "token")
+        let digest = SHA256.digest(utf8: "token")!
         cache.insert(try Self.entry("a", exp: 100), for: digest)
         cache.insert(try Self.entry("b", exp: 100), for: digest)
         #expect(cache.count == 1)
@@ -56,14 +56,14 @@ struct VerifiedTokenCacheTests {
     func keyRemoval() throws {
         let cache = VerifiedTokenCache()
         for index in 0..<300 {
-            cache.insert(try Self.entry("s\(index)", key: index % 3, issuer: index % 2 == 0 ? "a" : "b"), for: SHA256.digest(utf8: "t\(index)"))
+            cache.insert(try Self.entry("s\(index)", key: index % 3, issuer: index % 2 == 0 ? "a" : "b"), for: SHA256.digest(utf8: "t\(index)")!)
         }
         #expect(cache.count == 300)
         // Issuer a keeps keys 0 and 1: its 50 entries of key 2 go.
         cache.removeEntries(of: "a", keptKeys: JWKSet(keys: Array(Self.keys.keys.prefix(2))))
         #expect(cache.count == 250)
         for index in 0..<300 {
-            let present = cache.entry(for: SHA256.digest(utf8: "t\(index)"), now: 0) != nil
+            let present = cache.entry(for: SHA256.digest(utf8: "t\(index)")!, now: 0) != nil
             #expect(present == !(index % 2 == 0 && index % 3 == 2))
         }
     }
@@ -72,7 +72,7 @@ struct VerifiedTokenCacheTests {
     func bound() throws {
         let cache = VerifiedTokenCache(capacity: 5000)
         let entry = try Self.entry("s")
-        for index in 0..<20_000 { cache.insert(entry, for: SHA256.digest(utf8: "t\(index)")) }
+        for index in 0..<20_000 { cache.insert(entry, for: SHA256.digest(utf8: "t\(index)")!) }
         #expect(cache.count <= 5000 + 16)
         #expect(cache.count >= 4000)
     }

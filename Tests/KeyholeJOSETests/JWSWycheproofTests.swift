@@ -192,13 +192,19 @@ struct JWSWycheproofTests {
         }
     }
 
-    @Test("keys that share a kid are all tried")
+    @Test("keys that share a kid are tried, the first four of them")
     func repeatedKid() throws {
         let impostor = try Self.key(259, ["kid": "kid-rsa-sign"])  // another RS256 key, same kid
         let rsa = try Self.key(33)
         #expect(try Self.verify(Self.testCase(33).jws, keys: [impostor, rsa]) === rsa)
         #expect(throws: JOSEError(.tokenSignatureInvalid, "")) {
             try Self.verify(Self.testCase(33).jws, keys: [impostor])
+        }
+        // A hostile set repeating the kid: a token costs at most four signature checks.
+        let flood = Array(repeating: impostor, count: JWSVerifier.maximumCandidates)
+        #expect(try Self.verify(Self.testCase(33).jws, keys: Array(flood.dropLast()) + [rsa]) === rsa)
+        #expect(throws: JOSEError(.tokenSignatureInvalid, "")) {
+            try Self.verify(Self.testCase(33).jws, keys: flood + [rsa])
         }
     }
 

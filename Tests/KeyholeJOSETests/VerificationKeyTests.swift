@@ -68,4 +68,19 @@ struct VerificationKeyTests {
     func sha256() {
         #expect(SHA256.hexDigest(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
+
+    @Test("a key set takes at most 100 keys; the rest are skipped, with the reason")
+    func keySetBound() throws {
+        let key = #"{"kty":"EC","crv":"P-256","kid":"k","x":"KSexBRK64-3c_kZ4KBKLrSkDJpkZ9whgacjE32xzKDg","y":"x3h5ZOqsAOWSH7FJimD0YGdms9loUAFVjRqXTnNBUT4"}"#
+        let document = #"{"keys":["# + Array(repeating: key, count: 150).joined(separator: ",") + "]}"
+        let set = try JWKSet(json: Array(document.utf8))
+        #expect(set.keys.count == JWKSet.maximumKeys)
+        #expect(set.skipped.contains { $0.contains("first 100") })
+        // The same JWK twice is the same fingerprint; another kid is another.
+        #expect(set.keys[0].fingerprint == set.keys[1].fingerprint)
+        let other = try JWKSet(json: Array(#"{"keys":[\#(key.replacingOccurrences(of: "\"k\"", with: "\"k2\""))]}"#.utf8))
+        #expect(other.keys[0].fingerprint != set.keys[0].fingerprint)
+        #expect(other.reusingKeys(of: set).keys[0] !== set.keys[0])
+        #expect(JWKSet(keys: [set.keys[1]]).reusingKeys(of: set).keys[0] === set.keys[0])
+    }
 }

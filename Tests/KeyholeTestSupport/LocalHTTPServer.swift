@@ -14,12 +14,15 @@ package final class LocalHTTPServer: Sendable {
         package var body: [UInt8] = []
         /// Never answer (to test timeouts).
         package var hang = false
+        /// Send the head at once, then the body one byte per this interval (a server trickling).
+        package var trickle: TimeAmount?
 
-        package init(status: HTTPResponseStatus = .ok, headers: [(String, String)] = [("Content-Type", "application/json")], body: [UInt8] = [], hang: Bool = false) {
+        package init(status: HTTPResponseStatus = .ok, headers: [(String, String)] = [("Content-Type", "application/json")], body: [UInt8] = [], hang: Bool = false, trickle: TimeAmount? = nil) {
             self.status = status
             self.headers = headers
             self.body = body
             self.hang = hang
+            self.trickle = trickle
         }
     }
 
@@ -148,6 +151,23 @@ package final class LocalHTTPServer: Sendable {
             var headers = HTTPHeaders(reply.headers)
             headers.replaceOrAdd(name: "Content-Length", value: String(reply.body.count))
             context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: reply.status, headers: headers))), promise: nil)
+            if let interval = reply.trickle {
+                context.flush()
+                let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+                let body = reply.body
+                let sent = NIOLoopBoundBox(0, eventLoop: context.eventLoop)
+                context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { task in
+                    let context = loopBound.value
+                    guard sent.value < body.count, context.channel.isActive else {
+                        if context.channel.isActive { context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil) }
+                        task.cancel()
+                        return
+                    }
+                    context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: [body[sent.value]])))), promise: nil)
+                    sent.value += 1
+                }
+                return
+            }
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }

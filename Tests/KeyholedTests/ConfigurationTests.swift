@@ -50,6 +50,53 @@ struct ConfigurationTests {
         #expect(parsed.server.frameTimeout == defaults.server.frameTimeout)
         #expect(parsed.server.maxInFlight == defaults.server.maxInFlight)
         #expect(parsed.server.drainTimeout == defaults.server.drainTimeout)
+        #expect(parsed.keySetCache == defaults.keySetCache)
+        #expect(parsed.verifiedTokenCacheEntries == defaults.verifiedTokenCacheEntries)
+        #expect(parsed.issuers.isEmpty)
+    }
+
+    @Test("[jwks] and [tokens] set the cache's rules")
+    func cacheSettings() throws {
+        let parsed = try DaemonConfiguration.parse("""
+            [jwks]
+            refetch_cooldown = "5s"
+            max_stale = "2d"
+            [tokens]
+            cache_entries = 0
+            """)
+        #expect(parsed.keySetCache.unknownKeyCooldown == 5)
+        #expect(parsed.keySetCache.maximumStaleness == 2 * 86_400)
+        #expect(parsed.verifiedTokenCacheEntries == 0)
+    }
+
+    @Test("issuers: a remote jwks_uri, discovery (iss defaults to its URL), and a preset's spellings kept")
+    func remoteIssuers() throws {
+        let parsed = try DaemonConfiguration.parse("""
+            [[issuer]]
+            name = "apple"
+            preset = "apple"
+            audiences = ["com.example.app"]
+            [[issuer]]
+            name = "corp"
+            discovery = "https://login.example.com"
+            audiences = ["client"]
+            [[issuer]]
+            name = "google"
+            preset = "google"
+            discovery = "https://accounts.google.com"
+            audiences = ["1.apps.googleusercontent.com"]
+            [[issuer]]
+            name = "local"
+            iss = "http://127.0.0.1:8080"
+            jwks_uri = "http://127.0.0.1:8080/keys"
+            audiences = ["x"]
+            """)
+        #expect(parsed.issuers.map(\.keySet) == [
+            .url("https://appleid.apple.com/auth/keys"), .discovery("https://login.example.com"),
+            .discovery("https://accounts.google.com"), .url("http://127.0.0.1:8080/keys"),
+        ])
+        #expect(parsed.issuers[1].issuer == "https://login.example.com")
+        #expect(parsed.issuers[2].policy.acceptsIssuer("accounts.google.com"))
     }
 
     @Test("an absent default file means built-in defaults; an absent named file is an error")

@@ -293,6 +293,25 @@ class Client:
         """Return keyholed's counters (connections, requests, in_flight, errors, bytes, uptime_ms)."""
         return self.call("stats")
 
+    def verify_token(self, token, issuer=None, audience=None, nonce=None):
+        """Verify an identity token (a JWT); return {issuer, sub, aud, exp, iat, claims, ...}.
+
+        Raises KeyholeError with a token_* code (or keys_unavailable) when it does not verify.
+        """
+        args = {"token": token}
+        for name, value in (("issuer", issuer), ("audience", audience), ("nonce", nonce)):
+            if value is not None:
+                args[name] = value
+        return self.call("token.verify", args)
+
+    def jwks_status(self, issuer=None):
+        """Return each issuer's key-set status: kids, fetched_at, expires_at, last_error, counts."""
+        return self.call("jwks.status", {} if issuer is None else {"issuer": issuer})
+
+    def jwks_refresh(self, issuer=None):
+        """Fetch the issuers' key sets now (under keyholed's refetch cool-down); return the outcomes."""
+        return self.call("jwks.refresh", {} if issuer is None else {"issuer": issuer})
+
     def close(self):
         """Close the connection; calls in flight and later calls raise KeyholeConnectionError."""
         with self._lock:

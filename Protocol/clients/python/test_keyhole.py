@@ -9,6 +9,7 @@ own keyholed in a fresh directory under /tmp, waits for its `keyholed.ready` log
 stops it with SIGTERM and requires exit status 0.
 """
 
+import base64
 import contextlib
 import json
 import os
@@ -76,7 +77,7 @@ def keyholed_binary():
 class Keyholed:
     """A keyholed child process with its own directory, config, socket and state directory."""
 
-    def __init__(self, debug_ops=False, config="", workdir=None):
+    def __init__(self, debug_ops=False, config="", workdir=None, args=()):
         self.owns_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="kh", dir="/tmp")  # socket paths <= 107 bytes
         self.socket_path = os.path.join(self.dir, "k.sock")
@@ -88,6 +89,7 @@ class Keyholed:
                     "--state-dir", state, "--log-level", "info"]
         if debug_ops:
             self.cmd.append("--enable-debug-ops")
+        self.cmd += list(args)
         self.stderr_lines, self.stdout_lines = [], []
         self.ready = False
         self._ready_or_eof = threading.Event()
@@ -229,10 +231,11 @@ def add_case_tests(cls, cases, check):
 class ServerTestCase(unittest.TestCase):
     debug_ops = False
     config = ""
+    args = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Keyholed(debug_ops=cls.debug_ops, config=cls.config)
+        cls.server = Keyholed(debug_ops=cls.debug_ops, config=cls.config, args=cls.args)
 
     @classmethod
     def tearDownClass(cls):
@@ -525,6 +528,79 @@ class ClientTests(ServerTestCase):
             first, second = conn.read_response(), conn.read_response()
         self.assertEqual((first["id"], first["ok"]), (2, True), first)
         self.assertEqual(second, {"id": 1, "ok": True, "result": {"slept_ms": 500}})
+
+
+# --- token.verify and jwks.* ---------------------------------------------------------------------
+
+APPLE_FIXTURES = os.path.join(REPO_ROOT, "Tests", "KeyholeJOSETests", "Fixtures", "apple")
+
+
+def _apple_token(name):
+    with open(os.path.join(APPLE_FIXTURES, name)) as f:
+        return "".join(f.read().split())
+
+
+def _claims(token):
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+class TokenTests(ServerTestCase):
+    """A real Sign in with Apple token, verified at the moment it was valid (--fixed-clock)."""
+    token = _apple_token("apple_token_4.jwt")
+    debug_ops = True
+    args = ("--fixed-clock", str(_claims(token)["iat"] + 60))
+    config = f"""
+[[issuer]]
+name = "apple"
+preset = "apple"
+jwks_uri = "{os.path.join(APPLE_FIXTURES, "apple_jwks_panva-wellknown-20241001.json")}"
+audiences = ["dev.timc.siwa-demo.TILiOS"]
+"""
+
+    def test_verify_token(self):
+        with keyhole.Client(self.server.socket_path) as client:
+            result = client.verify_token(self.token)
+            VALIDATORS["token.verify.result"].validate(result)
+            self.assertEqual(result["issuer"], "apple")
+            self.assertEqual(result["sub"], _claims(self.token)["sub"])
+            self.assertEqual(result["aud"], ["dev.timc.siwa-demo.TILiOS"])
+            # A repeat is answered from the verified-token cache, with the same result.
+            self.assertEqual(client.verify_token(self.token, issuer="apple"), result)
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.verify_token(self.token, audience="com.example.other")
+            self.assertEqual(caught.exception.code, "token_audience_invalid")
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.verify_token(self.token, nonce="not the nonce")
+            self.assertEqual(caught.exception.code, "token_nonce_mismatch")
+            forged = self.token[:-8] + ("AAAAAAAA" if not self.token.endswith("AAAAAAAA") else "BBBBBBBB")
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.verify_token(forged)
+            self.assertEqual(caught.exception.code, "token_signature_invalid")
+
+    def test_jwks_status_and_refresh(self):
+        with keyhole.Client(self.server.socket_path) as client:
+            client.verify_token(self.token)
+            status = client.jwks_status()
+            VALIDATORS["jwks.status.result"].validate(status)
+            (apple,) = status["issuers"]
+            self.assertEqual(apple["kids"], ["FftONTxoEg", "T8tIJ1zSrO", "pggnQeNCOU"])
+            self.assertFalse(apple["remote"])
+            self.assertTrue(apple["usable"])
+            self.assertGreaterEqual(status["verified_cache"]["entries"], 1)
+            refreshed = client.jwks_refresh("apple")
+            VALIDATORS["jwks.refresh.result"].validate(refreshed)
+            self.assertEqual(refreshed["issuers"][0]["outcome"], "not_remote")
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.jwks_status("nobody")
+            self.assertEqual(caught.exception.code, "bad_request")
+
+    def test_schemas_hold_their_ground(self):
+        bad_status = {"issuers": [{"issuer": "a"}]}
+        with self.assertRaises(jsonschema.ValidationError):
+            VALIDATORS["jwks.status.result"].validate(bad_status)
+        with self.assertRaises(jsonschema.ValidationError):
+            VALIDATORS["token.verify.result"].validate({"issuer": "a", "sub": "", "aud": [], "exp": 1, "claims": {}})
 
 
 class OverloadTests(ServerTestCase):
