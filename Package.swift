@@ -127,7 +127,10 @@ let package = Package(
         ),
         .testTarget(
             name: "KeyholeServerTests",
-            dependencies: ["KeyholeServer", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [
+                "KeyholeServer", "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "KeyholeClientTests",

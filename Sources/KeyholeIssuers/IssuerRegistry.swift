@@ -9,11 +9,18 @@ import NIOCore
 public struct IssuerRegistry: Sendable {
     private let entries: [IssuerKeys]
     private let cache: VerifiedTokenCache?
+    private let encoder: (@Sendable (Verification) -> ByteBuffer)?
 
     /// The issuers, and a cache of verified tokens (`nil`: none).
-    public init(issuers: [IssuerKeys], cache: VerifiedTokenCache?) {
+    ///
+    /// - Parameter encoder: how the caller answers a verification; when given, each verification
+    ///   carries its answer (`encoded`), made once per token and kept in the cache with it.
+    public init(
+        issuers: [IssuerKeys], cache: VerifiedTokenCache?, encoder: (@Sendable (Verification) -> ByteBuffer)? = nil
+    ) {
         entries = issuers
         self.cache = cache
+        self.encoder = encoder
         guard let cache else { return }
         for keys in issuers {
             let name = keys.configuration.name
@@ -43,6 +50,18 @@ public struct IssuerRegistry: Sendable {
         public let issuer: String
         /// The verified token.
         public let token: VerifiedToken
+        /// The token's payload as sent, when it equals `token.claims` (strict JSON, already checked).
+        public let payload: [UInt8]?
+        /// The answer made by the registry's encoder, if it has one.
+        public fileprivate(set) var encoded: ByteBuffer?
+
+        /// A verification.
+        public init(issuer: String, token: VerifiedToken, payload: [UInt8]? = nil, encoded: ByteBuffer? = nil) {
+            self.issuer = issuer
+            self.token = token
+            self.payload = payload
+            self.encoded = encoded
+        }
     }
 
     /// What one attempt at verifying found.
@@ -91,11 +110,16 @@ public struct IssuerRegistry: Sendable {
             let verified = try ClaimsValidator.validate(
                 claims: claims, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
             let name = keys.configuration.name
+            var verification = Verification(
+                issuer: name, token: verified, payload: verified.claimsAreVerbatim ? jws.payload : nil)
+            verification.encoded = encoder?(verification)
             if let cache, let digest {
                 let evictAt = verified.expiresAt + Double(verifier.policy.leeway)
-                cache.insert(.init(issuer: name, token: verified, key: key, evictAt: evictAt), for: digest)
+                cache.insert(
+                    .init(issuer: name, token: verified, key: key, evictAt: evictAt, encoded: verification.encoded),
+                    for: digest)
             }
-            return .verified(Verification(issuer: name, token: verified))
+            return .verified(verification)
         } catch where error.code == .tokenKeyUnknown && keys.fetchMayHelp() {
             return .needsKeys(keys, error: Self.protocolError(error))
         } catch {
@@ -150,7 +174,7 @@ public struct IssuerRegistry: Sendable {
         } catch {
             throw Self.protocolError(error)
         }
-        return Verification(issuer: hit.issuer, token: hit.token)
+        return Verification(issuer: hit.issuer, token: hit.token, encoded: hit.encoded)
     }
 
     private func route(issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {

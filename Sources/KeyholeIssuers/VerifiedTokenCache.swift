@@ -1,4 +1,5 @@
 import KeyholeJOSE
+import NIOCore
 import Synchronization
 
 /// Tokens that verified, keyed by the SHA-256 of their bytes, so that a token seen again costs a hash
@@ -22,13 +23,16 @@ public final class VerifiedTokenCache: Sendable {
         public let key: VerificationKey
         /// When it leaves the cache: `exp` plus the issuer's leeway, in seconds since 1970.
         public let evictAt: Double
+        /// The answer for it, as the registry's encoder made it.
+        public let encoded: ByteBuffer?
 
         /// An entry.
-        public init(issuer: String, token: VerifiedToken, key: VerificationKey, evictAt: Double) {
+        public init(issuer: String, token: VerifiedToken, key: VerificationKey, evictAt: Double, encoded: ByteBuffer? = nil) {
             self.issuer = issuer
             self.token = token
             self.key = key
             self.evictAt = evictAt
+            self.encoded = encoded
         }
     }
 

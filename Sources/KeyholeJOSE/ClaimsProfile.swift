@@ -13,16 +13,23 @@ public enum ClaimsProfile: String, Sendable, Hashable, CaseIterable {
 
     /// Normalises `claims` in place; claims the profile does not know are left untouched.
     ///
+    /// - Returns: whether any claim changed (the claims are otherwise the payload as sent).
     /// - Throws: `token_claim_invalid` when a claim the profile knows has a value it cannot read, such as
     ///   `email_verified: "yes"` or `real_user_status: 1.5` under `.apple`.
-    public func normalise(_ claims: inout [String: JSONValue]) throws(JOSEError) {
+    @discardableResult
+    public func normalise(_ claims: inout [String: JSONValue]) throws(JOSEError) -> Bool {
+        var changed = false
         switch self {
         case .standard:
-            return
+            return false
         case .apple:
             for name in ["email_verified", "is_private_email"] {
                 guard let value = claims[name] else { continue }
-                claims[name] = .bool(try Self.appleBoolean(value, name: name))
+                let boolean = try Self.appleBoolean(value, name: name)
+                if value != .bool(boolean) {
+                    claims[name] = .bool(boolean)
+                    changed = true
+                }
             }
             if let status = claims["real_user_status"] {
                 // An integer already; refusing anything else (2.0, "2") keeps the claim's type stable
@@ -32,6 +39,7 @@ public enum ClaimsProfile: String, Sendable, Hashable, CaseIterable {
                 }
             }
         }
+        return changed
     }
 
     /// A boolean claim Apple may send as a JSON boolean or as the exact strings "true" and "false".

@@ -61,12 +61,12 @@ public enum ClaimsValidator {
         let notBefore = try time(claims, "nbf")
         let issuedAt = try time(claims, "iat")
         var normalised = claims
-        try policy.profile.normalise(&normalised)
+        let changed = try policy.profile.normalise(&normalised)
         let audiences = try self.audiences(claims["aud"])
 
         let token = VerifiedToken(
             issuer: issuer, subject: subject, audiences: audiences, expiresAt: expiresAt, notBefore: notBefore,
-            issuedAt: issuedAt, claims: normalised
+            issuedAt: issuedAt, claims: normalised, claimsAreVerbatim: !changed
         )
         try check(token, policy: policy, now: now, audience: audience, nonce: nonce)
         return token

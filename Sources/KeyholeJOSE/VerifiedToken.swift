@@ -21,6 +21,9 @@ public struct VerifiedToken: Sendable, Hashable {
     public let issuedAt: Double?
     /// The whole payload, normalised by the issuer's profile.
     public let claims: [String: JSONValue]
+    /// Whether `claims` is the payload as sent (the profile changed nothing), so that the payload's
+    /// bytes, already checked as strict JSON, may stand for `claims` in an answer.
+    public let claimsAreVerbatim: Bool
     /// `email`, when it is a string.
     public let email: String?
     /// `email_verified`, when it is a boolean (after the profile's normalisation).
@@ -43,8 +46,9 @@ public struct VerifiedToken: Sendable, Hashable {
     /// Reads the typed fields out of `claims`, which the validator has already checked.
     init(
         issuer: String, subject: String, audiences: [String], expiresAt: Double, notBefore: Double?,
-        issuedAt: Double?, claims: [String: JSONValue]
+        issuedAt: Double?, claims: [String: JSONValue], claimsAreVerbatim: Bool = false
     ) {
+        self.claimsAreVerbatim = claimsAreVerbatim
         self.issuer = issuer
         self.subject = subject
         self.audiences = audiences

@@ -6,11 +6,22 @@ public struct Response: Sendable, Hashable {
     public var id: RequestID?
     /// The result object, or the error.
     public var outcome: Result<[String: JSONValue], ProtocolError>
+    /// A result already encoded as a JSON object, written instead of `outcome`'s (see `encoded`).
+    public private(set) var encodedResult: ByteBuffer?
 
     /// A response.
     public init(id: RequestID?, outcome: Result<[String: JSONValue], ProtocolError>) {
         self.id = id
         self.outcome = outcome
+    }
+
+    /// A success whose result is already encoded: `result` must be one compact JSON object. Lets a
+    /// server keep a result it will send again (say, for a cached token) without building it anew.
+    /// `outcome` reads as an empty success.
+    public static func encoded(id: RequestID?, result: ByteBuffer) -> Response {
+        var response = Response(id: id, outcome: .success([:]))
+        response.encodedResult = result
+        return response
     }
 
     /// Writes the response's JSON body (without the frame header), members in a fixed order.
@@ -20,7 +31,11 @@ public struct Response: Sendable, Hashable {
         switch outcome {
         case .success(let result):
             buffer.writeStaticString(",\"ok\":true,\"result\":")
-            JSONValue.object(result).write(to: &buffer)
+            if let encodedResult {
+                buffer.writeImmutableBuffer(encodedResult)
+            } else {
+                JSONValue.object(result).write(to: &buffer)
+            }
         case .failure(let error):
             buffer.writeStaticString(",\"ok\":false,\"error\":{\"code\":")
             JSONValue.writeString(error.code.rawValue, to: &buffer)

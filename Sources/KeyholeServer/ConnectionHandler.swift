@@ -179,6 +179,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 switch try body(request, requestContext) {
                 case .done(let result):
                     return Response(id: request.id, outcome: .success(result))
+                case .encoded(let result):
+                    return Response.encoded(id: request.id, result: result)
                 case .later(let work):
                     startTask(request: request, context: context, work)
                     return nil

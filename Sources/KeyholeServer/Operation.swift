@@ -21,6 +21,8 @@ public struct Operation: Sendable {
     public enum Outcome: Sendable {
         /// The answer, found without waiting.
         case done([String: JSONValue])
+        /// The answer, found without waiting and already encoded as one compact JSON object.
+        case encoded(ByteBuffer)
         /// The answer needs waiting (a key-set fetch, say): run this as a task.
         case later(@Sendable () async throws(ProtocolError) -> [String: JSONValue])
     }

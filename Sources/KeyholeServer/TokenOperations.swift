@@ -1,6 +1,7 @@
 import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
+import NIOCore
 
 /// `token.verify` (issue 3): identity tokens checked against the configured issuers.
 public enum TokenOperations {
@@ -17,7 +18,7 @@ public enum TokenOperations {
                 let nonce = try string(request, "nonce")
                 switch try registry.attempt(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now()) {
                 case .verified(let verification):
-                    return .done(result(verification))
+                    return .encoded(verification.encoded ?? encode(verification))
                 case .needsKeys(let keys, _):
                     return .later { () async throws(ProtocolError) in
                         result(try await registry.verifyAfterFetch(
@@ -36,6 +37,50 @@ public enum TokenOperations {
             return nil
         default: throw .badRequest("'\(name)' must be a string")
         }
+    }
+
+    /// The result of `result(_:)` encoded as compact JSON, members sorted as `JSONValue` writes them,
+    /// with the token's payload bytes standing for `claims` when they are the claims as sent: most of
+    /// an answer is then a copy. Give it to `IssuerRegistry` as its encoder, so that a cached token's
+    /// answer is made once.
+    public static func encode(_ verification: IssuerRegistry.Verification) -> ByteBuffer {
+        let token = verification.token
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(256 + (verification.payload?.count ?? 1024))
+        buffer.writeStaticString("{\"aud\":")
+        JSONValue.array(token.audiences.map(JSONValue.string)).write(to: &buffer)
+        buffer.writeStaticString(",\"claims\":")
+        if let payload = verification.payload {
+            buffer.writeBytes(payload)
+        } else {
+            JSONValue.object(token.claims).write(to: &buffer)
+        }
+        if let email = token.email {
+            buffer.writeStaticString(",\"email\":")
+            JSONValue.string(email).write(to: &buffer)
+        }
+        if let verified = token.emailVerified {
+            buffer.writeStaticString(verified ? ",\"email_verified\":true" : ",\"email_verified\":false")
+        }
+        buffer.writeStaticString(",\"exp\":")
+        number(token.expiresAt).write(to: &buffer)
+        if let issuedAt = token.issuedAt {
+            buffer.writeStaticString(",\"iat\":")
+            number(issuedAt).write(to: &buffer)
+        }
+        if let isPrivate = token.isPrivateEmail {
+            buffer.writeStaticString(isPrivate ? ",\"is_private_email\":true" : ",\"is_private_email\":false")
+        }
+        buffer.writeStaticString(",\"issuer\":")
+        JSONValue.string(verification.issuer).write(to: &buffer)
+        if let status = token.realUserStatus {
+            buffer.writeStaticString(",\"real_user_status\":")
+            JSONValue.int(status).write(to: &buffer)
+        }
+        buffer.writeStaticString(",\"sub\":")
+        JSONValue.string(token.subject).write(to: &buffer)
+        buffer.writeInteger(UInt8(ascii: "}"))
+        return buffer
     }
 
     /// `{issuer, sub, aud, exp, iat, claims}` and, when present, the Apple-style fields at top level.

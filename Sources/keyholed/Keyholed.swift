@@ -68,7 +68,9 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(78)
         }
         let cacheEntries = configuration.verifiedTokenCacheEntries
-        let registry = IssuerRegistry(issuers: issuers, cache: cacheEntries > 0 ? VerifiedTokenCache(capacity: cacheEntries) : nil)
+        let registry = IssuerRegistry(
+            issuers: issuers, cache: cacheEntries > 0 ? VerifiedTokenCache(capacity: cacheEntries) : nil,
+            encoder: TokenOperations.encode)
         let fixed = fixedClock
         let clock: @Sendable () -> Double = {
             if let fixed { return fixed }
