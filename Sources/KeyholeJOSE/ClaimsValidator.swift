@@ -98,7 +98,7 @@ public enum ClaimsValidator {
             }
         }
         if let nonce {
-            try checkNonce(token.claims, requested: nonce)
+            try checkNonce(token.nonceClaim, requested: nonce)
         }
     }
 
@@ -109,24 +109,20 @@ public enum ClaimsValidator {
     /// Apple's web flow and older clients produce tokens without a nonce, and refusing them would lock
     /// those users out, while a token that says its client supports nonces and has none was not made for
     /// this request. Any other value of `nonce` (a number, null) does not match.
-    private static func checkNonce(_ claims: [String: JSONValue], requested: String) throws(JOSEError) {
-        switch claims["nonce"] {
-        case .string(let tokenNonce)?:
+    private static func checkNonce(_ claim: VerifiedToken.NonceClaim, requested: String) throws(JOSEError) {
+        switch claim {
+        case .value(let tokenNonce):
             guard
                 ClaimsPolicy.exactlyEqual(tokenNonce, requested)
                     || SHA256.hexDigest(requested.utf8).map({ ClaimsPolicy.exactlyEqual(tokenNonce, $0) }) == true
             else {
                 throw JOSEError(.tokenNonceMismatch, "token's nonce is neither the request's nor its SHA-256")
             }
-        case nil:
-            // The string form is honoured too, so that no spelling of "supported" slips through.
-            switch claims["nonce_supported"] {
-            case .bool(true)?, .string("true")?:
-                throw JOSEError(.tokenNonceMismatch, "token has no nonce but says nonce_supported")
-            default:
-                return
-            }
-        case .some:
+        case .absent(supported: true):
+            throw JOSEError(.tokenNonceMismatch, "token has no nonce but says nonce_supported")
+        case .absent(supported: false):
+            return
+        case .invalid:
             throw JOSEError(.tokenNonceMismatch, "token's nonce is not a string")
         }
     }

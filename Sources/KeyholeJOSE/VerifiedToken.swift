@@ -33,8 +33,46 @@ public struct VerifiedToken: Sendable, Hashable {
     /// `real_user_status` (Apple's fraud signal), when it is an integer.
     public let realUserStatus: Int64?
 
+    /// What the token says of nonces, read once from `claims` so that checks need not keep them.
+    public enum NonceClaim: Sendable, Hashable {
+        /// No `nonce`; `supported` when `nonce_supported` is `true` or `"true"`.
+        case absent(supported: Bool)
+        /// A string `nonce`.
+        case value(String)
+        /// A `nonce` that is not a string.
+        case invalid
+    }
+
+    /// The token's `nonce` claim.
+    public let nonceClaim: NonceClaim
+
     /// The token's `nonce`, when it is a string.
-    public var nonce: String? { claims["nonce"]?.stringValue }
+    public var nonce: String? {
+        if case .value(let nonce) = nonceClaim { return nonce }
+        return nil
+    }
+
+    /// This token without `claims` (every lifted field kept): what a cache keeps when it also keeps
+    /// the answer, so that a cached token costs one small allocation rather than the whole payload's.
+    public func strippingClaims() -> VerifiedToken {
+        VerifiedToken(copying: self)
+    }
+
+    private init(copying token: VerifiedToken) {
+        issuer = token.issuer
+        subject = token.subject
+        audiences = token.audiences
+        expiresAt = token.expiresAt
+        notBefore = token.notBefore
+        issuedAt = token.issuedAt
+        claims = [:]
+        claimsAreVerbatim = false
+        email = token.email
+        emailVerified = token.emailVerified
+        isPrivateEmail = token.isPrivateEmail
+        realUserStatus = token.realUserStatus
+        nonceClaim = token.nonceClaim
+    }
 
     /// Whether `expiresAt` plus `leeway` seconds has passed at `now`: a token is expired from the instant
     /// `exp + leeway` on (RFC 7519: the current time must be *before* `exp`). Written so that a NaN
@@ -60,5 +98,17 @@ public struct VerifiedToken: Sendable, Hashable {
         self.emailVerified = claims["email_verified"]?.boolValue
         self.isPrivateEmail = claims["is_private_email"]?.boolValue
         self.realUserStatus = claims["real_user_status"]?.intValue
+        switch claims["nonce"] {
+        case .string(let nonce)?:
+            nonceClaim = .value(nonce)
+        case nil:
+            // The string form is honoured too, so that no spelling of "supported" slips through.
+            switch claims["nonce_supported"] {
+            case .bool(true)?, .string("true")?: nonceClaim = .absent(supported: true)
+            default: nonceClaim = .absent(supported: false)
+            }
+        case .some:
+            nonceClaim = .invalid
+        }
     }
 }

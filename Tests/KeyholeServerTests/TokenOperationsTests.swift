@@ -43,4 +43,30 @@ struct TokenOperationsTests {
         #expect(response.id == .int(7))
         #expect(try response.outcome.get()["sub"] == claims["sub"])
     }
+
+    @Test("a cached token keeps its answer, not its claims, and is still checked on every hit")
+    func cachedAnswer() throws {
+        let (tokenFile, keySet) = Self.cases[2]
+        let token = try String(contentsOf: Self.apple.appendingPathComponent(tokenFile), encoding: .utf8)
+            .filter { !$0.isWhitespace }
+        let claims = try JSONValue.parse(ByteBuffer(bytes: try CompactJWS.parse(token).payload))
+        var issuer = IssuerPreset.apple.configuration(name: "apple", audiences: [claims["aud"]!.stringValue!])
+        issuer.keySet = .file("unused")
+        let keys = try KeySetFile.load(Self.apple.appendingPathComponent(keySet).path)
+        let cache = VerifiedTokenCache()
+        let registry = IssuerRegistry(
+            issuers: [IssuerKeys(configuration: issuer, keys: keys)], cache: cache, encoder: TokenOperations.encode)
+        let now = Double(claims["iat"]!.intValue!) + 60
+        let first = try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now)
+        let second = try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now)
+        #expect(cache.statistics.hits == 1)
+        #expect(first.encoded != nil && first.encoded == second.encoded)
+        #expect(!first.token.claims.isEmpty && second.token.claims.isEmpty)
+        #expect(second.token.subject == claims["sub"]?.stringValue)
+        // The token says nonce_supported and carries a nonce: a wrong one fails on the hit too.
+        #expect(throws: ProtocolError(code: .tokenNonceMismatch, message: "")) {
+            try registry.verify(token: token, issuer: nil, audience: nil, nonce: "not it", now: now)
+        }
+        #expect(cache.statistics.hits == 2)
+    }
 }
