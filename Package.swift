@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "KeyholeServer", targets: ["KeyholeServer"]),
         .library(name: "KeyholeJOSE", targets: ["KeyholeJOSE"]),
         .library(name: "KeyholeIssuers", targets: ["KeyholeIssuers"]),
+        .library(name: "KeyholeStore", targets: ["KeyholeStore"]),
         .executable(name: "keyholed", targets: ["keyholed"]),
         .executable(name: "keyhole", targets: ["keyhole"]),
         .executable(name: "keyhole-bench", targets: ["keyhole-bench"]),
@@ -42,6 +43,11 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             exclude: ["KeySetStore.md"]
+        ),
+        .target(
+            name: "KeyholeStore",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            exclude: ["WAL.md"]
         ),
         .target(
             name: "KeyholeProtocol",
@@ -124,6 +130,10 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        .testTarget(
+            name: "KeyholeStoreTests",
+            dependencies: ["KeyholeStore"]
         ),
         .testTarget(
             name: "KeyholeServerTests",

@@ -1,0 +1,115 @@
+/// Reads one segment's bytes by WAL.md's rules, without I/O: its records, and how it ends.
+public enum WALScanner {
+    /// What reading one segment found.
+    public struct Scan: Sendable, Equatable {
+        /// How the segment ends.
+        public enum Ending: Sendable, Equatable {
+            /// Every byte belongs to a valid record.
+            case clean
+            /// A torn write at `offset` (last segment only): truncate there; offset 0 means the header
+            /// itself is torn and the file goes.
+            case torn(offset: Int)
+            /// Corruption at `offset`, for the reason given.
+            case corrupt(offset: Int, reason: String)
+        }
+
+        /// The header, when it is valid.
+        public var header: WALSegmentHeader?
+        /// The valid records, in order; the first has the header's first LSN.
+        public var records: [WALRecord]
+        /// Where each record starts.
+        public var offsets: [Int]
+        /// How the segment ends.
+        public var ending: Ending
+    }
+
+    /// Scans segment `sequence`; `isLast` allows a torn tail.
+    public static func scan(_ bytes: [UInt8], sequence: UInt64, isLast: Bool) -> Scan {
+        var scan = Scan(header: nil, records: [], offsets: [], ending: .clean)
+        guard bytes.count >= WALSegmentHeader.size, !bytes.allSatisfy({ $0 == 0 }) else {
+            scan.ending = isLast ? .torn(offset: 0) : .corrupt(offset: 0, reason: "the segment header is missing")
+            return scan
+        }
+        guard let header = WALSegmentHeader(bytes) else {
+            scan.ending = .corrupt(offset: 0, reason: "the segment header is damaged")
+            return scan
+        }
+        guard header.sequence == sequence else {
+            scan.ending = .corrupt(offset: 0, reason: "the header names segment \(header.sequence)")
+            return scan
+        }
+        scan.header = header
+        var offset = WALSegmentHeader.size
+        var lsn = header.firstLSN
+        while offset < bytes.count {
+            switch record(in: bytes, at: offset, lsn: lsn) {
+            case .valid(let record, let next):
+                scan.records.append(record)
+                scan.offsets.append(offset)
+                offset = next
+                lsn += 1
+            case .invalid(let reason, let tornIfLast):
+                // A torn write leaves nothing valid after it; anything else is damage to keep.
+                if isLast && tornIfLast && !validRecordFollows(bytes, after: offset, lsn: lsn) {
+                    scan.ending = .torn(offset: offset)
+                } else {
+                    scan.ending = .corrupt(offset: offset, reason: reason)
+                }
+                return scan
+            }
+        }
+        return scan
+    }
+
+    private enum Read {
+        case valid(WALRecord, next: Int)
+        /// Why it is not a record, and whether a crash during its append could explain it.
+        case invalid(String, tornIfLast: Bool)
+    }
+
+    private static func record(in bytes: [UInt8], at offset: Int, lsn: UInt64) -> Read {
+        let remaining = bytes.count - offset
+        guard remaining >= WALRecord.headerBytes else {
+            return .invalid("a record header is cut short", tornIfLast: true)
+        }
+        let length = Int(bytes.bigEndianUInt32(at: offset))
+        // Only on the failure paths: zero-filled space after a crash reads as all zero.
+        func zeroTail() -> Bool { bytes[offset...].allSatisfy { $0 == 0 } }
+        guard length >= 1, length <= WALRecord.maximumBodyBytes else {
+            return .invalid("a record length of \(length) is invalid", tornIfLast: zeroTail())
+        }
+        let end = offset + WALRecord.headerBytes + length
+        guard end <= bytes.count else {
+            return .invalid("a record runs past the end of the file", tornIfLast: true)
+        }
+        let body = bytes[(offset + WALRecord.headerBytes)..<end]
+        var crc = CRC32C()
+        crc.update(bigEndian: lsn)
+        crc.update(body)
+        guard crc.value == bytes.bigEndianUInt32(at: offset + 4) else {
+            return .invalid("a record's CRC does not match", tornIfLast: end == bytes.count || zeroTail())
+        }
+        return .valid(WALRecord(type: body.first!, payload: Array(body.dropFirst())), next: end)
+    }
+
+    /// Whether a valid record (as LSN `lsn` or `lsn + 1`) starts anywhere after `offset`: then the bad
+    /// bytes at `offset` are not a torn tail but damage in the middle, and truncating would drop records.
+    static func validRecordFollows(_ bytes: [UInt8], after offset: Int, lsn: UInt64) -> Bool {
+        var start = offset + 1
+        while start + WALRecord.headerBytes < bytes.count {
+            let length = Int(bytes.bigEndianUInt32(at: start))
+            let end = start + WALRecord.headerBytes + length
+            if length >= 1, end <= bytes.count {
+                let expected = bytes.bigEndianUInt32(at: start + 4)
+                for candidate in [lsn, lsn + 1] {
+                    var crc = CRC32C()
+                    crc.update(bigEndian: candidate)
+                    crc.update(bytes[(start + WALRecord.headerBytes)..<end])
+                    if crc.value == expected { return true }
+                }
+            }
+            start += 1
+        }
+        return false
+    }
+}
