@@ -38,6 +38,8 @@ public enum WALRecovery {
         public var remove: [UInt64] = []
         /// The segment appends continue in, and where it ends; `nil` when a new one must be made.
         public var appendTo: (sequence: UInt64, size: Int)?
+        /// The highest sequence number of the segments kept (0 when none is): a new segment gets the next.
+        public var lastKeptSequence: UInt64 = 0
         /// What was dropped, for the warning: torn bytes, or the records `--repair` cut.
         public var warnings: [String] = []
         /// Records lost to `--repair` (those it could still count).
@@ -56,6 +58,12 @@ public enum WALRecovery {
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`).
     public static func plan(segments: [Segment], snapshotLSN: UInt64, repair: Bool = false) throws(StoreError) -> Plan {
+        var plan = try planWithoutSequence(segments: segments, snapshotLSN: snapshotLSN, repair: repair)
+        plan.lastKeptSequence = segments.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
+        return plan
+    }
+
+    private static func planWithoutSequence(segments: [Segment], snapshotLSN: UInt64, repair: Bool) throws(StoreError) -> Plan {
         var plan = Plan(lastLSN: snapshotLSN)
         let sorted = segments.sorted { $0.sequence < $1.sequence }
         var expectedLSN: UInt64?

@@ -1,0 +1,91 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The `wal` directory on disk: listing and reading segments, carrying out a recovery plan.
+public struct WALDirectory: Sendable {
+    /// The directory's path.
+    public let path: String
+
+    /// The `wal` directory under `stateDirectory` (created, mode 0700, by `create()`).
+    public init(stateDirectory: String) {
+        path = stateDirectory + "/wal"
+    }
+
+    /// Creates the directory if it is missing.
+    public func create() throws(StoreError) {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw .io("cannot create \(path): \(Self.error())")
+        }
+    }
+
+    /// The path of segment `sequence`.
+    public func segmentPath(_ sequence: UInt64) -> String { "\(path)/\(WALSegmentHeader.fileName(sequence))" }
+
+    /// Every segment file, read whole. Files that are not segments are ignored.
+    public func readSegments() throws(StoreError) -> [WALRecovery.Segment] {
+        guard let directory = opendir(path) else {
+            if errno == ENOENT { return [] }
+            throw .io("cannot list \(path): \(Self.error())")
+        }
+        defer { closedir(directory) }
+        var sequences: [UInt64] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if let sequence = WALSegmentHeader.sequence(fromFileName: name) { sequences.append(sequence) }
+        }
+        var segments: [WALRecovery.Segment] = []
+        for sequence in sequences.sorted() {
+            let file = segmentPath(sequence)
+            segments.append(WALRecovery.Segment(sequence: sequence, path: file, bytes: try Self.readFile(file)))
+        }
+        return segments
+    }
+
+    /// Carries out the file changes of `plan`: truncations and removals, each made durable.
+    public func apply(_ plan: WALRecovery.Plan) throws(StoreError) {
+        if let (sequence, offset) = plan.truncate {
+            let file = segmentPath(sequence)
+            let fd = open(file, O_WRONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw .io("cannot open \(file): \(Self.error())") }
+            defer { close(fd) }
+            guard ftruncate(fd, off_t(offset)) == 0, fsync(fd) == 0 else {
+                throw .io("cannot truncate \(file) at \(offset): \(Self.error())")
+            }
+        }
+        for sequence in plan.remove {
+            let file = segmentPath(sequence)
+            guard unlink(file) == 0 || errno == ENOENT else { throw .io("cannot remove \(file): \(Self.error())") }
+        }
+        if !plan.remove.isEmpty { try syncDirectory() }
+    }
+
+    /// Makes the directory's entries (new, renamed or removed files) durable.
+    public func syncDirectory() throws(StoreError) {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(path): \(Self.error())") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(Self.error())") }
+    }
+
+    static func readFile(_ file: String) throws(StoreError) -> [UInt8] {
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(file): \(error())") }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { throw .io("cannot read \(file): \(error())") }
+            if count == 0 { return bytes }
+            bytes += chunk[..<count]
+        }
+    }
+
+    static func error() -> String { String(cString: strerror(errno)) }
+}

@@ -1,0 +1,155 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Appends records to the log on disk and makes them durable (WAL.md). Owned by one task at a time
+/// (the group committer): it is not safe to use from two at once.
+///
+/// A failed write or sync never leaves a partial or unsynced record in the file for later records to
+/// follow: the segment is cut back to its last durable size, and the records since are not in the log
+/// (their requests were not, or will not be, acknowledged as durable).
+public final class WALWriter {
+    /// Where segments are cut.
+    public struct Configuration: Sendable {
+        /// A segment grows to about this size, then a new one starts (WAL.md: 64 MiB).
+        public var segmentBytes = 64 << 20
+
+        /// The defaults.
+        public init() {}
+    }
+
+    private let directory: WALDirectory
+    private let configuration: Configuration
+    private var fd: Int32 = -1
+    /// The segment written to, its size, and its size when last made durable.
+    public private(set) var sequence: UInt64
+    public private(set) var size: Int
+    private var durableSize: Int
+    /// The LSN the next record gets, and the first LSN not yet durable.
+    public private(set) var nextLSN: UInt64
+    private var durableLSN: UInt64
+    /// Bytes written since the last sync, for the statistics.
+    public private(set) var bytesWritten = 0
+    private var buffer: [UInt8] = []
+
+    /// Opens the log where recovery `plan` left it: appends continue in its last segment, or in a new one.
+    public init(directory: WALDirectory, plan: WALRecovery.Plan, configuration: Configuration = Configuration()) throws(StoreError) {
+        self.directory = directory
+        self.configuration = configuration
+        nextLSN = plan.lastLSN + 1
+        durableLSN = nextLSN
+        if let (sequence, size) = plan.appendTo {
+            let file = directory.segmentPath(sequence)
+            fd = open(file, O_WRONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw .io("cannot open \(file): \(WALDirectory.error())") }
+            self.sequence = sequence
+            self.size = size
+            durableSize = size
+        } else {
+            sequence = 0
+            size = 0
+            durableSize = 0
+            try startSegment(after: plan.lastKeptSequence)
+        }
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    /// Writes `records` (not yet durable: see `sync`), starting a new segment first when they would
+    /// take this one past the limit. Returns their LSNs.
+    ///
+    /// - Throws: `StoreError.io` when the write fails; the segment is then as it was before the call.
+    @discardableResult
+    public func append(_ records: [WALRecord]) throws(StoreError) -> Range<UInt64> {
+        buffer.removeAll(keepingCapacity: true)
+        let first = nextLSN
+        var lsn = first
+        for record in records {
+            record.append(lsn: lsn, to: &buffer)
+            lsn += 1
+        }
+        if size > WALSegmentHeader.size && size + buffer.count > configuration.segmentBytes {
+            // The old segment is made durable before the new one exists: the log never has a hole.
+            try sync()
+            try startSegment(after: sequence)
+            // The records' CRCs cover their LSNs, which do not depend on the segment: no re-encoding.
+        }
+        try write(buffer, at: size)
+        size += buffer.count
+        bytesWritten += buffer.count
+        nextLSN = lsn
+        return first..<lsn
+    }
+
+    /// Makes everything appended durable (fdatasync).
+    ///
+    /// - Throws: `StoreError.io` when the sync fails. What was appended since the last good sync is
+    ///   then cut from the segment (a failed fdatasync may have dropped those pages), and its LSNs are
+    ///   given out again.
+    public func sync() throws(StoreError) {
+        guard size != durableSize else { return }
+        guard fdatasync(fd) == 0 else {
+            let message = "cannot sync \(directory.segmentPath(sequence)): \(WALDirectory.error())"
+            rollBack(to: durableSize)
+            nextLSN = durableLSN
+            throw .io(message)
+        }
+        durableSize = size
+        durableLSN = nextLSN
+    }
+
+    private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
+        var written = 0
+        let ok = bytes.withUnsafeBytes { raw -> Bool in
+            while written < raw.count {
+                let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { return false }
+                written += count
+            }
+            return true
+        }
+        guard ok else {
+            let message = "cannot write \(directory.segmentPath(sequence)): \(WALDirectory.error())"
+            rollBack(to: offset)
+            throw .io(message)
+        }
+    }
+
+    /// Cuts the segment back to `offset`; if even that fails, the next write at `offset` overwrites
+    /// whatever is there, and recovery would see a torn tail at worst.
+    private func rollBack(to offset: Int) {
+        _ = ftruncate(fd, off_t(offset))
+        size = offset
+    }
+
+    /// Creates segment `previous + 1`, its header durable, and the directory entry durable.
+    private func startSegment(after previous: UInt64) throws(StoreError) {
+        let next = previous + 1
+        let file = directory.segmentPath(next)
+        let newFD = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard newFD >= 0 else { throw .io("cannot create \(file): \(WALDirectory.error())") }
+        let header = WALSegmentHeader(sequence: next, firstLSN: nextLSN).encoded
+        let written = header.withUnsafeBytes { pwrite(newFD, $0.baseAddress, $0.count, 0) }
+        guard written == header.count, fdatasync(newFD) == 0 else {
+            let message = "cannot write \(file): \(WALDirectory.error())"
+            close(newFD)
+            unlink(file)
+            throw .io(message)
+        }
+        do {
+            try directory.syncDirectory()
+        } catch {
+            close(newFD)
+            unlink(file)
+            throw error
+        }
+        if fd >= 0 { close(fd) }
+        fd = newFD
+        sequence = next
+        size = header.count
+        durableSize = size
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import KeyholeStore
+import Testing
+
+/// The log on real files: appends, fdatasync, segment cuts, and recovery reading back what was written.
+@Suite("WAL writer and directory")
+struct WALWriterTests {
+    let state: String
+    let directory: WALDirectory
+
+    init() throws {
+        state = FileManager.default.temporaryDirectory.appendingPathComponent("kh-wal-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        directory = WALDirectory(stateDirectory: state)
+        try directory.create()
+    }
+
+    func cleanUp() { try? FileManager.default.removeItem(atPath: state) }
+
+    static func record(_ n: Int) -> WALRecord {
+        WALRecord(type: UInt8(1 + n % 3), payload: Array("payload of record \(n)".utf8))
+    }
+
+    /// Reads the directory back and plans recovery, as start-up does.
+    func recover(snapshotLSN: UInt64 = 0, repair: Bool = false) throws -> WALRecovery.Plan {
+        let plan = try WALRecovery.plan(segments: try directory.readSegments(), snapshotLSN: snapshotLSN, repair: repair)
+        try directory.apply(plan)
+        return plan
+    }
+
+    @Test("records appended and synced are read back, and appends continue after a restart")
+    func roundTrip() throws {
+        defer { cleanUp() }
+        var writer: WALWriter? = try WALWriter(directory: directory, plan: try recover())
+        #expect(FileManager.default.fileExists(atPath: directory.segmentPath(1)))
+        for batch in 0..<10 {
+            let range = try writer!.append((0..<10).map { Self.record(batch * 10 + $0 + 1) })
+            #expect(range == UInt64(batch * 10 + 1)..<UInt64(batch * 10 + 11))
+            try writer!.sync()
+        }
+        writer = nil
+        var plan = try recover()
+        #expect(plan.entries.map(\.record) == (1...100).map(Self.record))
+        #expect(plan.lastLSN == 100)
+        writer = try WALWriter(directory: directory, plan: plan)
+        #expect(try writer!.append([Self.record(101)]) == 101..<102)
+        try writer!.sync()
+        writer = nil
+        plan = try recover()
+        #expect(plan.entries.count == 101 && plan.entries.last?.lsn == 101)
+        #expect(try directory.readSegments().count == 1)
+    }
+
+    @Test("segments are cut at the configured size, and the LSNs run on across them")
+    func segmentCut() throws {
+        defer { cleanUp() }
+        var configuration = WALWriter.Configuration()
+        configuration.segmentBytes = 512
+        let writer = try WALWriter(directory: directory, plan: try recover(), configuration: configuration)
+        for n in 1...60 {
+            try writer.append([Self.record(n)])
+            if n % 7 == 0 { try writer.sync() }
+        }
+        try writer.sync()
+        let segments = try directory.readSegments()
+        #expect(segments.count >= 3)
+        #expect(segments.allSatisfy { $0.bytes.count <= 512 })
+        #expect(segments.map(\.sequence) == (1...UInt64(segments.count)).map { $0 })
+        let plan = try recover()
+        #expect(plan.entries.map(\.lsn) == (1...60).map(UInt64.init))
+        #expect(plan.entries.map(\.record) == (1...60).map(Self.record))
+    }
+
+    @Test("a torn tail on disk is truncated at start-up, and appends go on from there")
+    func tornTailOnDisk() throws {
+        defer { cleanUp() }
+        var writer: WALWriter? = try WALWriter(directory: directory, plan: try recover())
+        try writer!.append((1...5).map(Self.record))
+        try writer!.sync()
+        let intact = writer!.size
+        writer = nil
+        // A crash during the next append: half a record reached the disk.
+        var half: [UInt8] = []
+        Self.record(6).append(lsn: 6, to: &half)
+        let handle = try #require(FileHandle(forWritingAtPath: directory.segmentPath(1)))
+        handle.seekToEndOfFile()
+        handle.write(Data(half.prefix(half.count / 2)))
+        try handle.close()
+        let plan = try recover()
+        #expect(plan.warnings.count == 1)
+        #expect(plan.lastLSN == 5)
+        let size = try FileManager.default.attributesOfItem(atPath: directory.segmentPath(1))[.size] as? Int
+        #expect(size == intact)
+        writer = try WALWriter(directory: directory, plan: plan)
+        try writer!.append([Self.record(6)])
+        try writer!.sync()
+        writer = nil
+        #expect(try recover().entries.map(\.record) == (1...6).map(Self.record))
+    }
+
+    @Test("corruption on disk stops start-up; --repair cuts there, keeps what came before, and appends resume")
+    func corruptionAndRepair() throws {
+        defer { cleanUp() }
+        var configuration = WALWriter.Configuration()
+        configuration.segmentBytes = 400
+        var writer: WALWriter? = try WALWriter(directory: directory, plan: try recover(), configuration: configuration)
+        for n in 1...40 { try writer!.append([Self.record(n)]) }
+        try writer!.sync()
+        writer = nil
+        let segments = try directory.readSegments()
+        #expect(segments.count >= 3)
+        // Flip a byte in the first record of the second segment.
+        var damaged = segments[1].bytes
+        damaged[WALSegmentHeader.size + 10] ^= 0x20
+        try Data(damaged).write(to: URL(fileURLWithPath: segments[1].path))
+        do {
+            _ = try recover()
+            Issue.record("corruption was accepted")
+        } catch let error as StoreError {
+            #expect(error.isCorruption && error.message.contains(segments[1].path) && error.message.contains("offset 32"), "\(error)")
+        }
+        let kept = try WALRecovery.plan(segments: segments.prefix(1).map { $0 }, snapshotLSN: 0).lastLSN
+        let plan = try recover(repair: true)
+        #expect(plan.lastLSN == kept)
+        #expect(plan.lostRecords == 40 - Int(kept))
+        #expect(try directory.readSegments().map(\.sequence) == [1, 2])
+        writer = try WALWriter(directory: directory, plan: plan, configuration: configuration)
+        try writer!.append([Self.record(999)])
+        try writer!.sync()
+        writer = nil
+        let after = try recover()
+        #expect(after.entries.last?.lsn == kept + 1)
+        #expect(after.entries.last?.record == Self.record(999))
+    }
+}
