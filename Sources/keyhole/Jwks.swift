@@ -16,24 +16,15 @@ struct Jwks: AsyncParsableCommand {
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show each issuer's key set: key IDs, age, errors.")
 
-        @OptionGroup var connection: ConnectionOptions
-
-        @Option(help: "Only this configured issuer.")
-        var issuer: String?
-
-        @Flag(help: "Print the result as JSON.")
-        var json = false
+        @OptionGroup var options: Jwks.Options
 
         func run() async throws {
-            try await connection.withClient { client in
-                let args: [String: JSONValue] = issuer.map { ["issuer": .string($0)] } ?? [:]
-                let result = try await client.call("jwks.status", args: args)
-                if json {
-                    Swift.print(JSONValue.object(result).jsonText)
-                    return
-                }
-                for entry in result["issuers"]?.arrayValue ?? [] { Jwks.print(entry) }
+            guard let result = try await options.call("jwks.status") else { return }
+            if options.json {
+                Swift.print(JSONValue.object(result).jsonText)
+                return
             }
+            for entry in result["issuers"]?.arrayValue ?? [] { Jwks.print(entry) }
         }
     }
 
@@ -47,25 +38,14 @@ struct Jwks: AsyncParsableCommand {
                 """
         )
 
-        @OptionGroup var connection: ConnectionOptions
-
-        @Option(help: "Only this configured issuer.")
-        var issuer: String?
-
-        @Flag(help: "Print the result as JSON.")
-        var json = false
+        @OptionGroup var options: Jwks.Options
 
         func run() async throws {
-            var failed = false
-            try await connection.withClient { client in
-                let args: [String: JSONValue] = issuer.map { ["issuer": .string($0)] } ?? [:]
-                let result = try await client.call("jwks.refresh", args: args)
-                let entries = result["issuers"]?.arrayValue ?? []
-                failed = entries.contains { ["failed", "rate_limited"].contains($0["outcome"]?.stringValue ?? "") }
-                if json {
-                    Swift.print(JSONValue.object(result).jsonText)
-                    return
-                }
+            guard let result = try await options.call("jwks.refresh") else { return }
+            let entries = result["issuers"]?.arrayValue ?? []
+            if options.json {
+                Swift.print(JSONValue.object(result).jsonText)
+            } else {
                 for entry in entries {
                     let outcome = entry["outcome"]?.stringValue ?? "?"
                     var line = "\(entry["issuer"]?.stringValue ?? "?"): \(outcome.replacingUnderscores)"
@@ -74,7 +54,28 @@ struct Jwks: AsyncParsableCommand {
                     Swift.print(line)
                 }
             }
-            if failed { throw ExitCode(1) }
+            if entries.contains(where: { ["failed", "rate_limited"].contains($0["outcome"]?.stringValue ?? "") }) {
+                throw ExitCode(1)
+            }
+        }
+    }
+
+    /// What both subcommands take.
+    struct Options: ParsableArguments {
+        @OptionGroup var connection: ConnectionOptions
+
+        @Option(help: "Only this configured issuer.")
+        var issuer: String?
+
+        @Flag(help: "Print the result as JSON.")
+        var json = false
+
+        /// Calls `op` with the issuer argument, if any.
+        func call(_ op: String) async throws -> [String: JSONValue]? {
+            var result: [String: JSONValue]?
+            let args: [String: JSONValue] = issuer.map { ["issuer": .string($0)] } ?? [:]
+            try await connection.withClient { client in result = try await client.call(op, args: args) }
+            return result
         }
     }
 

@@ -19,14 +19,21 @@ struct TokenOperationsTests {
         ("apple_token_5.jwt", "apple_jwks_unresolved-ruby-2025.json"),
     ]
 
-    @Test("the encoded answer is the same JSON as the object answer, whether claims are verbatim or normalised", arguments: cases)
-    func encodedAgrees(tokenFile: String, keySet: String) throws {
-        let token = try String(contentsOf: Self.apple.appendingPathComponent(tokenFile), encoding: .utf8)
+    /// A real Apple token, its claims (read unverified), an issuer for its audience, and its key set.
+    static func fixture(_ tokenFile: String, _ keySet: String) throws
+        -> (token: String, claims: JSONValue, issuer: IssuerConfiguration, keys: JWKSet)
+    {
+        let token = try String(contentsOf: apple.appendingPathComponent(tokenFile), encoding: .utf8)
             .filter { !$0.isWhitespace }
         let claims = try JSONValue.parse(ByteBuffer(bytes: try CompactJWS.parse(token).payload))
         var issuer = IssuerPreset.apple.configuration(name: "apple", audiences: [claims["aud"]!.stringValue!])
         issuer.keySet = .file("unused")
-        let keys = try KeySetFile.load(Self.apple.appendingPathComponent(keySet).path)
+        return (token, claims, issuer, try KeySetFile.load(apple.appendingPathComponent(keySet).path))
+    }
+
+    @Test("the encoded answer is the same JSON as the object answer, whether claims are verbatim or normalised", arguments: cases)
+    func encodedAgrees(tokenFile: String, keySet: String) throws {
+        let (token, claims, issuer, keys) = try Self.fixture(tokenFile, keySet)
         let registry = IssuerRegistry(issuers: [issuer], keySets: ["apple": keys])
         let verification = try registry.verify(
             token: token, issuer: nil, audience: nil, nonce: nil, now: Double(claims["iat"]!.intValue!) + 60)
@@ -47,12 +54,7 @@ struct TokenOperationsTests {
     @Test("a cached token keeps its answer, not its claims, and is still checked on every hit")
     func cachedAnswer() throws {
         let (tokenFile, keySet) = Self.cases[2]
-        let token = try String(contentsOf: Self.apple.appendingPathComponent(tokenFile), encoding: .utf8)
-            .filter { !$0.isWhitespace }
-        let claims = try JSONValue.parse(ByteBuffer(bytes: try CompactJWS.parse(token).payload))
-        var issuer = IssuerPreset.apple.configuration(name: "apple", audiences: [claims["aud"]!.stringValue!])
-        issuer.keySet = .file("unused")
-        let keys = try KeySetFile.load(Self.apple.appendingPathComponent(keySet).path)
+        let (token, claims, issuer, keys) = try Self.fixture(tokenFile, keySet)
         let cache = VerifiedTokenCache()
         let registry = IssuerRegistry(
             issuers: [IssuerKeys(configuration: issuer, keys: keys)], cache: cache, encoder: TokenOperations.encode)
