@@ -12,10 +12,7 @@ extension IssuerKeys {
     public func run(fetcher: KeySetFetcher, store: KeySetStore?, logger: Logger) async {
         guard configuration.keySet.isRemote else { return }
         let now = clock.now()
-        var action = state.withLock { state -> KeySetCacheState.Action in
-            state.running = true
-            return state.cache.start(now: now)
-        }
+        var action = state.withLock { $0.cache.start(now: now) }
         while !Task.isCancelled {
             // A request's fetch goes first: its callers are waiting.
             if let reason = state.withLock({ state in defer { state.requested = nil }; return state.requested }) {
@@ -35,7 +32,6 @@ extension IssuerKeys {
         }
         let waiters = state.withLock { state in
             state.stopped = true
-            state.running = false
             defer { state.waiters = [] }
             return state.waiters
         }

@@ -37,7 +37,6 @@ public final class IssuerKeys: Sendable {
         /// The refresh loop, while it waits for its timer or a request.
         var wake: CheckedContinuation<Void, Never>?
         var poked = false
-        var running = false
         var stopped = false
         /// The `jwks_uri` discovery found, until a fetch from it fails.
         var discoveredURL: String?
@@ -90,9 +89,7 @@ public final class IssuerKeys: Sendable {
     public func fetchMayHelp() -> Bool {
         guard configuration.keySet.isRemote else { return false }
         let now = clock.now()
-        return state.withLock { state in
-            !state.stopped && (state.cache.fetching != nil || state.cache.cooldownRemaining(now: now) == 0)
-        }
+        return state.withLock { !$0.stopped && $0.cache.allowsRateLimitedFetch(now: now) }
     }
 
     /// `jwks.refresh`: a fetch now, under the same cool-down as unknown keys; returns when it ends.

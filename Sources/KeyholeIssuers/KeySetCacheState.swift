@@ -142,10 +142,15 @@ public struct KeySetCacheState: Sendable {
         return max(0, last + configuration.unknownKeyCooldown - now)
     }
 
+    /// Whether `unknownKey` or `forceRefresh` would now wait for a fetch rather than fail fast.
+    public func allowsRateLimitedFetch(now: Double) -> Bool {
+        fetching != nil || cooldownRemaining(now: now) == 0
+    }
+
     /// Joins a running fetch, or starts one unless the last rate-limited fetch was within the cool-down.
     private mutating func rateLimitedFetch(_ reason: FetchReason, now: Double) -> UnknownKeyDecision {
+        guard allowsRateLimitedFetch(now: now) else { return .failFast }
         if fetching != nil { return .waitForFetch }
-        if cooldownRemaining(now: now) > 0 { return .failFast }
         lastUnknownKeyFetch = now
         _ = beginFetch(reason)
         return .fetchAndWait

@@ -150,7 +150,7 @@ public struct KeySetFetcher: Sendable {
     }
 
     /// https, or http to 127.0.0.1, localhost or [::1].
-    static func isAllowed(_ url: String) -> Bool {
+    public static func isAllowed(_ url: String) -> Bool {
         if url.hasPrefix("https://") { return true }
         for loopback in ["http://127.0.0.1", "http://localhost", "http://[::1]"] where url.hasPrefix(loopback) {
             let rest = url.dropFirst(loopback.count)

@@ -20,10 +20,10 @@ public struct VerifiedToken: Sendable, Hashable {
     /// `iat`, when present.
     public let issuedAt: Double?
     /// The whole payload, normalised by the issuer's profile.
-    public let claims: [String: JSONValue]
+    public private(set) var claims: [String: JSONValue]
     /// Whether `claims` is the payload as sent (the profile changed nothing), so that the payload's
     /// bytes, already checked as strict JSON, may stand for `claims` in an answer.
-    public let claimsAreVerbatim: Bool
+    public private(set) var claimsAreVerbatim: Bool
     /// `email`, when it is a string.
     public let email: String?
     /// `email_verified`, when it is a boolean (after the profile's normalisation).
@@ -55,23 +55,10 @@ public struct VerifiedToken: Sendable, Hashable {
     /// This token without `claims` (every lifted field kept): what a cache keeps when it also keeps
     /// the answer, so that a cached token costs one small allocation rather than the whole payload's.
     public func strippingClaims() -> VerifiedToken {
-        VerifiedToken(copying: self)
-    }
-
-    private init(copying token: VerifiedToken) {
-        issuer = token.issuer
-        subject = token.subject
-        audiences = token.audiences
-        expiresAt = token.expiresAt
-        notBefore = token.notBefore
-        issuedAt = token.issuedAt
-        claims = [:]
-        claimsAreVerbatim = false
-        email = token.email
-        emailVerified = token.emailVerified
-        isPrivateEmail = token.isPrivateEmail
-        realUserStatus = token.realUserStatus
-        nonceClaim = token.nonceClaim
+        var copy = self
+        copy.claims = [:]
+        copy.claimsAreVerbatim = false
+        return copy
     }
 
     /// Whether `expiresAt` plus `leeway` seconds has passed at `now`: a token is expired from the instant

@@ -21,10 +21,9 @@ public struct CRC32C: Sendable {
 
     /// Feeds `bytes`.
     public mutating func update(_ bytes: some Collection<UInt8>) {
-        if let done: Void = bytes.withContiguousStorageIfAvailable({ update(UnsafeRawBufferPointer($0)) }) {
-            return done
+        if bytes.withContiguousStorageIfAvailable({ update(UnsafeRawBufferPointer($0)) }) == nil {
+            Array(bytes).withUnsafeBytes { update($0) }
         }
-        update(Array(bytes))
     }
 
     /// Feeds a big-endian 64-bit integer.

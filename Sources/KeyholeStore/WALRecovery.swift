@@ -27,7 +27,7 @@ public enum WALRecovery {
     }
 
     /// The outcome.
-    public struct Plan: Sendable, Equatable {
+    public struct Plan: Sendable {
         /// The records after the snapshot, in order.
         public var entries: [Entry] = []
         /// The last LSN in the log (or the snapshot's, when the log has nothing after it).
@@ -45,12 +45,6 @@ public enum WALRecovery {
         /// Records lost to `--repair` (those it could still count).
         public var lostRecords = 0
 
-        public static func == (lhs: Plan, rhs: Plan) -> Bool {
-            lhs.entries == rhs.entries && lhs.lastLSN == rhs.lastLSN && lhs.truncate?.sequence == rhs.truncate?.sequence
-                && lhs.truncate?.offset == rhs.truncate?.offset && lhs.remove == rhs.remove
-                && lhs.appendTo?.sequence == rhs.appendTo?.sequence && lhs.appendTo?.size == rhs.appendTo?.size
-                && lhs.lostRecords == rhs.lostRecords
-        }
     }
 
     /// Plans recovery of `segments` (any order) after a snapshot that covers LSNs up to `snapshotLSN`.

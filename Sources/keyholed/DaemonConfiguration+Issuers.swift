@@ -85,11 +85,7 @@ extension DaemonConfiguration {
     private static func keySetLocation(_ text: String, section: ConfigFile.Section) throws(ConfigError) -> IssuerConfiguration.KeySetLocation {
         if text.hasPrefix("/") { return .file(text) }
         if text.hasPrefix("file:///") { return .file(String(text.dropFirst("file://".count))) }
-        if text.hasPrefix("https://") { return .url(text) }
-        for loopback in ["http://127.0.0.1", "http://localhost", "http://[::1]"] where text.hasPrefix(loopback) {
-            let rest = text.dropFirst(loopback.count)
-            if rest.isEmpty || rest.hasPrefix(":") || rest.hasPrefix("/") { return .url(text) }
-        }
+        if KeySetFetcher.isAllowed(text) { return .url(text) }
         throw section.error("jwks_uri", "must be https://, http:// to a loopback host, or an absolute file path")
     }
 

@@ -60,9 +60,10 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(1)
         }
 
+        let store = KeySetStore(stateDirectory: configuration.stateDirectory)
         let issuers: [IssuerKeys]
         do {
-            issuers = try loadIssuers(configuration, logger: logger)
+            issuers = try loadIssuers(configuration, store: store, logger: logger)
         } catch {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
@@ -92,7 +93,7 @@ struct Keyholed: AsyncParsableCommand {
         let group = ServiceGroup(configuration: .init(
             // Stopped in reverse order: the server drains its requests while keys still refresh.
             services: [
-                .init(service: KeySetRefresher(issuers: issuers, store: KeySetStore(stateDirectory: configuration.stateDirectory), logger: logger)),
+                .init(service: KeySetRefresher(issuers: issuers, store: store, logger: logger)),
                 .init(service: server),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],
@@ -133,8 +134,9 @@ struct Keyholed: AsyncParsableCommand {
     /// Makes each issuer's keys: a key-set file is read now (one that cannot be used stops start-up);
     /// a remote issuer starts from the key set persisted by an earlier run, if any, and is fetched by
     /// the refresher.
-    private func loadIssuers(_ configuration: DaemonConfiguration, logger: Logger) throws(ConfigError) -> [IssuerKeys] {
-        let store = KeySetStore(stateDirectory: configuration.stateDirectory)
+    private func loadIssuers(
+        _ configuration: DaemonConfiguration, store: KeySetStore, logger: Logger
+    ) throws(ConfigError) -> [IssuerKeys] {
         var issuers: [IssuerKeys] = []
         for (index, issuer) in configuration.issuers.enumerated() {
             guard case .file(let path) = issuer.keySet else {
