@@ -46,8 +46,14 @@ let package = Package(
         ),
         .target(
             name: "KeyholeStore",
-            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
-            exclude: ["WAL.md"]
+            dependencies: [
+                "KeyholeJOSE", "KeyholeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            exclude: ["WAL.md", "WALRecordTypes.md"]
         ),
         .target(
             name: "KeyholeProtocol",

@@ -18,6 +18,9 @@ public enum Base64URL {
     private static let alphabet: [UInt8] =
         Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
+    /// Whether `byte` is one of the 64 characters of the base64url alphabet.
+    public static func isAlphabet(_ byte: UInt8) -> Bool { decodeTable[Int(byte)] != invalid }
+
     /// The bytes `text` encodes, or `nil` when it is not canonical unpadded base64url.
     ///
     /// The empty text decodes to no bytes.

@@ -3,6 +3,8 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     private enum Code: Sendable, Equatable {
         case corrupt
         case io
+        case unavailable
+        case locked
     }
 
     private let code: Code
@@ -21,6 +23,18 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// A read, write or sync failed.
     public static func io(_ message: String) -> StoreError { StoreError(.io, message) }
+
+    /// Writes are refused for now: the disk failed and has not recovered yet, or the store is stopping.
+    public static func unavailable(_ message: String) -> StoreError { StoreError(.unavailable, message) }
+
+    /// Another process holds the state directory.
+    public static func locked(_ message: String) -> StoreError { StoreError(.locked, message) }
+
+    /// Whether writes are refused for now (retry later), as opposed to a failure found at start-up.
+    public var isUnavailable: Bool { code == .unavailable }
+
+    /// Whether another process holds the state directory.
+    public var isLocked: Bool { code == .locked }
 
     /// Whether this is corruption (as opposed to an I/O failure).
     public var isCorruption: Bool { code == .corrupt }

@@ -89,3 +89,43 @@ public struct WALDirectory: Sendable {
 
     static func error() -> String { String(cString: strerror(errno)) }
 }
+
+extension WALDirectory {
+    /// Keeps a copy of what `plan` (a `--repair`) cuts under `cut-<now>/`: the tail of the truncated
+    /// segment as `<segment>.from-<offset>`, and the removed segments whole. Returns the directory.
+    func preserveCut(of plan: WALRecovery.Plan, segments: [WALRecovery.Segment], now: Int64) throws(StoreError) -> String {
+        var cut = "\(path)/cut-\(now)"
+        var attempt = 1
+        while mkdir(cut, 0o700) != 0 {
+            guard errno == EEXIST, attempt < 100 else { throw .io("cannot create \(cut): \(Self.error())") }
+            attempt += 1
+            cut = "\(path)/cut-\(now)-\(attempt)"
+        }
+        if let (sequence, offset) = plan.truncate, let segment = segments.first(where: { $0.sequence == sequence }) {
+            try Self.writeFile("\(cut)/\(WALSegmentHeader.fileName(sequence)).from-\(offset)", Array(segment.bytes[offset...]))
+        }
+        for sequence in plan.remove {
+            let name = WALSegmentHeader.fileName(sequence)
+            guard rename(segmentPath(sequence), "\(cut)/\(name)") == 0 || errno == ENOENT else {
+                throw .io("cannot move \(segmentPath(sequence)) to \(cut): \(Self.error())")
+            }
+        }
+        try syncDirectory()
+        return cut
+    }
+
+    /// Writes `bytes` to a new file and syncs it.
+    static func writeFile(_ file: String, _ bytes: [UInt8]) throws(StoreError) {
+        let fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("cannot create \(file): \(error())") }
+        defer { close(fd) }
+        var written = 0
+        while written < bytes.count {
+            let count = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { throw .io("cannot write \(file): \(error())") }
+            written += count
+        }
+        guard fsync(fd) == 0 else { throw .io("cannot sync \(file): \(error())") }
+    }
+}

@@ -44,6 +44,8 @@ public enum WALRecovery {
         public var warnings: [String] = []
         /// Records lost to `--repair` (those it could still count).
         public var lostRecords = 0
+        /// Whether `--repair` cut the log (rather than only a torn tail being dropped).
+        public var repaired = false
 
     }
 
@@ -51,13 +53,18 @@ public enum WALRecovery {
     ///
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`).
-    public static func plan(segments: [Segment], snapshotLSN: UInt64, repair: Bool = false) throws(StoreError) -> Plan {
-        var plan = try planWithoutSequence(segments: segments, snapshotLSN: snapshotLSN, repair: repair)
+    /// - Parameter validate: why a record with a good CRC cannot be used (see `WALScanner.scan`).
+    public static func plan(
+        segments: [Segment], snapshotLSN: UInt64, repair: Bool = false, validate: (WALRecord) -> String? = { _ in nil }
+    ) throws(StoreError) -> Plan {
+        var plan = try planWithoutSequence(segments: segments, snapshotLSN: snapshotLSN, repair: repair, validate: validate)
         plan.lastKeptSequence = segments.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
         return plan
     }
 
-    private static func planWithoutSequence(segments: [Segment], snapshotLSN: UInt64, repair: Bool) throws(StoreError) -> Plan {
+    private static func planWithoutSequence(
+        segments: [Segment], snapshotLSN: UInt64, repair: Bool, validate: (WALRecord) -> String?
+    ) throws(StoreError) -> Plan {
         var plan = Plan(lastLSN: snapshotLSN)
         let sorted = segments.sorted { $0.sequence < $1.sequence }
         var expectedLSN: UInt64?
@@ -69,7 +76,7 @@ public enum WALRecovery {
                     reason: "segment \(missing) before it is missing")
                 return plan
             }
-            let scan = WALScanner.scan(segment.bytes, sequence: segment.sequence, isLast: isLast)
+            let scan = WALScanner.scan(segment.bytes, sequence: segment.sequence, isLast: isLast, validate: validate)
             if let header = scan.header {
                 // The first segment may start anywhere up to just after the snapshot; later ones must
                 // continue exactly where the one before ended.
@@ -115,6 +122,7 @@ public enum WALRecovery {
         _ plan: inout Plan, _ segments: [Segment], from index: Int, offset: Int, repair: Bool, path: String, reason: String
     ) throws(StoreError) {
         guard repair else { throw StoreError.corrupt(file: path, offset: offset, reason) }
+        plan.repaired = true
         if offset > 0 {
             plan.truncate = (segments[index].sequence, offset)
         } else {

@@ -23,8 +23,11 @@ public enum WALScanner {
         public var ending: Ending
     }
 
-    /// Scans segment `sequence`; `isLast` allows a torn tail.
-    public static func scan(_ bytes: [UInt8], sequence: UInt64, isLast: Bool) -> Scan {
+    /// Scans segment `sequence`; `isLast` allows a torn tail. `validate` says why a record whose CRC
+    /// matches still cannot be used (an unknown type, a payload that does not parse): corruption.
+    public static func scan(
+        _ bytes: [UInt8], sequence: UInt64, isLast: Bool, validate: (WALRecord) -> String? = { _ in nil }
+    ) -> Scan {
         var scan = Scan(header: nil, records: [], offsets: [], ending: .clean)
         guard bytes.count >= WALSegmentHeader.size, !bytes.allSatisfy({ $0 == 0 }) else {
             scan.ending = isLast ? .torn(offset: 0) : .corrupt(offset: 0, reason: "the segment header is missing")
@@ -44,6 +47,10 @@ public enum WALScanner {
         while offset < bytes.count {
             switch record(in: bytes, at: offset, lsn: lsn) {
             case .valid(let record, let next):
+                if let reason = validate(record) {
+                    scan.ending = .corrupt(offset: offset, reason: reason)
+                    return scan
+                }
                 scan.records.append(record)
                 scan.offsets.append(offset)
                 offset = next

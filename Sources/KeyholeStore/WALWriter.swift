@@ -70,17 +70,27 @@ public final class WALWriter {
             record.append(lsn: lsn, to: &buffer)
             lsn += 1
         }
-        if size > WALSegmentHeader.size && size + buffer.count > configuration.segmentBytes {
+        try append(encoded: buffer, count: records.count)
+        return first..<lsn
+    }
+
+    /// Writes `count` records already encoded with the LSNs from `nextLSN` on (the store encodes them
+    /// while queueing, under its lock), cutting a new segment first when they would take this one past
+    /// the limit.
+    ///
+    /// - Throws: `StoreError.io` when the write fails; the segment is then as it was before the call.
+    public func append(encoded bytes: [UInt8], count: Int) throws(StoreError) {
+        if size > WALSegmentHeader.size && size + bytes.count > configuration.segmentBytes {
             // The old segment is made durable before the new one exists: the log never has a hole.
-            try sync()
+            // Its records may have been acknowledged already (batch mode): never cut them back here.
+            try sync(rollingBack: false)
             try startSegment(after: sequence)
             // The records' CRCs cover their LSNs, which do not depend on the segment: no re-encoding.
         }
-        try write(buffer, at: size)
-        size += buffer.count
-        bytesWritten += buffer.count
-        nextLSN = lsn
-        return first..<lsn
+        try write(bytes, at: size)
+        size += bytes.count
+        bytesWritten += bytes.count
+        nextLSN += UInt64(count)
     }
 
     /// Makes everything appended durable (fdatasync).
@@ -88,12 +98,17 @@ public final class WALWriter {
     /// - Throws: `StoreError.io` when the sync fails. What was appended since the last good sync is
     ///   then cut from the segment (a failed fdatasync may have dropped those pages), and its LSNs are
     ///   given out again.
-    public func sync() throws(StoreError) {
+    ///
+    /// - Parameter rollingBack: on failure, cut what was appended since the last good sync (when its
+    ///   changes were not acknowledged yet); `false` leaves it (batch mode, where they were).
+    public func sync(rollingBack: Bool = true) throws(StoreError) {
         guard size != durableSize else { return }
         guard fdatasync(fd) == 0 else {
             let message = "cannot sync \(directory.segmentPath(sequence)): \(WALDirectory.error())"
-            rollBack(to: durableSize)
-            nextLSN = durableLSN
+            if rollingBack {
+                rollBack(to: durableSize)
+                nextLSN = durableLSN
+            }
             throw .io(message)
         }
         durableSize = size

@@ -1,0 +1,20 @@
+/// A live session as `session.get` and `session.list` see it (never its token).
+public struct Session: Sendable, Equatable {
+    /// Its id (not a secret).
+    public var id: SessionID
+    /// Whose session it is.
+    public var principal: Principal
+    /// When it was created.
+    public var createdAt: Int64
+    /// When it ends, however much it is used (absolute TTL).
+    public var expiresAt: Int64
+    /// When it was last presented.
+    public var lastSeenAt: Int64
+    /// How long it may go unused before it ends.
+    public var idleSeconds: UInt32
+    /// The caller's data: compact JSON of an object, or `nil`.
+    public var data: [UInt8]?
+
+    /// When it ends if nobody presents it: the earlier of the TTL and the idle deadline.
+    public var endsAt: Int64 { min(expiresAt, lastSeenAt + Int64(idleSeconds)) }
+}

@@ -1,0 +1,36 @@
+import KeyholeJOSE
+
+/// Session tokens: `kh_` followed by the base64url of 32 bytes from the CSPRNG (46 characters).
+///
+/// keyholed hands a token out once, when the session is created, and keeps only its SHA-256.
+public enum SessionToken {
+    /// The prefix every token has, so that a leaked one is easy to recognise in logs and code.
+    public static let prefix = "kh_"
+    /// The length of a token's text.
+    public static let length = 46
+
+    /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
+    static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
+        guard let random = SecureRandom.bytes(32) else { return nil }
+        let token = prefix + Base64URL.encode(random)
+        guard let (id, check) = digest(token) else { return nil }
+        return (token, id, check)
+    }
+
+    /// The id and check of `token`, or `nil` when it does not have a token's form.
+    static func digest(_ token: String) -> (SessionID, SessionCheck)? {
+        guard isWellFormed(token), let digest = SHA256.digest(utf8: token) else { return nil }
+        // Digest words are in memory order; the id is defined over the bytes, so read them big-endian.
+        let words = digest.words
+        return (
+            SessionID(high: UInt64(bigEndian: words.0), low: UInt64(bigEndian: words.1)),
+            SessionCheck(high: UInt64(bigEndian: words.2), low: UInt64(bigEndian: words.3))
+        )
+    }
+
+    /// Whether `text` has the form of a token (it may still name no session).
+    public static func isWellFormed(_ text: String) -> Bool {
+        text.utf8.count == length && text.hasPrefix(prefix)
+            && text.utf8.dropFirst(prefix.utf8.count).allSatisfy(Base64URL.isAlphabet)
+    }
+}

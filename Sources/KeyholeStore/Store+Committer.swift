@@ -1,0 +1,195 @@
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+extension Store {
+    /// Records taken from the queue to be written together.
+    struct Batch {
+        var bytes: [UInt8]
+        var count: Int
+        var undo: [StoreTables.Undo]
+        var waiters: [Completion]
+    }
+
+    private enum Step {
+        case write(Batch)
+        case probe
+        case wait(seconds: Double?)
+        case stop
+    }
+
+    /// Runs the committer on a thread of its own until `stop()`; `finished` runs when everything queued
+    /// has been written (and synced, whatever the durability) and the thread ends.
+    func startCommitter(logger: Logger, finished: @escaping @Sendable () -> Void) {
+        StoreThread.start { [self] in
+            commitLoop(logger: logger)
+            finished()
+        }
+    }
+
+    /// Refuses new changes, and has the committer write what is queued and end.
+    func stop() {
+        state.withLock { $0.stopping = true }
+        ringDoorbell()
+    }
+
+    private func commitLoop(logger: Logger) {
+        var spare: [UInt8] = []
+        var lastSync = ContinuousClock.now
+        var unsynced = false
+        var probeDue = ContinuousClock.now
+        while true {
+            let now = ContinuousClock.now
+            let step = state.withLock { state -> Step in
+                if state.failure != nil {
+                    if state.stopping { return .stop }
+                    if now >= probeDue { return .probe }
+                    state.committerWaiting = true
+                    return .wait(seconds: Self.seconds(probeDue - now))
+                }
+                if state.pendingCount > 0 {
+                    swap(&spare, &state.pending)
+                    let batch = Batch(bytes: spare, count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
+                    state.pendingCount = 0
+                    state.pendingUndo = []
+                    state.pendingWaiters = []
+                    return .write(batch)
+                }
+                if state.stopping { return .stop }
+                state.committerWaiting = true
+                if unsynced, case .batch(let interval) = configuration.durability {
+                    return .wait(seconds: Self.seconds(max(.zero, lastSync + interval - now)))
+                }
+                return .wait(seconds: nil)
+            }
+            switch step {
+            case .write(let batch):
+                spare = batch.bytes
+                do throws(StoreError) {
+                    try writer.append(encoded: batch.bytes, count: batch.count)
+                    if configuration.durability == .always {
+                        try writer.sync()
+                        lastSync = ContinuousClock.now
+                    } else {
+                        unsynced = true
+                    }
+                } catch {
+                    fail(error, batch: batch, logger: logger)
+                    probeDue = ContinuousClock.now + configuration.retryInterval
+                    spare.removeAll(keepingCapacity: true)
+                    continue
+                }
+                state.withLock { state in
+                    state.counters.records += batch.count
+                    state.counters.walBytes += batch.bytes.count
+                    if configuration.durability == .always {
+                        state.counters.syncs += 1
+                        state.counters.syncedRecords += batch.count
+                    }
+                }
+                for waiter in batch.waiters { waiter(.success(())) }
+                spare.removeAll(keepingCapacity: true)
+            case .probe:
+                if probe(logger: logger) {
+                    lastSync = ContinuousClock.now
+                    unsynced = false
+                } else {
+                    probeDue = ContinuousClock.now + configuration.retryInterval
+                }
+            case .wait(let seconds):
+                if let seconds {
+                    if doorbell.lock(whenValue: 1, timeoutSeconds: seconds) { doorbell.unlock(withValue: 0) }
+                } else {
+                    doorbell.lock(whenValue: 1)
+                    doorbell.unlock(withValue: 0)
+                }
+            case .stop:
+                // A clean stop leaves everything durable, whatever the configured durability.
+                if (try? writer.sync(rollingBack: false)) != nil, unsynced {
+                    state.withLock { $0.counters.syncs += 1 }
+                }
+                return
+            }
+            if unsynced, case .batch(let interval) = configuration.durability, ContinuousClock.now - lastSync >= interval {
+                do throws(StoreError) {
+                    // What was written is acknowledged: a failed sync must not cut it (see `sync`).
+                    try writer.sync(rollingBack: false)
+                    state.withLock { $0.counters.syncs += 1 }
+                    lastSync = ContinuousClock.now
+                    unsynced = false
+                } catch {
+                    fail(error, batch: nil, logger: logger)
+                    probeDue = ContinuousClock.now + configuration.retryInterval
+                }
+            }
+        }
+    }
+
+    /// A write or sync failed: every change not on disk is taken back, newest first, and fails; writes
+    /// are refused until a probe succeeds.
+    private func fail(_ error: StoreError, batch: Batch?, logger: Logger) {
+        let waiters = state.withLock { state -> [Completion] in
+            state.tables.rollBack(state.pendingUndo)
+            if let batch { state.tables.rollBack(batch.undo) }
+            let waiters = (batch?.waiters ?? []) + state.pendingWaiters
+            state.pending.removeAll(keepingCapacity: true)
+            state.pendingCount = 0
+            state.pendingUndo = []
+            state.pendingWaiters = []
+            state.nextLSN = writer.nextLSN
+            state.failure = error.message
+            state.failedAt = Self.wallClock()
+            state.counters.failures += 1
+            return waiters
+        }
+        logger.error("storage.failed", metadata: ["error": "\(error.message)", "changes_failed": "\(waiters.count)"])
+        let refusal = StoreError.unavailable("storage is failing: \(error.message)")
+        for waiter in waiters { waiter(.failure(refusal)) }
+    }
+
+    /// Writes and syncs a noop record; on success, writes are accepted again.
+    private func probe(logger: Logger) -> Bool {
+        var bytes: [UInt8] = []
+        let lsn = state.withLock { state in
+            let lsn = state.nextLSN
+            state.enqueue(.noop)
+            swap(&bytes, &state.pending)
+            state.pendingCount = 0
+            return lsn
+        }
+        precondition(lsn == writer.nextLSN, "the store's LSN and the log's disagree")
+        do throws(StoreError) {
+            try writer.append(encoded: bytes, count: 1)
+            try writer.sync()
+        } catch {
+            state.withLock { $0.nextLSN = writer.nextLSN }
+            logger.debug("storage.probe_failed", metadata: ["error": "\(error.message)"])
+            return false
+        }
+        let since = state.withLock { state -> Int64? in
+            state.failure = nil
+            state.counters.records += 1
+            state.counters.syncs += 1
+            state.counters.syncedRecords += 1
+            state.counters.walBytes += bytes.count
+            return state.failedAt
+        }
+        logger.notice("storage.recovered", metadata: ["failed_for_s": "\(since.map { Self.wallClock() - $0 } ?? 0)"])
+        return true
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        let (seconds, attoseconds) = duration.components
+        return max(0, Double(seconds) + Double(attoseconds) / 1e18)
+    }
+
+    static func wallClock() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec)
+    }
+}

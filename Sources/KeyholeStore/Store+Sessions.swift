@@ -1,0 +1,105 @@
+extension Store {
+    /// Creates a session for `principal` and returns its token (shown once, never stored) and the
+    /// session. Creates the user's record when they have none and stamps their last login.
+    ///
+    /// - Parameters:
+    ///   - ttl: seconds until the session ends however much it is used.
+    ///   - idle: seconds it may go unused.
+    ///   - data: compact JSON of an object, or `nil`.
+    ///   - completion: runs when the session is durable (or failed to be).
+    /// - Throws: `StoreError.unavailable` while writes are refused; `.io` if the CSPRNG fails.
+    public func createSession(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?,
+        completion: @escaping Completion
+    ) throws(StoreError) -> (token: String, session: Session) {
+        // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
+        for _ in 0..<3 {
+            guard let (token, id, check) = SessionToken.generate() else {
+                throw .io("the random number generator failed")
+            }
+            let new = StoreRecord.NewSession(
+                id: id, check: check, principal: principal, createdAt: now, expiresAt: now + ttl, idleSeconds: idle, data: data)
+            let created = try change(completion) { tables, undo throws(StoreError) -> (Session?, [StoreRecord]) in
+                guard tables.slot(of: id) == nil else { return (nil, []) }
+                tables.create(new, undo: &undo)
+                return (tables.session(at: tables.slot(of: id)!), [.sessionCreate(new)])
+            }
+            if let created { return (token, created) }
+        }
+        throw .io("could not find an unused session id")
+    }
+
+    /// The live session `token` names, and its user's record, marking it as used now (which extends
+    /// its idle deadline); `nil` for an unknown, revoked or expired session alike.
+    public func session(token: String, now: Int64) -> (session: Session, user: User?)? {
+        guard let (id, check) = SessionToken.digest(token) else { return nil }
+        let (found, ring) = state.withLock { state -> ((Session, User?)?, Bool) in
+            guard let slot = state.tables.slot(of: id, check: check), !state.tables.isExpired(slot, now: now) else {
+                return (nil, false)
+            }
+            var undo: [StoreTables.Undo]? = []
+            var ring = false
+            if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
+                ring = enqueueQuietly([touch], undo: undo ?? [], in: &state)
+            }
+            return ((state.tables.session(at: slot), state.tables.user(ofSession: slot)), ring)
+        }
+        if ring { ringDoorbell() }
+        return found
+    }
+
+    /// Revokes the session `token` names; `false` when there is no live one (unknown, revoked and
+    /// expired look alike).
+    public func revokeSession(token: String, now: Int64, completion: @escaping Completion) throws(StoreError) -> Bool {
+        guard let (id, check) = SessionToken.digest(token) else {
+            completion(.success(()))
+            return false
+        }
+        return try revoke(id: id, check: check, now: now, completion: completion)
+    }
+
+    /// Revokes session `id`; `false` when there is no live one.
+    public func revokeSession(id: SessionID, now: Int64, completion: @escaping Completion) throws(StoreError) -> Bool {
+        try revoke(id: id, check: nil, now: now, completion: completion)
+    }
+
+    private func revoke(id: SessionID, check: SessionCheck?, now: Int64, completion: @escaping Completion) throws(StoreError) -> Bool {
+        try change(completion) { tables, undo throws(StoreError) -> (Bool, [StoreRecord]) in
+            let slot = check.map { tables.slot(of: id, check: $0) } ?? tables.slot(of: id)
+            guard let slot else { return (false, []) }
+            if tables.isExpired(slot, now: now) {
+                // Expiry needs no record: the log's times say it already.
+                var none: [StoreTables.Undo]? = nil
+                tables.remove(id, undo: &none)
+                return (false, [])
+            }
+            tables.remove(id, undo: &undo)
+            return (true, [.sessionRevoke(id)])
+        }
+    }
+
+    /// Revokes every session of `principal`; returns how many were live.
+    public func revokeSessions(of principal: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> Int {
+        try change(completion) { tables, undo throws(StoreError) -> (Int, [StoreRecord]) in
+            let live = tables.sessions(of: principal, now: now).count
+            guard live > 0 else {
+                var none: [StoreTables.Undo]? = nil
+                _ = tables.removeAll(of: principal, undo: &none)
+                return (0, [])
+            }
+            _ = tables.removeAll(of: principal, undo: &undo)
+            return (live, [.sessionRevokeAll(principal)])
+        }
+    }
+
+    /// The live sessions of `principal`, oldest first.
+    public func sessions(of principal: Principal, now: Int64) -> [Session] {
+        state.withLock { $0.tables.sessions(of: principal, now: now) }
+    }
+
+    /// Removes up to `limit` expired sessions from memory, from slot `cursor` on (no record: expiry
+    /// follows from the logged times). Returns how many went and the cursor to go on from (0: done).
+    public func sweepExpired(now: Int64, from cursor: Int, limit: Int) -> (removed: Int, next: Int) {
+        state.withLock { $0.tables.sweep(now: now, from: cursor, limit: limit) }
+    }
+}

@@ -1,0 +1,152 @@
+import KeyholeProtocol
+import NIOConcurrencyHelpers
+import Synchronization
+
+/// keyholed's users and sessions: tables in memory, every change logged to the WAL before it is
+/// acknowledged.
+///
+/// Reads take the lock, look up and return: no I/O. A change is applied in memory and its record
+/// queued under the lock; the committer thread writes what has queued as one batch, makes it durable
+/// (with `durability = .always`) and then calls each change's completion. Changes that queue while a
+/// sync runs go into the next sync together (group commit). When a write or sync fails, every change
+/// not yet durable is taken back in memory and fails with `StoreError.unavailable`; until a probe write
+/// succeeds, changes are refused at once while reads go on.
+public final class Store: Sendable {
+    /// How the store writes.
+    public struct Configuration: Sendable {
+        /// When a change counts as done.
+        public enum Durability: Sendable, Equatable {
+            /// After fdatasync: survives power loss.
+            case always
+            /// After write(2), with an fdatasync every `interval`: survives a crash of keyholed, and
+            /// loses at most about `interval` of changes on power loss.
+            case batch(interval: Duration)
+            /// After write(2); syncing is left to the kernel.
+            case off
+        }
+
+        /// When a change counts as done; `.always` by default.
+        public var durability = Durability.always
+        /// Where the log's segments are cut.
+        public var segmentBytes = 64 << 20
+        /// A session's last use is logged at most this often (seconds).
+        public var touchInterval: Int64 = 60
+        /// While storage fails, a probe write is tried this often.
+        public var retryInterval: Duration = .seconds(1)
+
+        /// The defaults.
+        public init() {}
+    }
+
+    /// A change's completion: called once, with success when the change is as durable as configured.
+    public typealias Completion = @Sendable (Result<Void, StoreError>) -> Void
+
+    struct State {
+        var tables = StoreTables()
+        /// The LSN the next record gets.
+        var nextLSN: UInt64
+        /// Encoded records not yet handed to the committer, their undo entries and completions.
+        var pending: [UInt8] = []
+        var pendingCount = 0
+        var pendingUndo: [StoreTables.Undo] = []
+        var pendingWaiters: [Completion] = []
+        /// Why writes are refused, while they are.
+        var failure: String?
+        var failedAt: Int64?
+        var committerWaiting = false
+        var stopping = false
+        var counters = Counters()
+    }
+
+    /// What the statistics report.
+    struct Counters {
+        var records = 0
+        var syncs = 0
+        var syncedRecords = 0
+        var walBytes = 0
+        var failures = 0
+    }
+
+    let configuration: Configuration
+    let state: Mutex<State>
+    /// Rung (set to 1) when work queues while the committer waits.
+    let doorbell = ConditionLock<Int>(value: 0)
+    /// Used by the committer thread only (and by `open` before it starts).
+    nonisolated(unsafe) let writer: WALWriter
+    let walDirectory: WALDirectory
+    let lock: StateDirectoryLock
+
+    init(configuration: Configuration, tables: StoreTables, writer: WALWriter, walDirectory: WALDirectory, lock: StateDirectoryLock, walBytes: Int) {
+        self.configuration = configuration
+        var state = State(nextLSN: writer.nextLSN)
+        state.tables = tables
+        state.counters.walBytes = walBytes
+        self.state = Mutex(state)
+        self.writer = writer
+        self.walDirectory = walDirectory
+        self.lock = lock
+    }
+
+    // MARK: Changes
+
+    /// Runs `body` on the tables under the lock and queues the records it returns; `completion` runs
+    /// when they are durable, or at once when there are none.
+    ///
+    /// - Throws: `StoreError.unavailable` while writes are refused (nothing changes then), or what
+    ///   `body` throws.
+    func change<Result: Sendable>(
+        _ completion: @escaping Completion,
+        _ body: (inout StoreTables, inout [StoreTables.Undo]?) throws(StoreError) -> (Result, [StoreRecord])
+    ) throws(StoreError) -> Result {
+        let (result, queued, ring) = try state.withLock { state throws(StoreError) -> (Result, Bool, Bool) in
+            if let failure = state.failure { throw .unavailable(failure) }
+            if state.stopping { throw .unavailable("the store is stopping") }
+            var undo: [StoreTables.Undo]? = []
+            let (result, records) = try body(&state.tables, &undo)
+            guard !records.isEmpty else { return (result, false, false) }
+            for record in records { state.enqueue(record) }
+            state.pendingUndo += undo ?? []
+            state.pendingWaiters.append(completion)
+            let ring = state.committerWaiting
+            state.committerWaiting = false
+            return (result, true, ring)
+        }
+        if !queued { completion(.success(())) }
+        if ring { ringDoorbell() }
+        return result
+    }
+
+    /// Queues records nobody waits for (touches): skipped while writes are refused.
+    func enqueueQuietly(_ records: [StoreRecord], undo: [StoreTables.Undo], in state: inout State) -> Bool {
+        guard state.failure == nil, !state.stopping, !records.isEmpty else { return false }
+        for record in records { state.enqueue(record) }
+        state.pendingUndo += undo
+        let ring = state.committerWaiting
+        state.committerWaiting = false
+        return ring
+    }
+
+    func ringDoorbell() {
+        doorbell.lock()
+        doorbell.unlock(withValue: 1)
+    }
+}
+
+extension Store.State {
+    /// Encodes `record` as the record with the next LSN (WAL.md, "Records") onto the pending bytes.
+    mutating func enqueue(_ record: StoreRecord) {
+        let start = pending.count
+        pending.append(contentsOf: repeatElement(0, count: WALRecord.headerBytes))
+        record.appendBody(to: &pending)
+        let length = pending.count - start - WALRecord.headerBytes
+        var crc = CRC32C()
+        crc.update(bigEndian: nextLSN)
+        pending.withUnsafeBytes { crc.update(UnsafeRawBufferPointer(rebasing: $0[(start + WALRecord.headerBytes)...])) }
+        pending.withUnsafeMutableBytes { bytes in
+            bytes.storeBytes(of: UInt32(length).bigEndian, toByteOffset: start, as: UInt32.self)
+            bytes.storeBytes(of: crc.value.bigEndian, toByteOffset: start + 4, as: UInt32.self)
+        }
+        nextLSN += 1
+        pendingCount += 1
+    }
+}

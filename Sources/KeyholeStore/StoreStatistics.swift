@@ -1,0 +1,33 @@
+/// The store's figures for `stats`.
+public struct StoreStatistics: Sendable, Equatable {
+    /// Sessions in memory (expired ones not yet swept included).
+    public var sessions: Int
+    /// User records.
+    public var users: Int
+    /// Bytes of log written since start-up (and found at start-up).
+    public var walBytes: Int
+    /// Records written since start-up.
+    public var records: Int
+    /// fdatasync calls that made records durable.
+    public var syncs: Int
+    /// Records made durable by those syncs, on average per sync (group commit at work).
+    public var recordsPerSync: Double
+    /// Why writes are refused, while they are.
+    public var failure: String?
+    /// How many times storage has failed since start-up.
+    public var failures: Int
+}
+
+extension Store {
+    /// The current figures.
+    public var statistics: StoreStatistics {
+        state.withLock { state in
+            let counters = state.counters
+            return StoreStatistics(
+                sessions: state.tables.sessionCount, users: state.tables.userCount, walBytes: counters.walBytes,
+                records: counters.records, syncs: counters.syncs,
+                recordsPerSync: counters.syncs > 0 ? Double(counters.syncedRecords) / Double(counters.syncs) : 0,
+                failure: state.failure, failures: counters.failures)
+        }
+    }
+}

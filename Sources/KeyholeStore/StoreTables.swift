@@ -1,0 +1,311 @@
+import KeyholeProtocol
+
+/// The in-memory users and sessions, without locks or I/O: the store owns one under its lock.
+///
+/// Sessions and principals live in slot arrays, indexed by dictionaries of small integers, with each
+/// principal's sessions chained through their slots: a session costs one slot and one index entry, and
+/// removing one is O(1). Every mutation can record how to undo itself, for when its log record does
+/// not reach the disk.
+struct StoreTables {
+    static let none = UInt32.max
+
+    struct SessionSlot {
+        var id: SessionID
+        var check: SessionCheck
+        var principal: UInt32
+        var createdAt: Int64
+        var expiresAt: Int64
+        var lastSeenAt: Int64
+        /// The last_seen_at the log knows (creation or the last touch record).
+        var loggedSeenAt: Int64
+        var idleSeconds: UInt32
+        var data: [UInt8]?
+        var previous: UInt32
+        var next: UInt32
+
+        var endsAt: Int64 { min(expiresAt, lastSeenAt + Int64(idleSeconds)) }
+    }
+
+    struct UserState: Equatable {
+        var createdAt: Int64
+        var updatedAt: Int64
+        var lastLoginAt: Int64?
+        var fields: [String: JSONValue]
+    }
+
+    struct PrincipalSlot {
+        var key: Principal
+        var user: UserState?
+        var firstSession: UInt32
+        var sessionCount: Int
+        var isLive: Bool { firstSession != StoreTables.none || user != nil }
+    }
+
+    /// How to take one mutation back.
+    enum Undo {
+        case removeSession(SessionID)
+        case restoreSession(StoreRecord.NewSession, lastSeenAt: Int64, loggedSeenAt: Int64)
+        case restoreLoggedSeen(SessionID, Int64)
+        case restoreUser(Principal, UserState?)
+    }
+
+    private var sessionIndex: [SessionID: UInt32] = [:]
+    private var sessionSlots: [SessionSlot] = []
+    private var freeSessionSlots: [UInt32] = []
+    private var principalIndex: [Principal: UInt32] = [:]
+    private var principalSlots: [PrincipalSlot] = []
+    private var freePrincipalSlots: [UInt32] = []
+    private(set) var userCount = 0
+
+    var sessionCount: Int { sessionIndex.count }
+
+    /// Makes room for `sessions` sessions without growing in steps (start-up from a snapshot).
+    mutating func reserve(sessions: Int) {
+        sessionIndex.reserveCapacity(sessions)
+        sessionSlots.reserveCapacity(sessions)
+    }
+
+    // MARK: Reading
+
+    /// The slot of session `id` when it exists and `check` matches (constant time), expired or not.
+    func slot(of id: SessionID, check: SessionCheck) -> UInt32? {
+        guard let index = sessionIndex[id], sessionSlots[Int(index)].check.matches(check) else { return nil }
+        return index
+    }
+
+    /// The slot of session `id`, expired or not.
+    func slot(of id: SessionID) -> UInt32? { sessionIndex[id] }
+
+    func isExpired(_ slot: UInt32, now: Int64) -> Bool { now >= sessionSlots[Int(slot)].endsAt }
+
+    func session(at slot: UInt32) -> Session {
+        let entry = sessionSlots[Int(slot)]
+        return Session(
+            id: entry.id, principal: principalSlots[Int(entry.principal)].key, createdAt: entry.createdAt,
+            expiresAt: entry.expiresAt, lastSeenAt: entry.lastSeenAt, idleSeconds: entry.idleSeconds, data: entry.data)
+    }
+
+    /// The user owning session `slot`, if they have a record.
+    func user(ofSession slot: UInt32) -> User? {
+        let principal = principalSlots[Int(sessionSlots[Int(slot)].principal)]
+        return principal.user.map { User(principal.key, $0) }
+    }
+
+    func user(_ principal: Principal) -> User? {
+        guard let index = principalIndex[principal], let state = principalSlots[Int(index)].user else { return nil }
+        return User(principal, state)
+    }
+
+    /// The principal's live sessions, oldest first.
+    func sessions(of principal: Principal, now: Int64) -> [Session] {
+        var result: [Session] = []
+        forEachSession(of: principal) { slot in
+            if !isExpired(slot, now: now) { result.append(session(at: slot)) }
+        }
+        return result.sorted { ($0.createdAt, $0.id.high) < ($1.createdAt, $1.id.high) }
+    }
+
+    private func forEachSession(of principal: Principal, _ body: (UInt32) -> Void) {
+        guard let index = principalIndex[principal] else { return }
+        var slot = principalSlots[Int(index)].firstSession
+        while slot != Self.none {
+            let next = sessionSlots[Int(slot)].next
+            body(slot)
+            slot = next
+        }
+    }
+
+    // MARK: Mutating
+
+    /// Adds a session; creates its user when they have no record and stamps their last login
+    /// (WALRecordTypes.md, replay of session.create).
+    mutating func create(_ new: StoreRecord.NewSession, undo: inout [Undo]?) {
+        if sessionIndex[new.id] != nil { remove(new.id, undo: &undo) }
+        let principal = principalSlot(for: new.principal)
+        let before = principalSlots[Int(principal)].user
+        undo?.append(.restoreUser(new.principal, before))
+        var user = before ?? UserState(createdAt: new.createdAt, updatedAt: new.createdAt, lastLoginAt: nil, fields: [:])
+        user.lastLoginAt = max(user.lastLoginAt ?? new.createdAt, new.createdAt)
+        setUser(principal, user)
+        insert(new, principal: principal, lastSeenAt: new.createdAt, loggedSeenAt: new.createdAt)
+        undo?.append(.removeSession(new.id))
+    }
+
+    private mutating func insert(_ new: StoreRecord.NewSession, principal: UInt32, lastSeenAt: Int64, loggedSeenAt: Int64) {
+        let head = principalSlots[Int(principal)].firstSession
+        let entry = SessionSlot(
+            id: new.id, check: new.check, principal: principal, createdAt: new.createdAt, expiresAt: new.expiresAt,
+            lastSeenAt: lastSeenAt, loggedSeenAt: loggedSeenAt, idleSeconds: new.idleSeconds, data: new.data,
+            previous: Self.none, next: head)
+        let slot: UInt32
+        if let free = freeSessionSlots.popLast() {
+            slot = free
+            sessionSlots[Int(free)] = entry
+        } else {
+            slot = UInt32(sessionSlots.count)
+            sessionSlots.append(entry)
+        }
+        if head != Self.none { sessionSlots[Int(head)].previous = slot }
+        principalSlots[Int(principal)].firstSession = slot
+        principalSlots[Int(principal)].sessionCount += 1
+        sessionIndex[new.id] = slot
+    }
+
+    /// Marks session `slot` as presented at `now`. Returns the touch record to log when the log's
+    /// last_seen_at is `touchInterval` or more behind.
+    mutating func touch(_ slot: UInt32, now: Int64, touchInterval: Int64, undo: inout [Undo]?) -> StoreRecord? {
+        let index = Int(slot)
+        guard now > sessionSlots[index].lastSeenAt else { return nil }
+        sessionSlots[index].lastSeenAt = now
+        guard now - sessionSlots[index].loggedSeenAt >= touchInterval else { return nil }
+        undo?.append(.restoreLoggedSeen(sessionSlots[index].id, sessionSlots[index].loggedSeenAt))
+        sessionSlots[index].loggedSeenAt = now
+        return .sessionTouch(sessionSlots[index].id, lastSeenAt: now)
+    }
+
+    /// Removes session `id`; `false` when there is none.
+    @discardableResult
+    mutating func remove(_ id: SessionID, undo: inout [Undo]?) -> Bool {
+        guard let slot = sessionIndex.removeValue(forKey: id) else { return false }
+        let entry = sessionSlots[Int(slot)]
+        let principal = entry.principal
+        undo?.append(.restoreSession(
+            StoreRecord.NewSession(
+                id: entry.id, check: entry.check, principal: principalSlots[Int(principal)].key,
+                createdAt: entry.createdAt, expiresAt: entry.expiresAt, idleSeconds: entry.idleSeconds, data: entry.data),
+            lastSeenAt: entry.lastSeenAt, loggedSeenAt: entry.loggedSeenAt))
+        if entry.previous != Self.none {
+            sessionSlots[Int(entry.previous)].next = entry.next
+        } else {
+            principalSlots[Int(principal)].firstSession = entry.next
+        }
+        if entry.next != Self.none { sessionSlots[Int(entry.next)].previous = entry.previous }
+        principalSlots[Int(principal)].sessionCount -= 1
+        // Free the slot's data now rather than when the slot is reused.
+        sessionSlots[Int(slot)].data = nil
+        freeSessionSlots.append(slot)
+        releaseIfEmpty(principal)
+        return true
+    }
+
+    /// Removes every session of `principal`; returns how many there were (expired ones included).
+    mutating func removeAll(of principal: Principal, undo: inout [Undo]?) -> Int {
+        var ids: [SessionID] = []
+        forEachSession(of: principal) { ids.append(sessionSlots[Int($0)].id) }
+        for id in ids { remove(id, undo: &undo) }
+        return ids.count
+    }
+
+    /// Sets or clears `principal`'s user record.
+    mutating func setUser(_ principal: Principal, _ user: UserState?, undo: inout [Undo]?) {
+        let index = principalSlot(for: principal)
+        undo?.append(.restoreUser(principal, principalSlots[Int(index)].user))
+        setUser(index, user)
+        releaseIfEmpty(index)
+    }
+
+    private mutating func setUser(_ index: UInt32, _ user: UserState?) {
+        let had = principalSlots[Int(index)].user != nil
+        principalSlots[Int(index)].user = user
+        userCount += (user != nil ? 1 : 0) - (had ? 1 : 0)
+    }
+
+    /// Takes back `undo`'s entries, newest first.
+    mutating func rollBack(_ undo: [Undo]) {
+        var none: [Undo]? = nil
+        for entry in undo.reversed() {
+            switch entry {
+            case .removeSession(let id):
+                remove(id, undo: &none)
+            case .restoreSession(let new, let lastSeenAt, let loggedSeenAt):
+                insert(new, principal: principalSlot(for: new.principal), lastSeenAt: lastSeenAt, loggedSeenAt: loggedSeenAt)
+            case .restoreLoggedSeen(let id, let loggedSeenAt):
+                if let slot = sessionIndex[id] { sessionSlots[Int(slot)].loggedSeenAt = loggedSeenAt }
+            case .restoreUser(let principal, let user):
+                setUser(principal, user, undo: &none)
+            }
+        }
+    }
+
+    /// Applies a record from the log (replay at start-up).
+    mutating func apply(_ record: StoreRecord) {
+        var none: [Undo]? = nil
+        switch record {
+        case .noop:
+            break
+        case .sessionCreate(let new):
+            create(new, undo: &none)
+        case .sessionTouch(let id, let lastSeenAt):
+            if let slot = sessionIndex[id] {
+                sessionSlots[Int(slot)].lastSeenAt = max(sessionSlots[Int(slot)].lastSeenAt, lastSeenAt)
+                sessionSlots[Int(slot)].loggedSeenAt = sessionSlots[Int(slot)].lastSeenAt
+            }
+        case .sessionRevoke(let id):
+            remove(id, undo: &none)
+        case .sessionRevokeAll(let principal):
+            _ = removeAll(of: principal, undo: &none)
+        case .userPut(let principal, let json):
+            // Decoding checked the JSON; a record that is not a user was refused there.
+            if let user = User(principal: principal, recordJSON: json) {
+                setUser(principal, UserState(user), undo: &none)
+            }
+        case .userDelete(let principal):
+            _ = removeAll(of: principal, undo: &none)
+            setUser(principal, nil, undo: &none)
+        }
+    }
+
+    /// Removes up to `limit` expired sessions from slot `cursor` on; returns how many it removed and
+    /// where to go on (0 after the last slot).
+    mutating func sweep(now: Int64, from cursor: Int, limit: Int) -> (removed: Int, next: Int) {
+        var removed = 0
+        var slot = cursor
+        var none: [Undo]? = nil
+        let end = min(sessionSlots.count, cursor + limit)
+        while slot < end {
+            let entry = sessionSlots[slot]
+            if now >= entry.endsAt, sessionIndex[entry.id] == UInt32(slot) {
+                remove(entry.id, undo: &none)
+                removed += 1
+            }
+            slot += 1
+        }
+        return (removed, slot >= sessionSlots.count ? 0 : slot)
+    }
+
+    // MARK: Principals
+
+    private mutating func principalSlot(for key: Principal) -> UInt32 {
+        if let index = principalIndex[key] { return index }
+        let entry = PrincipalSlot(key: key, user: nil, firstSession: Self.none, sessionCount: 0)
+        let index: UInt32
+        if let free = freePrincipalSlots.popLast() {
+            index = free
+            principalSlots[Int(free)] = entry
+        } else {
+            index = UInt32(principalSlots.count)
+            principalSlots.append(entry)
+        }
+        principalIndex[key] = index
+        return index
+    }
+
+    private mutating func releaseIfEmpty(_ index: UInt32) {
+        guard !principalSlots[Int(index)].isLive else { return }
+        principalIndex.removeValue(forKey: principalSlots[Int(index)].key)
+        principalSlots[Int(index)].key = Principal(issuer: "", sub: "")
+        freePrincipalSlots.append(index)
+    }
+}
+
+extension User {
+    init(_ principal: Principal, _ state: StoreTables.UserState) {
+        self.init(principal: principal, createdAt: state.createdAt, updatedAt: state.updatedAt, lastLoginAt: state.lastLoginAt, fields: state.fields)
+    }
+}
+
+extension StoreTables.UserState {
+    init(_ user: User) {
+        self.init(createdAt: user.createdAt, updatedAt: user.updatedAt, lastLoginAt: user.lastLoginAt, fields: user.fields)
+    }
+}

@@ -1,0 +1,65 @@
+import KeyholeProtocol
+import NIOCore
+
+/// A user: what keyholed knows of one principal besides their sessions (WALRecordTypes.md, "The user
+/// record").
+public struct User: Sendable, Equatable {
+    /// Whose record this is.
+    public var principal: Principal
+    /// When the user was first seen (their first session, or the update that created them).
+    public var createdAt: Int64
+    /// When the record last changed.
+    public var updatedAt: Int64
+    /// When their last session was created, if one was.
+    public var lastLoginAt: Int64?
+    /// The other members: `email`, `email_verified`, `is_private_email`, `name`, `ext` and any a newer
+    /// keyholed wrote.
+    public var fields: [String: JSONValue]
+
+    /// A user.
+    public init(principal: Principal, createdAt: Int64, updatedAt: Int64, lastLoginAt: Int64? = nil, fields: [String: JSONValue] = [:]) {
+        self.principal = principal
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.lastLoginAt = lastLoginAt
+        self.fields = fields
+    }
+
+    /// The members of the record that are times, kept apart from `fields`.
+    static let timeMembers: Set<String> = ["created_at", "updated_at", "last_login_at"]
+
+    /// The record as stored: compact JSON of every member.
+    var recordJSON: [UInt8] {
+        var object = fields
+        object["created_at"] = .int(createdAt)
+        object["updated_at"] = .int(updatedAt)
+        if let lastLoginAt { object["last_login_at"] = .int(lastLoginAt) }
+        var buffer = ByteBuffer()
+        JSONValue.object(object).write(to: &buffer)
+        return Array(buffer.readableBytesView)
+    }
+
+    /// A user from a stored record; `nil` when it is not an object with integer times.
+    init?(principal: Principal, recordJSON: [UInt8]) {
+        guard case .object(var object)? = try? JSONValue.parse(ByteBuffer(bytes: recordJSON)),
+            let createdAt = object.removeValue(forKey: "created_at")?.intValue,
+            let updatedAt = object.removeValue(forKey: "updated_at")?.intValue
+        else { return nil }
+        let lastLogin = object.removeValue(forKey: "last_login_at")
+        guard lastLogin == nil || lastLogin?.intValue != nil else { return nil }
+        self.init(principal: principal, createdAt: createdAt, updatedAt: updatedAt, lastLoginAt: lastLogin?.intValue, fields: object)
+    }
+
+    /// What `user.get` answers: the record without `ext` (issuer-specific secrets stay inside keyholed),
+    /// with its issuer and sub.
+    public var publicJSON: [String: JSONValue] {
+        var object = fields
+        object.removeValue(forKey: "ext")
+        object["issuer"] = .string(principal.issuer)
+        object["sub"] = .string(principal.sub)
+        object["created_at"] = .int(createdAt)
+        object["updated_at"] = .int(updatedAt)
+        object["last_login_at"] = lastLoginAt.map { .int($0) } ?? .null
+        return object
+    }
+}
