@@ -139,7 +139,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KeyholeStoreTests",
-            dependencies: ["KeyholeStore"]
+            dependencies: ["KeyholeStore", "KeyholeProtocol", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "KeyholeServerTests",

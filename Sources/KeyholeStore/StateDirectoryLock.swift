@@ -3,11 +3,13 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 /// An exclusive flock on `<state-dir>/lock`, held for the life of the store: two keyholeds writing one
 /// log would interleave records and corrupt it.
 final class StateDirectoryLock: Sendable {
     private let fd: Int32
+    private let released = Atomic(false)
 
     /// Takes the lock, or throws `StoreError.locked` at once when another process holds it.
     init(stateDirectory: String) throws(StoreError) {
@@ -24,5 +26,10 @@ final class StateDirectoryLock: Sendable {
         self.fd = fd
     }
 
-    deinit { close(fd) }
+    /// Gives the lock up before the store goes away (tests reopen a directory in one process).
+    func release() {
+        if !released.exchange(true, ordering: .relaxed) { close(fd) }
+    }
+
+    deinit { release() }
 }
