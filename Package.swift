@@ -65,6 +65,7 @@ let package = Package(
                 "KeyholeProtocol",
                 "KeyholeIssuers",
                 "KeyholeJOSE",
+                "KeyholeStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
@@ -84,6 +85,7 @@ let package = Package(
             name: "keyholed",
             dependencies: [
                 "KeyholeServer",
+                "KeyholeStore",
                 "KeyholeIssuers",
                 "KeyholeJOSE",
                 "KeyholeProtocol",

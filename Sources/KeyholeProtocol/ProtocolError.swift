@@ -25,6 +25,10 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
             case tokenNonceMismatch = "token_nonce_mismatch"
             case tokenClaimInvalid = "token_claim_invalid"
             case keysUnavailable = "keys_unavailable"
+            case sessionNotFound = "session_not_found"
+            case userNotFound = "user_not_found"
+            case storageUnavailable = "storage_unavailable"
+            case dataTooLarge = "data_too_large"
         }
 
         fileprivate let base: Base
@@ -85,6 +89,15 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let tokenClaimInvalid = Code(.tokenClaimInvalid)
         /// The issuer's key set is not available yet; retry after `retry_after_ms`.
         public static let keysUnavailable = Code(.keysUnavailable)
+        /// No live session has this token or id: unknown, expired and revoked look alike.
+        public static let sessionNotFound = Code(.sessionNotFound)
+        /// No user record for this issuer and subject.
+        public static let userNotFound = Code(.userNotFound)
+        /// A change could not be made durable (disk full, I/O error); reads still work. Retry after
+        /// `retry_after_ms`.
+        public static let storageUnavailable = Code(.storageUnavailable)
+        /// A session's `data` is larger than the configured maximum.
+        public static let dataTooLarge = Code(.dataTooLarge)
     }
 
     /// The stable code.
@@ -144,5 +157,25 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
     /// An unexpected failure inside the server.
     public static func `internal`(_ message: String = "internal error") -> ProtocolError {
         ProtocolError(code: .internal, message: message)
+    }
+
+    /// No live session (unknown, expired or revoked: the same answer for each).
+    public static func sessionNotFound() -> ProtocolError {
+        ProtocolError(code: .sessionNotFound, message: "no such session (unknown, expired or revoked)")
+    }
+
+    /// No user record for `principal`.
+    public static func userNotFound(_ principal: String) -> ProtocolError {
+        ProtocolError(code: .userNotFound, message: "no user \(principal)")
+    }
+
+    /// A change could not be made durable.
+    public static func storageUnavailable(_ message: String, retryAfterMs: Int = 1000) -> ProtocolError {
+        ProtocolError(code: .storageUnavailable, message: message, retryAfterMs: retryAfterMs)
+    }
+
+    /// `data` of `size` bytes is over `limit`.
+    public static func dataTooLarge(size: Int, limit: Int) -> ProtocolError {
+        ProtocolError(code: .dataTooLarge, message: "'data' is \(size) bytes as compact JSON; the limit is \(limit)")
     }
 }

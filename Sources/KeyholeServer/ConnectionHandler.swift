@@ -184,6 +184,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 case .later(let work):
                     startTask(request: request, context: context, work)
                     return nil
+                case .future(let future):
+                    wait(for: future, request: request, context: context)
+                    return nil
                 }
             } catch {
                 return Response(id: request.id, outcome: .failure(error))
@@ -212,6 +215,23 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Answers `request` when `future` completes, on this connection's event loop.
+    private func wait(for future: EventLoopFuture<[String: JSONValue]>, request: Request, context: ChannelHandlerContext) {
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        future.hop(to: context.eventLoop).whenComplete { outcome in
+            let response: Response
+            switch outcome {
+            case .success(let result):
+                response = Response(id: request.id, outcome: .success(result))
+            case .failure(let error as ProtocolError):
+                response = Response(id: request.id, outcome: .failure(error))
+            case .failure:
+                response = Response(id: request.id, outcome: .failure(.internal()))
+            }
+            loopBound.value.finishPending(response)
+        }
+    }
+
     /// Writes a response and frees its slot.
     private func finish(_ response: Response, context: ChannelHandlerContext) {
         core.stats.inFlight.subtract()
@@ -222,6 +242,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     private func finishAsync(_ response: Response, taskID: UInt64) {
         tasks.removeValue(forKey: taskID)
+        finishPending(response)
+    }
+
+    /// Answers a request that was waiting, then reads on if that freed a slot.
+    private func finishPending(_ response: Response) {
         guard let context else {
             // The handler is gone; the slot it held no longer matters, but the counter does.
             core.stats.inFlight.subtract()

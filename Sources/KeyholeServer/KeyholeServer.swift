@@ -17,15 +17,18 @@ public final class KeyholeServer: Service, Sendable {
 
     /// A server with `operations` besides the built-in ones (`ping`, `stats`).
     ///
-    /// - Parameter onListening: called once the socket accepts connections (readiness notification).
+    /// - Parameters:
+    ///   - statistics: members added to the `stats` result.
+    ///   - onListening: called once the socket accepts connections (readiness notification).
     public init(
         configuration: Configuration,
         operations: [String: Operation] = [:],
+        statistics: @escaping @Sendable () -> [String: JSONValue] = { [:] },
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
-        self.core = ServerCore(configuration: configuration, operations: operations)
+        self.core = ServerCore(configuration: configuration, operations: operations, statistics: statistics)
         self.group = eventLoopGroup
         self.logger = logger
         self.onListening = onListening

@@ -1,3 +1,5 @@
+import KeyholeProtocol
+
 /// What every connection of one server shares: configuration, operations, counters.
 final class ServerCore: Sendable {
     struct Entry: Sendable {
@@ -10,13 +12,16 @@ final class ServerCore: Sendable {
     let stats: ServerStats
 
     /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
-    init(configuration: KeyholeServer.Configuration, operations extra: [String: Operation]) {
+    init(
+        configuration: KeyholeServer.Configuration, operations extra: [String: Operation],
+        statistics: @escaping @Sendable () -> [String: JSONValue] = { [:] }
+    ) {
         var all = extra
         if configuration.enableDebugOperations {
             all.merge(BuiltinOperations.debug) { _, debug in debug }
         }
         let names = Set(all.keys).union(["ping", "stats"])
-        let stats = ServerStats(operations: names)
+        let stats = ServerStats(operations: names, extra: statistics)
         all.merge(BuiltinOperations.standard(stats: stats)) { _, builtin in builtin }
         self.configuration = configuration
         self.stats = stats

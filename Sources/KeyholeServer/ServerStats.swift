@@ -25,7 +25,11 @@ public final class ServerStats: Sendable {
     private let requestsByOp: [String: Counter]
     private let errorsByCode: [String: Counter]
 
-    init(operations: some Sequence<String>) {
+    /// Members other components add to the `stats` result (the store's figures, say).
+    private let extra: @Sendable () -> [String: JSONValue]
+
+    init(operations: some Sequence<String>, extra: @escaping @Sendable () -> [String: JSONValue] = { [:] }) {
+        self.extra = extra
         requestsByOp = Dictionary(uniqueKeysWithValues: operations.map { ($0, Counter()) })
         errorsByCode = Dictionary(uniqueKeysWithValues: ProtocolError.Code.allCases.map { ($0.rawValue, Counter()) })
     }
@@ -58,7 +62,7 @@ public final class ServerStats: Sendable {
 
     /// The `stats` result (PROTOCOL.md section 7).
     public var snapshot: [String: JSONValue] {
-        [
+        let builtin: [String: JSONValue] = [
             "uptime_ms": .int(uptimeMs),
             "connections": [
                 "open": .int(Int64(openConnections.load(ordering: .relaxed))),
@@ -70,5 +74,6 @@ public final class ServerStats: Sendable {
             "errors": .object(errorsByCode.compactMapValues { $0.current > 0 ? .int(Int64($0.current)) : nil }),
             "bytes": ["in": .int(Int64(bytesIn.current)), "out": .int(Int64(bytesOut.current))],
         ]
+        return builtin.merging(extra()) { builtin, _ in builtin }
     }
 }

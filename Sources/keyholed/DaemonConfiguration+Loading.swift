@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "log", "jwks", "tokens"], arrays: ["issuer"])
+        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens"], arrays: ["issuer"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -53,9 +53,37 @@ extension DaemonConfiguration {
                 configuration.server.drainTimeout = timeout
             }
         }
-        if let storage = try file.section("storage", keys: ["dir"]), let dir = try storage.string("dir") {
-            try checkPath(dir, key: "storage.dir", line: file.line(of: "dir", in: "storage"))
-            configuration.stateDirectory = dir
+        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval"]) {
+            if let dir = try storage.string("dir") {
+                try checkPath(dir, key: "storage.dir", line: file.line(of: "dir", in: "storage"))
+                configuration.stateDirectory = dir
+            }
+            let interval = try storage.duration("batch_interval", in: .milliseconds(1)...(.seconds(10)))
+            switch try storage.string("fsync") {
+            case nil, "always"?:
+                if interval != nil {
+                    throw ConfigError(key: "storage.batch_interval", line: file.line(of: "batch_interval", in: "storage"),
+                        message: "applies only with fsync = \"batch\"")
+                }
+            case "batch"?:
+                configuration.store.durability = .batch(interval: .nanoseconds((interval ?? .milliseconds(100)).nanoseconds))
+            case "off"?:
+                configuration.store.durability = .off
+            case let other?:
+                throw ConfigError(key: "storage.fsync", line: file.line(of: "fsync", in: "storage"),
+                    message: "must be \"always\", \"batch\" or \"off\", got '\(other)'")
+            }
+        }
+        if let sessions = try file.section("sessions", keys: ["ttl", "idle_timeout", "max_data"]) {
+            if let ttl = try sessions.duration("ttl", in: .minutes(1)...(.hours(24 * 400))) {
+                configuration.sessions.defaultTTL = ttl.nanoseconds / 1_000_000_000
+            }
+            if let idle = try sessions.duration("idle_timeout", in: .minutes(1)...(.hours(24 * 400))) {
+                configuration.sessions.defaultIdle = idle.nanoseconds / 1_000_000_000
+            }
+            if let bytes = try sessions.size("max_data", in: 2...(1 << 20)) {
+                configuration.sessions.maxDataBytes = bytes
+            }
         }
         if let log = try file.section("log", keys: ["level"]), let level = try log.string("level") {
             configuration.logLevel = try logLevel(level, key: "log.level", line: file.line(of: "level", in: "log"))

@@ -1,6 +1,7 @@
 import KeyholeIssuers
 import KeyholeProtocol
 import KeyholeServer
+import KeyholeStore
 import Logging
 import NIOCore
 
@@ -17,6 +18,10 @@ struct DaemonConfiguration {
     var issuers: [IssuerConfiguration] = []
     /// The key-set cache's rules (`[jwks]`).
     var keySetCache = KeySetCacheState.Configuration()
+    /// How the store writes (`[storage] fsync`, `batch_interval`).
+    var store = Store.Configuration()
+    /// Session defaults and limits (`[sessions]`); the issuer names are filled in from `issuers`.
+    var sessions = StoreOperations.Configuration()
     /// The verified-token cache's size (`[tokens] cache_entries`); 0 turns it off.
     var verifiedTokenCacheEntries = VerifiedTokenCache.defaultCapacity
 

@@ -3,6 +3,7 @@ import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeServer
+import KeyholeStore
 import Logging
 import ServiceLifecycle
 
@@ -34,6 +35,9 @@ struct Keyholed: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical; overrides [log] level.")
     var logLevel: String?
 
+    @Flag(help: "Cut the write-ahead log at its first damaged record (keeping a copy of what is cut under <state-dir>/wal/cut-<time>/), say how many records were lost, and exit without serving.")
+    var repair = false
+
     @Flag(name: .customLong("enable-debug-ops"), help: .hidden)
     var enableDebugOps = false
 
@@ -60,6 +64,19 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(1)
         }
 
+        // A write past RLIMIT_FSIZE must fail with EFBIG (storage_unavailable), not kill the daemon.
+        signal(SIGXFSZ, SIG_IGN)
+        let fixed = fixedClock
+        let clock: @Sendable () -> Double = {
+            if let fixed { return fixed }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        }
+        let seconds: @Sendable () -> Int64 = { Int64(clock().rounded(.down)) }
+        guard let sessionStore = openStore(configuration, now: seconds(), logger: logger) else { throw ExitCode(1) }
+        if repair { return }
+
         let store = KeySetStore(stateDirectory: configuration.stateDirectory)
         let issuers: [IssuerKeys]
         do {
@@ -72,18 +89,17 @@ struct Keyholed: AsyncParsableCommand {
         let registry = IssuerRegistry(
             issuers: issuers, cache: cacheEntries > 0 ? VerifiedTokenCache(capacity: cacheEntries) : nil,
             encoder: TokenOperations.encode)
-        let fixed = fixedClock
-        let clock: @Sendable () -> Double = {
-            if let fixed { return fixed }
-            var now = timespec()
-            clock_gettime(CLOCK_REALTIME, &now)
-            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
-        }
+        var sessionConfiguration = configuration.sessions
+        sessionConfiguration.issuers = configuration.issuers.map(\.name)
+        let operations = TokenOperations.make(registry: registry, now: clock)
+            .merging(KeySetOperations.make(registry: registry)) { $1 }
+            .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, now: seconds)) { $1 }
 
         let socketPath = configuration.socketPath
         let server = KeyholeServer(
             configuration: configuration.serverConfiguration,
-            operations: TokenOperations.make(registry: registry, now: clock).merging(KeySetOperations.make(registry: registry)) { $1 },
+            operations: operations,
+            statistics: { StoreOperations.statistics(sessionStore) },
             logger: logger
         ) {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
@@ -91,9 +107,12 @@ struct Keyholed: AsyncParsableCommand {
         var lifecycleLogger = logger
         lifecycleLogger.logLevel = max(level, .notice)
         let group = ServiceGroup(configuration: .init(
-            // Stopped in reverse order: the server drains its requests while keys still refresh.
+            // Stopped in reverse order: the server drains its requests while keys still refresh and
+            // changes still commit; the committer then flushes what is queued.
             services: [
                 .init(service: KeySetRefresher(issuers: issuers, store: store, logger: logger)),
+                .init(service: StoreCommitter(store: sessionStore, logger: logger)),
+                .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: server),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],
@@ -109,6 +128,43 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(1)
         }
         logger.info("keyholed.stopped")
+    }
+
+    /// Opens (or with `--repair`, repairs) the users and sessions; `nil` after logging why it cannot.
+    private func openStore(_ configuration: DaemonConfiguration, now: Int64, logger: Logger) -> Store? {
+        let directory = configuration.stateDirectory
+        let store: Store
+        let report: Store.OpenReport
+        do {
+            (store, report) = try Store.open(stateDirectory: directory, configuration: configuration.store, repair: repair, now: now)
+        } catch {
+            if error.isCorruption {
+                logger.critical("storage.corrupt", metadata: ["error": "\(error.message)"])
+                printError("keyholed: \(error.message). Nothing was changed. `keyholed --repair` (with the same --config and --state-dir) cuts the log at the damage, keeping a copy of what it cuts, and says how many records are lost.")
+            } else if error.isLocked {
+                logger.critical("storage.locked", metadata: ["error": "\(error.message)"])
+            } else {
+                logger.critical("storage.open_failed", metadata: ["error": "\(error.message)"])
+            }
+            return nil
+        }
+        for warning in report.warnings {
+            logger.warning("storage.recovered_tail", metadata: ["detail": "\(warning)"])
+        }
+        let figures = store.statistics
+        logger.info("storage.opened", metadata: [
+            "dir": "\(directory)", "records_replayed": "\(report.replayed)", "sessions": "\(figures.sessions)",
+            "users": "\(figures.users)", "expired_dropped": "\(report.expired)",
+        ])
+        if repair {
+            if let cut = report.cutDirectory {
+                logger.notice("storage.repaired", metadata: ["records_lost": "\(report.lostRecords)", "kept_in": "\(cut)"])
+                printError("keyholed: repaired: \(report.lostRecords) records lost; what was cut is in \(cut)")
+            } else {
+                printError("keyholed: nothing to repair in \(directory)")
+            }
+        }
+        return store
     }
 
     private func loadConfiguration() throws(ConfigError) -> DaemonConfiguration {

@@ -43,7 +43,8 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
                          "shutting_down", "internal", "token_malformed", "token_alg_not_allowed",
                          "token_key_unknown", "token_signature_invalid", "token_expired",
                          "token_not_yet_valid", "token_issuer_unknown", "token_audience_invalid",
-                         "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable"})
+                         "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable",
+                         "session_not_found", "user_not_found", "storage_unavailable", "data_too_large"})
 _HEADER = struct.Struct(">I")
 
 

@@ -1,0 +1,127 @@
+import KeyholeProtocol
+import KeyholeStore
+import NIOCore
+
+extension StoreOperations {
+    static func sessionOperations(_ context: Context) -> [String: Operation] {
+        let store = context.store
+        let configuration = context.configuration
+        let now = context.now
+        return [
+            "session.create": .deferrable { request, requestContext throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let principal = try context.principal(&arguments)
+                let ttl = try arguments.int("ttl_s", in: 60...configuration.maxTTL) ?? configuration.defaultTTL
+                let idle = try arguments.int("idle_s", in: 60...configuration.maxTTL) ?? min(configuration.defaultIdle, ttl)
+                let data = try sessionData(arguments.value("data"), limit: configuration.maxDataBytes)
+                try arguments.finish()
+                let time = now()
+                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                    try store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data, completion: done)
+                } answer: { created in
+                    [
+                        "session": .string(created.token),
+                        "id": .string(created.session.id.description),
+                        "expires_at": .int(created.session.expiresAt),
+                    ]
+                }
+            },
+            "session.get": .deferrable { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let token = try arguments.string("session", required: true, maxBytes: 1024)!
+                try arguments.finish()
+                guard let (session, user) = store.session(token: token, now: now()) else { throw .sessionNotFound() }
+                return .encoded(encode(session, user: user))
+            },
+            "session.revoke": .deferrable { request, requestContext throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let token = try arguments.string("session", maxBytes: 1024)
+                let idText = try arguments.string("id", maxBytes: 64)
+                try arguments.finish()
+                guard (token == nil) != (idText == nil) else { throw .badRequest("give exactly one of 'session' and 'id'") }
+                let time = now()
+                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                    if let token { return try store.revokeSession(token: token, now: time, completion: done) }
+                    // An id that cannot be one names no session: the same answer as an unknown one.
+                    guard let id = SessionID(text: idText!) else {
+                        done(.success(()))
+                        return false
+                    }
+                    return try store.revokeSession(id: id, now: time, completion: done)
+                } answer: { revoked in
+                    ["revoked": .bool(revoked)]
+                }
+            },
+            "session.revoke_all": .deferrable { request, requestContext throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let principal = try context.principal(&arguments)
+                try arguments.finish()
+                let time = now()
+                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                    try store.revokeSessions(of: principal, now: time, completion: done)
+                } answer: { count in
+                    ["revoked": .int(Int64(count))]
+                }
+            },
+            "session.list": .sync { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let principal = try context.principal(&arguments)
+                try arguments.finish()
+                let sessions = store.sessions(of: principal, now: now())
+                return [
+                    "sessions": .array(sessions.map { session in
+                        [
+                            "id": .string(session.id.description),
+                            "created_at": .int(session.createdAt),
+                            "expires_at": .int(session.expiresAt),
+                            "last_seen_at": .int(session.lastSeenAt),
+                        ]
+                    }),
+                ]
+            },
+        ]
+    }
+
+    /// The compact JSON of `data` (an object or absent), within `limit` bytes; an empty object is none.
+    static func sessionData(_ value: JSONValue?, limit: Int) throws(ProtocolError) -> [UInt8]? {
+        switch value {
+        case nil, .null?:
+            return nil
+        case .object(let members)?:
+            if members.isEmpty { return nil }
+            var buffer = ByteBuffer()
+            JSONValue.object(members).write(to: &buffer)
+            guard buffer.readableBytes <= limit else { throw .dataTooLarge(size: buffer.readableBytes, limit: limit) }
+            return Array(buffer.readableBytesView)
+        default:
+            throw .badRequest("'data' must be an object")
+        }
+    }
+
+    /// The `session.get` result as compact JSON, members sorted as `JSONValue` writes them; `data` is
+    /// copied as stored, not parsed again.
+    static func encode(_ session: Session, user: User?) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(320 + (session.data?.count ?? 0))
+        buffer.writeStaticString("{\"created_at\":")
+        buffer.writeString(String(session.createdAt))
+        buffer.writeStaticString(",\"data\":")
+        if let data = session.data { buffer.writeBytes(data) } else { buffer.writeStaticString("{}") }
+        buffer.writeStaticString(",\"expires_at\":")
+        buffer.writeString(String(session.expiresAt))
+        buffer.writeStaticString(",\"id\":\"")
+        buffer.writeString(session.id.description)
+        buffer.writeStaticString("\",\"idle_timeout_s\":")
+        buffer.writeString(String(session.idleSeconds))
+        buffer.writeStaticString(",\"issuer\":")
+        JSONValue.string(session.principal.issuer).write(to: &buffer)
+        buffer.writeStaticString(",\"last_seen_at\":")
+        buffer.writeString(String(session.lastSeenAt))
+        buffer.writeStaticString(",\"sub\":")
+        JSONValue.string(session.principal.sub).write(to: &buffer)
+        buffer.writeStaticString(",\"user\":")
+        if let user { JSONValue.object(user.publicJSON).write(to: &buffer) } else { buffer.writeStaticString("null") }
+        buffer.writeStaticString("}")
+        return buffer
+    }
+}

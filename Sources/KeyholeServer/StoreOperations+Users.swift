@@ -1,0 +1,79 @@
+import KeyholeProtocol
+import KeyholeStore
+
+extension StoreOperations {
+    static func userOperations(_ context: Context) -> [String: Operation] {
+        let store = context.store
+        let now = context.now
+        return [
+            "user.get": .sync { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let principal = try context.principal(&arguments)
+                try arguments.finish()
+                guard let user = store.user(principal) else { throw .userNotFound(principal.description) }
+                return user.publicJSON
+            },
+            "user.update": .deferrable { request, requestContext throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let principal = try context.principal(&arguments)
+                let email = try optionalString(arguments.value("email"), name: "email", maxBytes: 320)
+                let name = try nameChange(arguments.value("name"))
+                try arguments.finish()
+                guard email != nil || name != nil else { throw .badRequest("nothing to update: give 'email' or 'name'") }
+                let time = now()
+                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                    try store.updateUser(principal, now: time, completion: done) { user in
+                        // null removes a member; a string (or name object) sets it.
+                        if let email { user.fields["email"] = email.isNull ? nil : email }
+                        if let name { user.fields["name"] = name.isNull ? nil : name }
+                    }
+                } answer: { updated in
+                    ["user": .object(updated.user.publicJSON), "created": .bool(updated.created)]
+                }
+            },
+            "user.delete": .deferrable { request, requestContext throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let principal = try context.principal(&arguments)
+                try arguments.finish()
+                let time = now()
+                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                    try store.deleteUser(principal, now: time, completion: done)
+                } answer: { deleted in
+                    ["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))]
+                }
+            },
+        ]
+    }
+
+    /// A string member that may be `null` (remove it); `nil` when absent.
+    static func optionalString(_ value: JSONValue?, name: String, maxBytes: Int) throws(ProtocolError) -> JSONValue? {
+        switch value {
+        case nil: return nil
+        case .null?: return .null
+        case .string(let text)? where !text.isEmpty && text.utf8.count <= maxBytes: return .string(text)
+        default: throw .badRequest("'\(name)' must be a string of 1 to \(maxBytes) bytes, or null")
+        }
+    }
+
+    /// `name`: `{given?, family?}` of strings, or `null`.
+    static func nameChange(_ value: JSONValue?) throws(ProtocolError) -> JSONValue? {
+        switch value {
+        case nil: return nil
+        case .null?: return .null
+        case .object(let members)?:
+            var name: [String: JSONValue] = [:]
+            for (key, member) in members {
+                guard key == "given" || key == "family" else { throw .badRequest("'name' has an unknown member '\(key)'") }
+                guard let part = try optionalString(member, name: "name.\(key)", maxBytes: 255), !part.isNull else { continue }
+                name[key] = part
+            }
+            return name.isEmpty ? .null : .object(name)
+        default:
+            throw .badRequest("'name' must be an object {given?, family?} or null")
+        }
+    }
+}
+
+extension JSONValue {
+    var isNull: Bool { if case .null = self { true } else { false } }
+}

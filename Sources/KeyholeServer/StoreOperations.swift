@@ -1,0 +1,80 @@
+import KeyholeProtocol
+import KeyholeStore
+import NIOCore
+
+/// The session and user operations over a `Store` (PROTOCOL.md section 7: `session.*`, `user.*`).
+///
+/// Reads answer inline on the event loop; changes answer when their record is as durable as the store
+/// is configured to make it, through a promise the committer fulfils.
+public enum StoreOperations {
+    /// Limits and defaults of the operations.
+    public struct Configuration: Sendable {
+        /// A session's lifetime when `ttl_s` is not given (30 days).
+        public var defaultTTL: Int64 = 30 * 86_400
+        /// The longest `ttl_s` accepted (400 days).
+        public var maxTTL: Int64 = 400 * 86_400
+        /// How long a session may go unused when `idle_s` is not given (7 days).
+        public var defaultIdle: Int64 = 7 * 86_400
+        /// The largest `data`, as compact JSON.
+        public var maxDataBytes = 4096
+        /// The configured issuers' names; `local` (the application's own sign-ins) is always allowed.
+        public var issuers: [String] = []
+
+        /// The defaults.
+        public init() {}
+    }
+
+    /// The issuer for an application's own sign-ins (passwords, magic links), always accepted.
+    public static let localIssuer = "local"
+
+    /// The operations, with `now` the wall clock in seconds (injected for tests).
+    public static func make(store: Store, configuration: Configuration, now: @escaping @Sendable () -> Int64) -> [String: Operation] {
+        let context = Context(store: store, configuration: configuration, now: now)
+        return sessionOperations(context).merging(userOperations(context)) { $1 }
+    }
+
+    struct Context: Sendable {
+        let store: Store
+        let configuration: Configuration
+        let now: @Sendable () -> Int64
+
+        /// The principal named by `sub` and `issuer`. Without `issuer`: the only configured issuer, or
+        /// `local` when none is configured; with several, naming one is required, so that adding an
+        /// issuer never silently changes whose sessions a request means.
+        func principal(_ arguments: inout Arguments) throws(ProtocolError) -> Principal {
+            let sub = try arguments.string("sub", required: true, maxBytes: Principal.maximumFieldBytes)!
+            let issuers = configuration.issuers
+            guard let issuer = try arguments.string("issuer", maxBytes: Principal.maximumFieldBytes) else {
+                switch issuers.count {
+                case 0: return Principal(issuer: StoreOperations.localIssuer, sub: sub)
+                case 1: return Principal(issuer: issuers[0], sub: sub)
+                default:
+                    throw .badRequest("'issuer' is required: one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
+                }
+            }
+            guard issuer == StoreOperations.localIssuer || issuers.contains(issuer) else {
+                throw .badRequest("unknown issuer '\(issuer)': one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
+            }
+            return Principal(issuer: issuer, sub: sub)
+        }
+    }
+}
+
+extension StoreOperations {
+    /// The store's figures as the `store` member of `stats`.
+    public static func statistics(_ store: Store) -> [String: JSONValue] {
+        let figures = store.statistics
+        var members: [String: JSONValue] = [
+            "sessions": .int(Int64(figures.sessions)),
+            "users": .int(Int64(figures.users)),
+            "wal_bytes": .int(Int64(figures.walBytes)),
+            "records": .int(Int64(figures.records)),
+            "syncs": .int(Int64(figures.syncs)),
+            "records_per_sync": .double((figures.recordsPerSync * 100).rounded() / 100),
+            "failing": .bool(figures.failure != nil),
+            "failures": .int(Int64(figures.failures)),
+        ]
+        if let failure = figures.failure { members["failure"] = .string(failure) }
+        return ["store": .object(members)]
+    }
+}
