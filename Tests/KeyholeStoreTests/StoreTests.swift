@@ -1,11 +1,15 @@
 import Foundation
 import KeyholeProtocol
+import Synchronization
 import Testing
 @testable import KeyholeStore
 
 /// The store on real files: changes durable before their completion, restarts, tokens never stored,
 /// the lock, corruption at start-up and --repair.
-@Suite("Store")
+/// Set by a completion, read by its test.
+private let marker = Mutex(false)
+
+@Suite("Store", .serialized)
 struct StoreTests {
     static let alice = Principal(issuer: "apple", sub: "alice")
     static let bob = Principal(issuer: "google", sub: "bob")
@@ -177,6 +181,31 @@ struct StoreTests {
         for token in tokens { #expect(reopened.store.session(token: token, now: now) != nil) }
         #expect(reopened.store.statistics.users == 37)
         await reopened.close()
+    }
+
+    @Test("a change's completion runs only once its record is in the log file", arguments: [
+        Store.Configuration.Durability.always, .batch(interval: .seconds(5)), .off,
+    ])
+    func completionAfterWrite(_ durability: Store.Configuration.Durability) async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        var configuration = Store.Configuration()
+        configuration.durability = durability
+        let running = try RunningStore(directory, configuration: configuration, now: now)
+        let segment = WALDirectory(stateDirectory: directory.path).segmentPath(1)
+        let sub = "completion-check-\(UUID())"
+        let inFileAtCompletion = try await durably { done throws(StoreError) -> Bool in
+            _ = try running.store.createSession(for: Principal(issuer: "apple", sub: sub), now: now, ttl: 60, idle: 60, data: nil) { result in
+                // Read the file from the completion itself: what a crash right now would leave.
+                let bytes = (try? Data(contentsOf: URL(fileURLWithPath: segment))) ?? Data()
+                marker.withLock { $0 = bytes.range(of: Data(sub.utf8)) != nil }
+                done(result)
+            }
+            return true
+        }
+        #expect(inFileAtCompletion)
+        #expect(marker.withLock { $0 })
+        await running.close()
     }
 
     @Test("deleting a user removes their record and sessions, durably")

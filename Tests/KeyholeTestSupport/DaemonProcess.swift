@@ -10,6 +10,7 @@ package final class DaemonProcess: Sendable {
     package let socketPath: String
     /// The child's process id.
     package let pid: pid_t
+    private let ownsDirectory: Bool
     private let state = StateBox()
     private let readiness = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
@@ -40,7 +41,10 @@ package final class DaemonProcess: Sendable {
     }
 
     /// Starts keyholed with `config` as its file; does not wait for readiness.
+    /// - Parameter directory: where the config, socket and state go; one passed in outlives the
+    ///   process (a restart on the same state), one made here is removed with it.
     package init(config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil) throws {
+        ownsDirectory = directory == nil
         self.directory = try directory ?? Self.makeDirectory()
         self.socketPath = socketPath ?? self.directory.appendingPathComponent("k.sock").path
         let configPath = self.directory.appendingPathComponent("keyholed.toml")
@@ -139,6 +143,6 @@ package final class DaemonProcess: Sendable {
 
     deinit {
         kill()
-        try? FileManager.default.removeItem(at: directory)
+        if ownsDirectory { try? FileManager.default.removeItem(at: directory) }
     }
 }
