@@ -54,6 +54,43 @@ struct CommandLineEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
+    @Test("session create|get|revoke|list and user get|delete; the token read from standard input")
+    func sessionsAndUsers() throws {
+        let daemon = try DaemonProcess.start()
+        let socket = ["--socket", daemon.socketPath]
+        let created = try ChildProcess.run([cli, "session", "create", "zoe", "--ttl", "3600", "--data", #"{"k":"v"}"#] + socket)
+        #expect(created.status == 0)
+        let token = try #require(try json(created.stdout)["session"]?.stringValue)
+        let id = try #require(try json(created.stdout)["id"]?.stringValue)
+
+        // From standard input, as the help advises (a token on the command line shows in ps).
+        let got = try ChildProcess.run(["/bin/sh", "-c", "printf '%s\\n' \"$T\" | \"$CLI\" session get --socket \"$S\""],
+            environment: ["T": token, "CLI": cli, "S": daemon.socketPath])
+        #expect(got.status == 0)
+        #expect(try json(got.stdout)["data"] == ["k": "v"])
+        #expect(try json(got.stdout)["issuer"] == "local")
+
+        let listed = try ChildProcess.run([cli, "session", "list", "zoe"] + socket)
+        #expect(try json(listed.stdout)["sessions"]?.arrayValue?.first?["id"]?.stringValue == id)
+        #expect(!listed.stdout.contains(token))
+
+        let user = try ChildProcess.run([cli, "user", "get", "zoe", "--issuer", "local"] + socket)
+        #expect(try json(user.stdout)["sub"] == "zoe")
+
+        let revoked = try ChildProcess.run([cli, "session", "revoke", "--id", id] + socket)
+        #expect(try json(revoked.stdout)["revoked"] == true)
+        let gone = try ChildProcess.run([cli, "session", "get", token] + socket)
+        #expect(gone.status == 1)
+        #expect(gone.stderr.contains("session_not_found"))
+
+        let deleted = try ChildProcess.run([cli, "user", "delete", "zoe"] + socket)
+        #expect(try json(deleted.stdout)["deleted"] == true)
+        let missing = try ChildProcess.run([cli, "user", "get", "zoe"] + socket)
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("user_not_found"))
+        #expect(try daemon.terminate() == 0)
+    }
+
     @Test("no keyholed to talk to exits 2")
     func cannotConnect() throws {
         let result = try ChildProcess.run([cli, "ping", "--socket", "/tmp/keyhole-no-such-\(UInt32.random(in: 0...UInt32.max)).sock"])
