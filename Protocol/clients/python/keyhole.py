@@ -48,6 +48,11 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
 _HEADER = struct.Struct(">I")
 
 
+def _args(**members):
+    """The members that are not None."""
+    return {name: value for name, value in members.items() if value is not None}
+
+
 class KeyholeError(Exception):
     """keyholed answered with an error: code (str), message (str), retry_after_ms (int or None)."""
 
@@ -312,6 +317,46 @@ class Client:
     def jwks_refresh(self, issuer=None):
         """Fetch the issuers' key sets now (under keyholed's refetch cool-down); return the outcomes."""
         return self.call("jwks.refresh", {} if issuer is None else {"issuer": issuer})
+
+    def create_session(self, sub, issuer=None, ttl_s=None, idle_s=None, data=None):
+        """Create a session; return {"session": token, "id", "expires_at"}. The token is shown only here."""
+        return self.call("session.create", _args(sub=sub, issuer=issuer, ttl_s=ttl_s, idle_s=idle_s, data=data))
+
+    def get_session(self, session):
+        """The live session `session` (a token) names, with its user; KeyholeError session_not_found if none."""
+        return self.call("session.get", {"session": session})
+
+    def revoke_session(self, session=None, id=None):
+        """Revoke a session by token or by id; return whether a live one was revoked."""
+        if (session is None) == (id is None):
+            raise ValueError("give exactly one of session and id")
+        args = {"session": session} if session is not None else {"id": id}
+        return self.call("session.revoke", args)["revoked"]
+
+    def revoke_all_sessions(self, sub, issuer=None):
+        """Revoke every session of a user; return how many were live."""
+        return self.call("session.revoke_all", _args(sub=sub, issuer=issuer))["revoked"]
+
+    def list_sessions(self, sub, issuer=None):
+        """A user's live sessions (ids and times, never tokens), oldest first."""
+        return self.call("session.list", _args(sub=sub, issuer=issuer))["sessions"]
+
+    def get_user(self, sub, issuer=None):
+        """A user's record; KeyholeError user_not_found if none."""
+        return self.call("user.get", _args(sub=sub, issuer=issuer))
+
+    def update_user(self, sub, issuer=None, **changes):
+        """Set `email` and/or `name` ({"given", "family"}); None removes. Returns {"user", "created"}."""
+        unknown = set(changes) - {"email", "name"}
+        if unknown:
+            raise TypeError("unknown user fields: %s" % ", ".join(sorted(unknown)))
+        args = _args(sub=sub, issuer=issuer)
+        args.update(changes)
+        return self.call("user.update", args)
+
+    def delete_user(self, sub, issuer=None):
+        """Delete a user's record and every session of theirs; return {"deleted", "sessions_revoked"}."""
+        return self.call("user.delete", _args(sub=sub, issuer=issuer))
 
     def close(self):
         """Close the connection; calls in flight and later calls raise KeyholeConnectionError."""

@@ -390,7 +390,7 @@ class ClientTests(ServerTestCase):
             client.call("no.such.op")
         result = client.stats()
         self.assertEqual(sorted(result),
-                         ["bytes", "connections", "errors", "in_flight", "requests", "uptime_ms"])
+                         ["bytes", "connections", "errors", "in_flight", "requests", "store", "uptime_ms"])
         self.assertGreaterEqual(result["errors"]["unknown_op"], 1)
         VALIDATORS["stats.result"].validate(result)
 
@@ -601,6 +601,50 @@ audiences = ["dev.timc.siwa-demo.TILiOS"]
             VALIDATORS["jwks.status.result"].validate(bad_status)
         with self.assertRaises(jsonschema.ValidationError):
             VALIDATORS["token.verify.result"].validate({"issuer": "a", "sub": "", "aud": [], "exp": 1, "claims": {}})
+
+
+class SessionTests(ServerTestCase):
+    """Sessions and users through the client, results checked against the schemas."""
+
+    def test_session_lifecycle(self):
+        with keyhole.Client(self.server.socket_path) as client:
+            created = client.create_session("py-user", ttl_s=3600, data={"cart": [1, 2]})
+            VALIDATORS["session.create.result"].validate(created)
+            session = client.get_session(created["session"])
+            VALIDATORS["session.get.result"].validate(session)
+            self.assertEqual(session["id"], created["id"])
+            self.assertEqual(session["issuer"], "local")
+            self.assertEqual(session["data"], {"cart": [1, 2]})
+            self.assertEqual(session["expires_at"], session["created_at"] + 3600)
+            self.assertEqual([s["id"] for s in client.list_sessions("py-user")], [created["id"]])
+            self.assertTrue(client.revoke_session(id=created["id"]))
+            self.assertFalse(client.revoke_session(session=created["session"]))
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.get_session(created["session"])
+            self.assertEqual(caught.exception.code, "session_not_found")
+
+    def test_users(self):
+        with keyhole.Client(self.server.socket_path) as client:
+            client.create_session("py-user-2")
+            updated = client.update_user("py-user-2", email="p@example.com", name={"given": "Py"})
+            self.assertFalse(updated["created"])
+            user = client.get_user("py-user-2")
+            VALIDATORS["user.get.result"].validate(user)
+            self.assertEqual(user["email"], "p@example.com")
+            self.assertEqual(client.revoke_all_sessions("py-user-2"), 1)
+            self.assertEqual(client.delete_user("py-user-2"), {"deleted": True, "sessions_revoked": 0})
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.get_user("py-user-2")
+            self.assertEqual(caught.exception.code, "user_not_found")
+
+    def test_bad_arguments(self):
+        with keyhole.Client(self.server.socket_path) as client:
+            for args, code in [({"sub": "x", "ttl": 60}, "bad_request"),
+                               ({"sub": "x", "data": {"b": "x" * 5000}}, "data_too_large"),
+                               ({"sub": "x", "issuer": "apple"}, "bad_request")]:
+                with self.assertRaises(keyhole.KeyholeError) as caught:
+                    client.call("session.create", args)
+                self.assertEqual(caught.exception.code, code)
 
 
 class OverloadTests(ServerTestCase):
