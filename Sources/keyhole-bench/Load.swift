@@ -27,6 +27,11 @@ struct Load: AsyncParsableCommand {
         discussion: "With more tokens than keyholed's [tokens] cache_entries, every request misses the cache."))
     var tokens: String?
 
+    @Option(help: ArgumentHelp(
+        "A file of session tokens, one per line: each request is session.get of the next one, in one cycle shared by all connections.",
+        discussion: "Scripts/make-bench-sessions.py makes one."))
+    var sessions: String?
+
     @Option(help: "keyholed's pid: also report its CPU time per answered request (from /proc).")
     var serverPid: Int32?
 
@@ -84,6 +89,7 @@ struct Load: AsyncParsableCommand {
         if let args, case .object? = try? JSONValue.parse(ByteBuffer(string: args)) {} else if args != nil {
             throw ValidationError("--args must be a JSON object")
         }
+        if tokens != nil && sessions != nil { throw ValidationError("--tokens and --sessions exclude each other") }
         guard connections >= 1, depth >= 1, seconds > 0, threads >= 1 else {
             throw ValidationError("connections, depth, seconds and threads must be positive")
         }
@@ -96,8 +102,10 @@ struct Load: AsyncParsableCommand {
             var args = arguments
             args["token"] = .string(token)
             return Request(id: .int(1), op: "token.verify", args: args)
+        } ?? sessions.map(Self.readTokens)?.map { session in
+            Request(id: .int(1), op: "session.get", args: ["session": .string(session)])
         } ?? [Request(id: .int(1), op: op, args: arguments)]
-        let op = tokens == nil ? op : "token.verify"
+        let op = tokens != nil ? "token.verify" : sessions != nil ? "session.get" : op
         var finished: [EventLoopFuture<Void>] = []
         for _ in 0..<connections {
             let promise = group.next().makePromise(of: Void.self)
