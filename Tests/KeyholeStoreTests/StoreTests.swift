@@ -154,8 +154,12 @@ struct StoreTests {
         configuration.durability = durability
         configuration.segmentBytes = 8192
         let running = try RunningStore(directory, configuration: configuration, now: now)
-        let tokens = try await withThrowingTaskGroup(of: String.self) { group in
-            for n in 0..<400 {
+        // One first, alone: the first segment then holds a record, so the 28 KB that follow must cut.
+        let (first, _) = try await durably { [now] done throws(StoreError) in
+            try running.store.createSession(for: Principal(issuer: "apple", sub: "user0"), now: now, ttl: 3600, idle: 3600, data: nil, completion: done)
+        }
+        let tokens = try await [first] + withThrowingTaskGroup(of: String.self) { group in
+            for n in 1..<400 {
                 group.addTask { [now] in
                     let principal = Principal(issuer: "apple", sub: "user\(n % 37)")
                     let (token, _) = try await durably { done throws(StoreError) in
