@@ -49,7 +49,6 @@ struct Arguments {
 
     /// Refuses members not read.
     func finish() throws(ProtocolError) {
-        guard args.count > read.count || args.keys.contains(where: { !read.contains($0) }) else { return }
         if let unknown = args.keys.sorted().first(where: { !read.contains($0) }) {
             throw .badRequest("unknown argument '\(unknown)'")
         }
