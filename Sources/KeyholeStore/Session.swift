@@ -14,7 +14,4 @@ public struct Session: Sendable, Equatable {
     public var idleSeconds: UInt32
     /// The caller's data: compact JSON of an object, or `nil`.
     public var data: [UInt8]?
-
-    /// When it ends if nobody presents it: the earlier of the TTL and the idle deadline.
-    public var endsAt: Int64 { min(expiresAt, lastSeenAt + Int64(idleSeconds)) }
 }

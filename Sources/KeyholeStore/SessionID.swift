@@ -53,13 +53,6 @@ struct SessionCheck: Sendable {
         self.low = low
     }
 
-    init?(bytes: some Collection<UInt8>) {
-        guard let words = SessionID(bytes: bytes) else { return nil }
-        self.init(high: words.high, low: words.low)
-    }
-
-    var bytes: [UInt8] { SessionID(high: high, low: low).bytes }
-
     /// Equality without an early exit, so response time says nothing about how much matched.
     func matches(_ other: SessionCheck) -> Bool {
         ((high ^ other.high) | (low ^ other.low)) == 0

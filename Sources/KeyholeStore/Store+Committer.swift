@@ -7,9 +7,9 @@ import Darwin
 #endif
 
 extension Store {
-    /// Records taken from the queue to be written together.
+    /// Records taken from the queue to be written together (their bytes are swapped into the
+    /// committer's own buffer, so the two buffers alternate without allocating).
     struct Batch {
-        var bytes: [UInt8]
         var count: Int
         var undo: [StoreTables.Undo]
         var waiters: [Completion]
@@ -53,7 +53,7 @@ extension Store {
                 }
                 if state.pendingCount > 0 {
                     swap(&spare, &state.pending)
-                    let batch = Batch(bytes: spare, count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
+                    let batch = Batch(count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
                     state.pendingCount = 0
                     state.pendingUndo = []
                     state.pendingWaiters = []
@@ -68,9 +68,9 @@ extension Store {
             }
             switch step {
             case .write(let batch):
-                spare = batch.bytes
+                defer { spare.removeAll(keepingCapacity: true) }
                 do throws(StoreError) {
-                    try writer.append(encoded: batch.bytes, count: batch.count)
+                    try writer.append(encoded: spare, count: batch.count)
                     if configuration.durability == .always {
                         try writer.sync()
                         lastSync = ContinuousClock.now
@@ -80,19 +80,17 @@ extension Store {
                 } catch {
                     fail(error, batch: batch, logger: logger)
                     probeDue = ContinuousClock.now + configuration.retryInterval
-                    spare.removeAll(keepingCapacity: true)
                     continue
                 }
                 state.withLock { state in
                     state.counters.records += batch.count
-                    state.counters.walBytes += batch.bytes.count
+                    state.counters.walBytes += spare.count
                     if configuration.durability == .always {
                         state.counters.syncs += 1
                         state.counters.syncedRecords += batch.count
                     }
                 }
                 for waiter in batch.waiters { waiter(.success(())) }
-                spare.removeAll(keepingCapacity: true)
             case .probe:
                 if probe(logger: logger) {
                     lastSync = ContinuousClock.now

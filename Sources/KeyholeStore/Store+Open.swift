@@ -56,7 +56,7 @@ extension Store {
         let writer = try WALWriter(directory: directory, plan: plan, configuration: writerConfiguration)
         let walBytes = segments.filter { !plan.remove.contains($0.sequence) }.reduce(0) { $0 + $1.bytes.count }
         let store = Store(
-            configuration: configuration, tables: tables, writer: writer, walDirectory: directory, lock: lock, walBytes: walBytes)
+            configuration: configuration, tables: tables, writer: writer, lock: lock, walBytes: walBytes)
         return (store, report)
     }
 }

@@ -40,7 +40,7 @@ extension Store {
             var undo: [StoreTables.Undo]? = []
             var ring = false
             if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
-                ring = enqueueQuietly([touch], undo: undo ?? [], in: &state)
+                ring = state.queueQuietly([touch], undo: undo ?? [])
             }
             return ((state.tables.session(at: slot), state.tables.user(ofSession: slot)), ring)
         }
@@ -81,7 +81,7 @@ extension Store {
     /// Revokes every session of `principal`; returns how many were live.
     public func revokeSessions(of principal: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> Int {
         try change(completion) { tables, undo throws(StoreError) -> (Int, [StoreRecord]) in
-            let live = tables.sessions(of: principal, now: now).count
+            let live = tables.liveSessionCount(of: principal, now: now)
             guard live > 0 else {
                 var none: [StoreTables.Undo]? = nil
                 _ = tables.removeAll(of: principal, undo: &none)

@@ -24,7 +24,7 @@ extension Store {
     /// (a record or a session) and how many live sessions went.
     public func deleteUser(_ principal: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> (deleted: Bool, sessions: Int) {
         try change(completion) { tables, undo throws(StoreError) -> ((Bool, Int), [StoreRecord]) in
-            let live = tables.sessions(of: principal, now: now).count
+            let live = tables.liveSessionCount(of: principal, now: now)
             let hadUser = tables.user(principal) != nil
             let removed = tables.removeAll(of: principal, undo: &undo)
             guard hadUser || removed > 0 else { return ((false, 0), []) }

@@ -73,17 +73,15 @@ public final class Store: Sendable {
     let doorbell = ConditionLock<Int>(value: 0)
     /// Used by the committer thread only (and by `open` before it starts).
     nonisolated(unsafe) let writer: WALWriter
-    let walDirectory: WALDirectory
     let lock: StateDirectoryLock
 
-    init(configuration: Configuration, tables: StoreTables, writer: WALWriter, walDirectory: WALDirectory, lock: StateDirectoryLock, walBytes: Int) {
+    init(configuration: Configuration, tables: StoreTables, writer: WALWriter, lock: StateDirectoryLock, walBytes: Int) {
         self.configuration = configuration
         var state = State(nextLSN: writer.nextLSN)
         state.tables = tables
         state.counters.walBytes = walBytes
         self.state = Mutex(state)
         self.writer = writer
-        self.walDirectory = walDirectory
         self.lock = lock
     }
 
@@ -104,26 +102,12 @@ public final class Store: Sendable {
             var undo: [StoreTables.Undo]? = []
             let (result, records) = try body(&state.tables, &undo)
             guard !records.isEmpty else { return (result, false, false) }
-            for record in records { state.enqueue(record) }
-            state.pendingUndo += undo ?? []
             state.pendingWaiters.append(completion)
-            let ring = state.committerWaiting
-            state.committerWaiting = false
-            return (result, true, ring)
+            return (result, true, state.queue(records, undo: undo ?? []))
         }
         if !queued { completion(.success(())) }
         if ring { ringDoorbell() }
         return result
-    }
-
-    /// Queues records nobody waits for (touches): skipped while writes are refused.
-    func enqueueQuietly(_ records: [StoreRecord], undo: [StoreTables.Undo], in state: inout State) -> Bool {
-        guard state.failure == nil, !state.stopping, !records.isEmpty else { return false }
-        for record in records { state.enqueue(record) }
-        state.pendingUndo += undo
-        let ring = state.committerWaiting
-        state.committerWaiting = false
-        return ring
     }
 
     func ringDoorbell() {
@@ -133,6 +117,21 @@ public final class Store: Sendable {
 }
 
 extension Store.State {
+    /// Queues `records` and their undo entries; returns whether the committer waits and must be woken.
+    mutating func queue(_ records: [StoreRecord], undo: [StoreTables.Undo]) -> Bool {
+        for record in records { enqueue(record) }
+        pendingUndo += undo
+        defer { committerWaiting = false }
+        return committerWaiting
+    }
+
+    /// Queues records nobody waits for (touches); skipped while writes are refused. Returns whether the
+    /// committer must be woken.
+    mutating func queueQuietly(_ records: [StoreRecord], undo: [StoreTables.Undo]) -> Bool {
+        guard failure == nil, !stopping else { return false }
+        return queue(records, undo: undo)
+    }
+
     /// Encodes `record` as the record with the next LSN (WAL.md, "Records") onto the pending bytes.
     mutating func enqueue(_ record: StoreRecord) {
         let start = pending.count

@@ -37,7 +37,6 @@ struct StoreTables {
         var key: Principal
         var user: UserState?
         var firstSession: UInt32
-        var sessionCount: Int
         var isLive: Bool { firstSession != StoreTables.none || user != nil }
     }
 
@@ -50,49 +49,41 @@ struct StoreTables {
     }
 
     private var sessionIndex: [SessionID: UInt32] = [:]
-    private var sessionSlots: [SessionSlot] = []
-    private var freeSessionSlots: [UInt32] = []
+    private var sessionSlots = SlotArray<SessionSlot>()
     private var principalIndex: [Principal: UInt32] = [:]
-    private var principalSlots: [PrincipalSlot] = []
-    private var freePrincipalSlots: [UInt32] = []
+    private var principalSlots = SlotArray<PrincipalSlot>()
     private(set) var userCount = 0
 
     var sessionCount: Int { sessionIndex.count }
-
-    /// Makes room for `sessions` sessions without growing in steps (start-up from a snapshot).
-    mutating func reserve(sessions: Int) {
-        sessionIndex.reserveCapacity(sessions)
-        sessionSlots.reserveCapacity(sessions)
-    }
 
     // MARK: Reading
 
     /// The slot of session `id` when it exists and `check` matches (constant time), expired or not.
     func slot(of id: SessionID, check: SessionCheck) -> UInt32? {
-        guard let index = sessionIndex[id], sessionSlots[Int(index)].check.matches(check) else { return nil }
+        guard let index = sessionIndex[id], sessionSlots[index].check.matches(check) else { return nil }
         return index
     }
 
     /// The slot of session `id`, expired or not.
     func slot(of id: SessionID) -> UInt32? { sessionIndex[id] }
 
-    func isExpired(_ slot: UInt32, now: Int64) -> Bool { now >= sessionSlots[Int(slot)].endsAt }
+    func isExpired(_ slot: UInt32, now: Int64) -> Bool { now >= sessionSlots[slot].endsAt }
 
     func session(at slot: UInt32) -> Session {
-        let entry = sessionSlots[Int(slot)]
+        let entry = sessionSlots[slot]
         return Session(
-            id: entry.id, principal: principalSlots[Int(entry.principal)].key, createdAt: entry.createdAt,
+            id: entry.id, principal: principalSlots[entry.principal].key, createdAt: entry.createdAt,
             expiresAt: entry.expiresAt, lastSeenAt: entry.lastSeenAt, idleSeconds: entry.idleSeconds, data: entry.data)
     }
 
     /// The user owning session `slot`, if they have a record.
     func user(ofSession slot: UInt32) -> User? {
-        let principal = principalSlots[Int(sessionSlots[Int(slot)].principal)]
+        let principal = principalSlots[sessionSlots[slot].principal]
         return principal.user.map { User(principal.key, $0) }
     }
 
     func user(_ principal: Principal) -> User? {
-        guard let index = principalIndex[principal], let state = principalSlots[Int(index)].user else { return nil }
+        guard let index = principalIndex[principal], let state = principalSlots[index].user else { return nil }
         return User(principal, state)
     }
 
@@ -105,11 +96,18 @@ struct StoreTables {
         return result.sorted { ($0.createdAt, $0.id.high) < ($1.createdAt, $1.id.high) }
     }
 
+    /// How many of the principal's sessions are live, without listing them.
+    func liveSessionCount(of principal: Principal, now: Int64) -> Int {
+        var count = 0
+        forEachSession(of: principal) { if !isExpired($0, now: now) { count += 1 } }
+        return count
+    }
+
     private func forEachSession(of principal: Principal, _ body: (UInt32) -> Void) {
         guard let index = principalIndex[principal] else { return }
-        var slot = principalSlots[Int(index)].firstSession
+        var slot = principalSlots[index].firstSession
         while slot != Self.none {
-            let next = sessionSlots[Int(slot)].next
+            let next = sessionSlots[slot].next
             body(slot)
             slot = next
         }
@@ -122,7 +120,7 @@ struct StoreTables {
     mutating func create(_ new: StoreRecord.NewSession, undo: inout [Undo]?) {
         if sessionIndex[new.id] != nil { remove(new.id, undo: &undo) }
         let principal = principalSlot(for: new.principal)
-        let before = principalSlots[Int(principal)].user
+        let before = principalSlots[principal].user
         undo?.append(.restoreUser(new.principal, before))
         var user = before ?? UserState(createdAt: new.createdAt, updatedAt: new.createdAt, lastLoginAt: nil, fields: [:])
         user.lastLoginAt = max(user.lastLoginAt ?? new.createdAt, new.createdAt)
@@ -132,29 +130,21 @@ struct StoreTables {
     }
 
     private mutating func insert(_ new: StoreRecord.NewSession, principal: UInt32, lastSeenAt: Int64, loggedSeenAt: Int64) {
-        let head = principalSlots[Int(principal)].firstSession
+        let head = principalSlots[principal].firstSession
         let entry = SessionSlot(
             id: new.id, check: new.check, principal: principal, createdAt: new.createdAt, expiresAt: new.expiresAt,
             lastSeenAt: lastSeenAt, loggedSeenAt: loggedSeenAt, idleSeconds: new.idleSeconds, data: new.data,
             previous: Self.none, next: head)
-        let slot: UInt32
-        if let free = freeSessionSlots.popLast() {
-            slot = free
-            sessionSlots[Int(free)] = entry
-        } else {
-            slot = UInt32(sessionSlots.count)
-            sessionSlots.append(entry)
-        }
-        if head != Self.none { sessionSlots[Int(head)].previous = slot }
-        principalSlots[Int(principal)].firstSession = slot
-        principalSlots[Int(principal)].sessionCount += 1
+        let slot = sessionSlots.insert(entry)
+        if head != Self.none { sessionSlots[head].previous = slot }
+        principalSlots[principal].firstSession = slot
         sessionIndex[new.id] = slot
     }
 
     /// Marks session `slot` as presented at `now`. Returns the touch record to log when the log's
     /// last_seen_at is `touchInterval` or more behind.
     mutating func touch(_ slot: UInt32, now: Int64, touchInterval: Int64, undo: inout [Undo]?) -> StoreRecord? {
-        let index = Int(slot)
+        let index = slot
         guard now > sessionSlots[index].lastSeenAt else { return nil }
         sessionSlots[index].lastSeenAt = now
         guard now - sessionSlots[index].loggedSeenAt >= touchInterval else { return nil }
@@ -167,23 +157,22 @@ struct StoreTables {
     @discardableResult
     mutating func remove(_ id: SessionID, undo: inout [Undo]?) -> Bool {
         guard let slot = sessionIndex.removeValue(forKey: id) else { return false }
-        let entry = sessionSlots[Int(slot)]
+        let entry = sessionSlots[slot]
         let principal = entry.principal
         undo?.append(.restoreSession(
             StoreRecord.NewSession(
-                id: entry.id, check: entry.check, principal: principalSlots[Int(principal)].key,
+                id: entry.id, check: entry.check, principal: principalSlots[principal].key,
                 createdAt: entry.createdAt, expiresAt: entry.expiresAt, idleSeconds: entry.idleSeconds, data: entry.data),
             lastSeenAt: entry.lastSeenAt, loggedSeenAt: entry.loggedSeenAt))
         if entry.previous != Self.none {
-            sessionSlots[Int(entry.previous)].next = entry.next
+            sessionSlots[entry.previous].next = entry.next
         } else {
-            principalSlots[Int(principal)].firstSession = entry.next
+            principalSlots[principal].firstSession = entry.next
         }
-        if entry.next != Self.none { sessionSlots[Int(entry.next)].previous = entry.previous }
-        principalSlots[Int(principal)].sessionCount -= 1
+        if entry.next != Self.none { sessionSlots[entry.next].previous = entry.previous }
         // Free the slot's data now rather than when the slot is reused.
-        sessionSlots[Int(slot)].data = nil
-        freeSessionSlots.append(slot)
+        sessionSlots[slot].data = nil
+        sessionSlots.release(slot)
         releaseIfEmpty(principal)
         return true
     }
@@ -191,7 +180,7 @@ struct StoreTables {
     /// Removes every session of `principal`; returns how many there were (expired ones included).
     mutating func removeAll(of principal: Principal, undo: inout [Undo]?) -> Int {
         var ids: [SessionID] = []
-        forEachSession(of: principal) { ids.append(sessionSlots[Int($0)].id) }
+        forEachSession(of: principal) { ids.append(sessionSlots[$0].id) }
         for id in ids { remove(id, undo: &undo) }
         return ids.count
     }
@@ -199,14 +188,14 @@ struct StoreTables {
     /// Sets or clears `principal`'s user record.
     mutating func setUser(_ principal: Principal, _ user: UserState?, undo: inout [Undo]?) {
         let index = principalSlot(for: principal)
-        undo?.append(.restoreUser(principal, principalSlots[Int(index)].user))
+        undo?.append(.restoreUser(principal, principalSlots[index].user))
         setUser(index, user)
         releaseIfEmpty(index)
     }
 
     private mutating func setUser(_ index: UInt32, _ user: UserState?) {
-        let had = principalSlots[Int(index)].user != nil
-        principalSlots[Int(index)].user = user
+        let had = principalSlots[index].user != nil
+        principalSlots[index].user = user
         userCount += (user != nil ? 1 : 0) - (had ? 1 : 0)
     }
 
@@ -220,7 +209,7 @@ struct StoreTables {
             case .restoreSession(let new, let lastSeenAt, let loggedSeenAt):
                 insert(new, principal: principalSlot(for: new.principal), lastSeenAt: lastSeenAt, loggedSeenAt: loggedSeenAt)
             case .restoreLoggedSeen(let id, let loggedSeenAt):
-                if let slot = sessionIndex[id] { sessionSlots[Int(slot)].loggedSeenAt = loggedSeenAt }
+                if let slot = sessionIndex[id] { sessionSlots[slot].loggedSeenAt = loggedSeenAt }
             case .restoreUser(let principal, let user):
                 setUser(principal, user, undo: &none)
             }
@@ -237,8 +226,8 @@ struct StoreTables {
             create(new, undo: &none)
         case .sessionTouch(let id, let lastSeenAt):
             if let slot = sessionIndex[id] {
-                sessionSlots[Int(slot)].lastSeenAt = max(sessionSlots[Int(slot)].lastSeenAt, lastSeenAt)
-                sessionSlots[Int(slot)].loggedSeenAt = sessionSlots[Int(slot)].lastSeenAt
+                sessionSlots[slot].lastSeenAt = max(sessionSlots[slot].lastSeenAt, lastSeenAt)
+                sessionSlots[slot].loggedSeenAt = sessionSlots[slot].lastSeenAt
             }
         case .sessionRevoke(let id):
             remove(id, undo: &none)
@@ -263,7 +252,7 @@ struct StoreTables {
         var none: [Undo]? = nil
         let end = min(sessionSlots.count, cursor + limit)
         while slot < end {
-            let entry = sessionSlots[slot]
+            let entry = sessionSlots[UInt32(slot)]
             if now >= entry.endsAt, sessionIndex[entry.id] == UInt32(slot) {
                 remove(entry.id, undo: &none)
                 removed += 1
@@ -277,24 +266,16 @@ struct StoreTables {
 
     private mutating func principalSlot(for key: Principal) -> UInt32 {
         if let index = principalIndex[key] { return index }
-        let entry = PrincipalSlot(key: key, user: nil, firstSession: Self.none, sessionCount: 0)
-        let index: UInt32
-        if let free = freePrincipalSlots.popLast() {
-            index = free
-            principalSlots[Int(free)] = entry
-        } else {
-            index = UInt32(principalSlots.count)
-            principalSlots.append(entry)
-        }
+        let index = principalSlots.insert(PrincipalSlot(key: key, user: nil, firstSession: Self.none))
         principalIndex[key] = index
         return index
     }
 
     private mutating func releaseIfEmpty(_ index: UInt32) {
-        guard !principalSlots[Int(index)].isLive else { return }
-        principalIndex.removeValue(forKey: principalSlots[Int(index)].key)
-        principalSlots[Int(index)].key = Principal(issuer: "", sub: "")
-        freePrincipalSlots.append(index)
+        guard !principalSlots[index].isLive else { return }
+        principalIndex.removeValue(forKey: principalSlots[index].key)
+        principalSlots[index].key = Principal(issuer: "", sub: "")
+        principalSlots.release(index)
     }
 }
 

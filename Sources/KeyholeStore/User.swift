@@ -25,9 +25,6 @@ public struct User: Sendable, Equatable {
         self.fields = fields
     }
 
-    /// The members of the record that are times, kept apart from `fields`.
-    static let timeMembers: Set<String> = ["created_at", "updated_at", "last_login_at"]
-
     /// The record as stored: compact JSON of every member.
     var recordJSON: [UInt8] {
         var object = fields

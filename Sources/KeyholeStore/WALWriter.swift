@@ -30,8 +30,6 @@ public final class WALWriter {
     /// The LSN the next record gets, and the first LSN not yet durable.
     public private(set) var nextLSN: UInt64
     private var durableLSN: UInt64
-    /// Bytes written since the last sync, for the statistics.
-    public private(set) var bytesWritten = 0
     private var buffer: [UInt8] = []
 
     /// Opens the log where recovery `plan` left it: appends continue in its last segment, or in a new one.
@@ -89,7 +87,6 @@ public final class WALWriter {
         }
         try write(bytes, at: size)
         size += bytes.count
-        bytesWritten += bytes.count
         nextLSN += UInt64(count)
     }
 

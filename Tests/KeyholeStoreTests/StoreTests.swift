@@ -144,7 +144,7 @@ struct StoreTests {
         await reopened.close()
     }
 
-    @Test("many concurrent changes all complete, durably, and records share syncs", arguments: [
+    @Test("many concurrent changes all complete, and are all there after a restart", arguments: [
         Store.Configuration.Durability.always, .batch(interval: .milliseconds(5)), .off,
     ])
     func concurrentChanges(_ durability: Store.Configuration.Durability) async throws {

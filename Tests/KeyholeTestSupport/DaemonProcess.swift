@@ -19,6 +19,8 @@ package final class DaemonProcess: Sendable {
     private final class StateBox: Sendable {
         let stderr = Mutex("")
         let status = Mutex<Int32?>(nil)
+        /// Waiters for text to appear on stderr; taken only while holding `stderr`.
+        let watchers = Mutex<[(text: String, signal: DispatchSemaphore)]>([])
     }
 
     package struct Failure: Error, CustomStringConvertible {
@@ -69,6 +71,13 @@ package final class DaemonProcess: Sendable {
                 let becameReady = state.stderr.withLock { stderr in
                     let before = stderr.contains("keyholed.ready")
                     stderr += text
+                    state.watchers.withLock { watchers in
+                        watchers.removeAll { watcher in
+                            guard stderr.contains(watcher.text) else { return false }
+                            watcher.signal.signal()
+                            return true
+                        }
+                    }
                     return !before && stderr.contains("keyholed.ready")
                 }
                 if becameReady { readiness.signal() }
@@ -106,6 +115,19 @@ package final class DaemonProcess: Sendable {
         guard readiness.wait(timeout: .now() + .seconds(seconds)) == .success, state.status.withLock({ $0 == nil }) else {
             kill()
             throw Failure(description: "keyholed did not become ready; stderr:\n\(stderr)")
+        }
+    }
+
+    /// Waits until keyholed's stderr holds `text` (a log event), as a test's point of synchronisation.
+    package func waitForStderr(containing text: String, seconds: Int = 60) throws {
+        let signal = DispatchSemaphore(value: 0)
+        let present = state.stderr.withLock { stderr in
+            if stderr.contains(text) { return true }
+            state.watchers.withLock { $0.append((text, signal)) }
+            return false
+        }
+        guard present || signal.wait(timeout: .now() + .seconds(seconds)) == .success else {
+            throw Failure(description: "keyholed never logged '\(text)'; stderr:\n\(stderr)")
         }
     }
 
