@@ -53,7 +53,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            exclude: ["WAL.md", "WALRecordTypes.md"]
+            exclude: ["WAL.md", "WALRecordTypes.md", "SNAPSHOT.md"]
         ),
         .target(
             name: "KeyholeProtocol",

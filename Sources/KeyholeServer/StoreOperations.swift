@@ -30,7 +30,7 @@ public enum StoreOperations {
     /// The operations, with `now` the wall clock in seconds (injected for tests).
     public static func make(store: Store, configuration: Configuration, now: @escaping @Sendable () -> Int64) -> [String: Operation] {
         let context = Context(store: store, configuration: configuration, now: now)
-        return sessionOperations(context).merging(userOperations(context)) { $1 }
+        return sessionOperations(context).merging(userOperations(context)) { $1 }.merging(adminOperations(context)) { $1 }
     }
 
     struct Context: Sendable {
@@ -75,6 +75,37 @@ extension StoreOperations {
             "failures": .int(Int64(figures.failures)),
         ]
         if let failure = figures.failure { members["failure"] = .string(failure) }
+        members["snapshots"] = .int(Int64(figures.snapshots))
+        if let last = figures.lastSnapshot { members["last_snapshot"] = .object(last.json) }
         return ["store": .object(members)]
+    }
+}
+
+extension StoreOperations {
+    static func adminOperations(_ context: Context) -> [String: Operation] {
+        let store = context.store
+        let now = context.now
+        return [
+            "admin.snapshot": .async { request, _ throws(ProtocolError) in
+                let arguments = Arguments(request)
+                try arguments.finish()
+                do throws(StoreError) {
+                    return try await store.snapshot(now: now()).json
+                } catch {
+                    throw StoreCommit.protocolError(error)
+                }
+            }
+        ]
+    }
+}
+
+extension SnapshotReport {
+    /// `admin.snapshot`'s answer, and `stats.store.last_snapshot`.
+    var json: [String: JSONValue] {
+        [
+            "start_lsn": .int(Int64(startLSN)), "sessions": .int(Int64(sessions)), "users": .int(Int64(users)),
+            "bytes": .int(Int64(bytes)), "wal_bytes_removed": .int(Int64(walBytesRemoved)),
+            "created_at": .int(createdAt), "ms": .int(Int64(milliseconds)),
+        ]
     }
 }

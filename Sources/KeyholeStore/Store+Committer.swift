@@ -15,8 +15,11 @@ extension Store {
         var waiters: [Completion]
     }
 
+    typealias CutWaiter = @Sendable (Result<(sequence: UInt64, firstLSN: UInt64), StoreError>) -> Void
+
     private enum Step {
         case write(Batch)
+        case cut([CutWaiter])
         case probe
         case wait(seconds: Double?)
         case stop
@@ -51,6 +54,10 @@ extension Store {
                     state.committerWaiting = true
                     return .wait(seconds: Self.seconds(probeDue - now))
                 }
+                if !state.cutWaiters.isEmpty && !state.stopping {
+                    defer { state.cutWaiters = [] }
+                    return .cut(state.cutWaiters)
+                }
                 if state.pendingCount > 0 {
                     swap(&spare, &state.pending)
                     let batch = Batch(count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
@@ -82,15 +89,28 @@ extension Store {
                     probeDue = ContinuousClock.now + configuration.retryInterval
                     continue
                 }
-                state.withLock { state in
+                let signal = state.withLock { state in
                     state.counters.records += batch.count
                     state.counters.walBytes += spare.count
                     if configuration.durability == .always {
                         state.counters.syncs += 1
                         state.counters.syncedRecords += batch.count
                     }
+                    return state.signalSnapshotIfDue(configuration)
                 }
+                if signal { snapshotSignal.yield() }
                 for waiter in batch.waiters { waiter(.success(())) }
+            case .cut(let waiters):
+                do throws(StoreError) {
+                    let before = writer.sequence
+                    let cut = try writer.cut()
+                    if cut.sequence != before { state.withLock { $0.counters.walBytes += WALSegmentHeader.size } }
+                    for waiter in waiters { waiter(.success(cut)) }
+                } catch {
+                    fail(error, batch: nil, logger: logger)
+                    probeDue = ContinuousClock.now + configuration.retryInterval
+                    for waiter in waiters { waiter(.failure(.unavailable("storage is failing: \(error.message)"))) }
+                }
             case .probe:
                 if probe(logger: logger) {
                     lastSync = ContinuousClock.now
@@ -106,6 +126,11 @@ extension Store {
                     doorbell.unlock(withValue: 0)
                 }
             case .stop:
+                let cutWaiters = state.withLock { state in
+                    defer { state.cutWaiters = [] }
+                    return state.cutWaiters
+                }
+                for waiter in cutWaiters { waiter(.failure(.unavailable("the store is stopping"))) }
                 // A clean stop leaves everything durable, whatever the configured durability.
                 if (try? writer.sync(rollingBack: false)) != nil, unsynced {
                     state.withLock { $0.counters.syncs += 1 }
@@ -130,7 +155,7 @@ extension Store {
     /// A write or sync failed: every change not on disk is taken back, newest first, and fails; writes
     /// are refused until a probe succeeds.
     private func fail(_ error: StoreError, batch: Batch?, logger: Logger) {
-        let waiters = state.withLock { state -> [Completion] in
+        let (waiters, cutWaiters) = state.withLock { state -> ([Completion], [CutWaiter]) in
             state.tables.rollBack(state.pendingUndo)
             if let batch { state.tables.rollBack(batch.undo) }
             let waiters = (batch?.waiters ?? []) + state.pendingWaiters
@@ -142,11 +167,13 @@ extension Store {
             state.failure = error.message
             state.failedAt = Self.wallClock()
             state.counters.failures += 1
-            return waiters
+            defer { state.cutWaiters = [] }
+            return (waiters, state.cutWaiters)
         }
         logger.error("storage.failed", metadata: ["error": "\(error.message)", "changes_failed": "\(waiters.count)"])
         let refusal = StoreError.unavailable("storage is failing: \(error.message)")
         for waiter in waiters { waiter(.failure(refusal)) }
+        for waiter in cutWaiters { waiter(.failure(refusal)) }
     }
 
     /// Writes and syncs a noop record; on success, writes are accepted again.

@@ -1,6 +1,17 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 extension Store {
     /// What start-up found and did.
     public struct OpenReport: Sendable {
+        /// The snapshot loaded, if any: its start LSN.
+        public var snapshotLSN: UInt64?
+        /// Sessions and users it held.
+        public var snapshotSessions = 0
+        public var snapshotUsers = 0
         /// Records replayed from the log.
         public var replayed = 0
         /// Sessions dropped because they had expired.
@@ -9,16 +20,18 @@ extension Store {
         public var warnings: [String] = []
         /// Records `--repair` cut.
         public var lostRecords = 0
+        /// Snapshots `--repair` set aside because they could not be read.
+        public var lostSnapshots = 0
         /// Where `--repair` kept what it cut.
         public var cutDirectory: String?
     }
 
-    /// Opens the store in `stateDirectory` (which must exist): locks it, recovers the log (WAL.md,
-    /// "Reading and recovery"), replays it and drops expired sessions. The committer starts with
-    /// `startCommitter`.
+    /// Opens the store in `stateDirectory` (which must exist): locks it, loads the newest snapshot
+    /// (SNAPSHOT.md, "Reading"), recovers the log after it (WAL.md, "Reading and recovery"), replays it
+    /// and drops expired sessions. The committer starts with `startCommitter`.
     ///
-    /// - Parameter repair: cut the log at the first corruption instead of refusing to start, keeping a
-    ///   copy of what was cut.
+    /// - Parameter repair: set an unreadable snapshot aside and cut the log at the first corruption
+    ///   instead of refusing to start, keeping a copy of what was cut.
     /// - Throws: `StoreError.locked` when another process holds the directory, `.corrupt` naming the
     ///   file and offset, `.io`.
     public static func open(
@@ -26,18 +39,53 @@ extension Store {
     ) throws(StoreError) -> (Store, OpenReport) {
         let lock = try StateDirectoryLock(stateDirectory: stateDirectory)
         let directory = WALDirectory(stateDirectory: stateDirectory)
+        let snapshots = SnapshotDirectory(stateDirectory: stateDirectory)
         try directory.create()
-        let segments = try directory.readSegments()
-        let plan = try WALRecovery.plan(segments: segments, snapshotLSN: 0, repair: repair) { record in
-            StoreRecord(record) == nil ? "a record of type 0x\(String(record.type, radix: 16)) that does not parse" : nil
+        var report = OpenReport()
+        var cutDirectory: String?
+        func cut() throws(StoreError) -> String {
+            if let cutDirectory { return cutDirectory }
+            let made = try directory.makeCutDirectory(now: now)
+            cutDirectory = made
+            return made
         }
-        var report = OpenReport(warnings: plan.warnings, lostRecords: plan.lostRecords)
-        if plan.repaired {
-            report.cutDirectory = try directory.preserveCut(of: plan, segments: segments, now: now)
-        }
-        try directory.apply(plan)
 
         var tables = StoreTables()
+        var snapshotLSN: UInt64 = 0
+        for candidate in try snapshots.list().reversed() {
+            do throws(StoreError) {
+                var loaded = StoreTables()
+                let header = try SnapshotReader.load(candidate.path, into: &loaded)
+                tables = loaded
+                snapshotLSN = header.startLSN - 1
+                report.snapshotLSN = header.startLSN
+                report.snapshotSessions = Int(header.sessions)
+                report.snapshotUsers = Int(header.users)
+                break
+            } catch where repair && error.isCorruption {
+                let name = String(candidate.path.split(separator: "/").last!)
+                let moved = try cut() + "/" + name
+                guard rename(candidate.path, moved) == 0 else { throw .io("cannot move \(candidate.path): \(WALDirectory.error())") }
+                report.lostSnapshots += 1
+                report.warnings.append("\(error.message); moved to \(moved), and what only it held is lost")
+            }
+        }
+        if report.lostSnapshots > 0 { try WALDirectory.syncDirectory(at: snapshots.path) }
+
+        let segments = try directory.readSegments()
+        if report.lostSnapshots > 0, let first = segments.lazy.compactMap({ WALSegmentHeader($0.bytes) }).first {
+            // Without the snapshot that covered the log before it, replay what log there is.
+            snapshotLSN = max(snapshotLSN, first.firstLSN - 1)
+        }
+        let plan = try WALRecovery.plan(segments: segments, snapshotLSN: snapshotLSN, repair: repair) { record in
+            StoreRecord(record) == nil ? "a record of type 0x\(String(record.type, radix: 16)) that does not parse" : nil
+        }
+        report.warnings += plan.warnings
+        report.lostRecords = plan.lostRecords
+        if plan.repaired { try directory.preserveCut(of: plan, segments: segments, in: try cut()) }
+        report.cutDirectory = cutDirectory
+        try directory.apply(plan)
+
         for entry in plan.entries {
             // The plan validated every record: each decodes.
             guard let record = StoreRecord(entry.record) else { continue }
@@ -51,12 +99,41 @@ extension Store {
             cursor = next
         } while cursor != 0
 
+        if report.lostSnapshots > 0 {
+            // The log left may not start at LSN 1: a snapshot of what was recovered makes the next
+            // start-up (without --repair) see a whole state again.
+            let writer = try SnapshotWriter(directory: snapshots, startLSN: plan.lastLSN + 1)
+            var index: UInt64 = 0
+            var bytes: [UInt8] = []
+            _ = tables.appendSessionEntries(from: 0, limit: Int.max / 2, index: &index, to: &bytes)
+            let sessions = Int(index)
+            _ = tables.appendUserEntries(from: 0, limit: Int.max / 2, index: &index, to: &bytes)
+            try writer.write(bytes, sessions: sessions, users: Int(index) - sessions)
+            _ = try writer.finish(createdAt: now)
+            report.snapshotLSN = plan.lastLSN + 1
+        }
+
+        // What a snapshot covers and a crash left behind: older snapshots, segments before its own.
+        let kept = segments.filter { !plan.remove.contains($0.sequence) }
+        var removedBytes = 0
+        if let snapshot = report.snapshotLSN {
+            try snapshots.removeSnapshots(before: snapshot)
+            let covered = zip(kept, kept.dropFirst()).filter { pair in
+                WALSegmentHeader(pair.1.bytes).map { $0.firstLSN <= snapshot } ?? false
+            }
+            if let last = covered.last { removedBytes = try directory.removeSegments(before: last.0.sequence + 1) }
+        }
+
         var writerConfiguration = WALWriter.Configuration()
         writerConfiguration.segmentBytes = configuration.segmentBytes
         let writer = try WALWriter(directory: directory, plan: plan, configuration: writerConfiguration)
-        let walBytes = segments.filter { !plan.remove.contains($0.sequence) }.reduce(0) { $0 + $1.bytes.count }
+        var walBytes = kept.reduce(0) { $0 + $1.bytes.count } - removedBytes
+        if let (sequence, offset) = plan.truncate, let segment = kept.first(where: { $0.sequence == sequence }) {
+            walBytes -= segment.bytes.count - offset
+        }
         let store = Store(
-            configuration: configuration, tables: tables, writer: writer, lock: lock, walBytes: walBytes)
+            configuration: configuration, tables: tables, writer: writer, lock: lock, walDirectory: directory,
+            snapshots: snapshots, walBytes: walBytes)
         return (store, report)
     }
 }

@@ -33,6 +33,10 @@ public final class Store: Sendable {
         public var touchInterval: Int64 = 60
         /// While storage fails, a probe write is tried this often.
         public var retryInterval: Duration = .seconds(1)
+        /// A snapshot is taken when the log on disk reaches this size (`nil`: only when asked for).
+        public var snapshotWALBytes: Int? = 64 << 20
+        /// Sessions copied out per hold of the lock while a snapshot is taken (users: a quarter).
+        public var snapshotChunk = 4096
 
         /// The defaults.
         public init() {}
@@ -56,6 +60,13 @@ public final class Store: Sendable {
         var committerWaiting = false
         var stopping = false
         var counters = Counters()
+        /// Snapshots waiting for the committer to start a new segment.
+        var cutWaiters: [@Sendable (Result<(sequence: UInt64, firstLSN: UInt64), StoreError>) -> Void] = []
+        /// Whether the snapshotter was told the log is due for a snapshot and has not finished since.
+        var snapshotSignalled = false
+        /// Set on shutdown: a snapshot being taken stops at its next chunk.
+        var snapshotAborted = false
+        var lastSnapshot: SnapshotReport?
     }
 
     /// What the statistics report.
@@ -65,6 +76,7 @@ public final class Store: Sendable {
         var syncedRecords = 0
         var walBytes = 0
         var failures = 0
+        var snapshots = 0
     }
 
     let configuration: Configuration
@@ -74,8 +86,18 @@ public final class Store: Sendable {
     /// Used by the committer thread only (and by `open` before it starts).
     nonisolated(unsafe) let writer: WALWriter
     let lock: StateDirectoryLock
+    let walDirectory: WALDirectory
+    let snapshots: SnapshotDirectory
+    /// One snapshot at a time.
+    let snapshotLock = NIOLock()
+    /// Yields when the log has grown past `snapshotWALBytes` (read by the `StoreSnapshotter`).
+    let snapshotSignals: AsyncStream<Void>
+    let snapshotSignal: AsyncStream<Void>.Continuation
 
-    init(configuration: Configuration, tables: StoreTables, writer: WALWriter, lock: StateDirectoryLock, walBytes: Int) {
+    init(
+        configuration: Configuration, tables: StoreTables, writer: WALWriter, lock: StateDirectoryLock,
+        walDirectory: WALDirectory, snapshots: SnapshotDirectory, walBytes: Int
+    ) {
         self.configuration = configuration
         var state = State(nextLSN: writer.nextLSN)
         state.tables = tables
@@ -83,6 +105,9 @@ public final class Store: Sendable {
         self.state = Mutex(state)
         self.writer = writer
         self.lock = lock
+        self.walDirectory = walDirectory
+        self.snapshots = snapshots
+        (snapshotSignals, snapshotSignal) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     // MARK: Changes
@@ -134,17 +159,7 @@ extension Store.State {
 
     /// Encodes `record` as the record with the next LSN (WAL.md, "Records") onto the pending bytes.
     mutating func enqueue(_ record: StoreRecord) {
-        let start = pending.count
-        pending.append(contentsOf: repeatElement(0, count: WALRecord.headerBytes))
-        record.appendBody(to: &pending)
-        let length = pending.count - start - WALRecord.headerBytes
-        var crc = CRC32C()
-        crc.update(bigEndian: nextLSN)
-        pending.withUnsafeBytes { crc.update(UnsafeRawBufferPointer(rebasing: $0[(start + WALRecord.headerBytes)...])) }
-        pending.withUnsafeMutableBytes { bytes in
-            bytes.storeBytes(of: UInt32(length).bigEndian, toByteOffset: start, as: UInt32.self)
-            bytes.storeBytes(of: crc.value.bigEndian, toByteOffset: start + 4, as: UInt32.self)
-        }
+        pending.appendFramed(sequence: nextLSN) { record.appendBody(to: &$0) }
         nextLSN += 1
         pendingCount += 1
     }

@@ -151,15 +151,20 @@ extension Array where Element == UInt8 {
 
 /// Reads a record payload field by field; every read fails (`nil`) past the end.
 struct ByteReader {
-    private let bytes: [UInt8]
-    private var offset = 0
+    private let bytes: ArraySlice<UInt8>
+    private var offset: Int
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: [UInt8]) { self.init(bytes[...]) }
 
-    var isAtEnd: Bool { offset == bytes.count }
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        offset = bytes.startIndex
+    }
+
+    var isAtEnd: Bool { offset == bytes.endIndex }
 
     mutating func take(_ count: Int) -> ArraySlice<UInt8>? {
-        guard count >= 0, bytes.count - offset >= count else { return nil }
+        guard count >= 0, bytes.endIndex - offset >= count else { return nil }
         defer { offset += count }
         return bytes[offset..<offset + count]
     }

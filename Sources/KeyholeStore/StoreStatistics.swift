@@ -4,7 +4,7 @@ public struct StoreStatistics: Sendable, Equatable {
     public var sessions: Int
     /// User records.
     public var users: Int
-    /// Bytes of log written since start-up (and found at start-up).
+    /// Bytes of log on disk: what start-up would replay after the last snapshot.
     public var walBytes: Int
     /// Records written since start-up.
     public var records: Int
@@ -16,6 +16,9 @@ public struct StoreStatistics: Sendable, Equatable {
     public var failure: String?
     /// How many times storage has failed since start-up.
     public var failures: Int
+    /// Snapshots taken since start-up, and the last one.
+    public var snapshots: Int
+    public var lastSnapshot: SnapshotReport?
 }
 
 extension Store {
@@ -27,7 +30,8 @@ extension Store {
                 sessions: state.tables.sessionCount, users: state.tables.userCount, walBytes: counters.walBytes,
                 records: counters.records, syncs: counters.syncs,
                 recordsPerSync: counters.syncs > 0 ? Double(counters.syncedRecords) / Double(counters.syncs) : 0,
-                failure: state.failure, failures: counters.failures)
+                failure: state.failure, failures: counters.failures, snapshots: counters.snapshots,
+                lastSnapshot: state.lastSnapshot)
         }
     }
 }

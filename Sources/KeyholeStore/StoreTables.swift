@@ -48,10 +48,11 @@ struct StoreTables {
         case restoreUser(Principal, UserState?)
     }
 
-    private var sessionIndex: [SessionID: UInt32] = [:]
-    private var sessionSlots = SlotArray<SessionSlot>()
-    private var principalIndex: [Principal: UInt32] = [:]
-    private var principalSlots = SlotArray<PrincipalSlot>()
+    // Internal rather than private for StoreTables+Snapshot.swift only.
+    var sessionIndex: [SessionID: UInt32] = [:]
+    var sessionSlots = SlotArray<SessionSlot>()
+    var principalIndex: [Principal: UInt32] = [:]
+    var principalSlots = SlotArray<PrincipalSlot>()
     private(set) var userCount = 0
 
     var sessionCount: Int { sessionIndex.count }
@@ -129,7 +130,7 @@ struct StoreTables {
         undo?.append(.removeSession(new.id))
     }
 
-    private mutating func insert(_ new: StoreRecord.NewSession, principal: UInt32, lastSeenAt: Int64, loggedSeenAt: Int64) {
+    mutating func insert(_ new: StoreRecord.NewSession, principal: UInt32, lastSeenAt: Int64, loggedSeenAt: Int64) {
         let head = principalSlots[principal].firstSession
         let entry = SessionSlot(
             id: new.id, check: new.check, principal: principal, createdAt: new.createdAt, expiresAt: new.expiresAt,
@@ -170,8 +171,9 @@ struct StoreTables {
             principalSlots[principal].firstSession = entry.next
         }
         if entry.next != Self.none { sessionSlots[entry.next].previous = entry.previous }
-        // Free the slot's data now rather than when the slot is reused.
+        // Free the slot's data now rather than when the slot is reused; a free slot has no principal.
         sessionSlots[slot].data = nil
+        sessionSlots[slot].principal = Self.none
         sessionSlots.release(slot)
         releaseIfEmpty(principal)
         return true
@@ -193,7 +195,7 @@ struct StoreTables {
         releaseIfEmpty(index)
     }
 
-    private mutating func setUser(_ index: UInt32, _ user: UserState?) {
+    mutating func setUser(_ index: UInt32, _ user: UserState?) {
         let had = principalSlots[index].user != nil
         principalSlots[index].user = user
         userCount += (user != nil ? 1 : 0) - (had ? 1 : 0)
@@ -253,7 +255,7 @@ struct StoreTables {
         let end = min(sessionSlots.count, cursor + limit)
         while slot < end {
             let entry = sessionSlots[UInt32(slot)]
-            if now >= entry.endsAt, sessionIndex[entry.id] == UInt32(slot) {
+            if entry.principal != Self.none, now >= entry.endsAt {
                 remove(entry.id, undo: &none)
                 removed += 1
             }
@@ -264,7 +266,7 @@ struct StoreTables {
 
     // MARK: Principals
 
-    private mutating func principalSlot(for key: Principal) -> UInt32 {
+    mutating func principalSlot(for key: Principal) -> UInt32 {
         if let index = principalIndex[key] { return index }
         let index = principalSlots.insert(PrincipalSlot(key: key, user: nil, firstSession: Self.none))
         principalIndex[key] = index

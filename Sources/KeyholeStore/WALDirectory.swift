@@ -64,8 +64,33 @@ public struct WALDirectory: Sendable {
         if !plan.remove.isEmpty { try syncDirectory() }
     }
 
+    /// Deletes the segments numbered below `sequence` (a snapshot covers their records); returns how
+    /// many bytes they held.
+    public func removeSegments(before sequence: UInt64) throws(StoreError) -> Int {
+        guard let directory = opendir(path) else { throw .io("cannot list \(path): \(Self.error())") }
+        var old: [UInt64] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if let found = WALSegmentHeader.sequence(fromFileName: name), found < sequence { old.append(found) }
+        }
+        closedir(directory)
+        var bytes = 0
+        for found in old {
+            let file = segmentPath(found)
+            var info = stat()
+            if stat(file, &info) == 0 { bytes += Int(info.st_size) }
+            guard unlink(file) == 0 || errno == ENOENT else { throw .io("cannot remove \(file): \(Self.error())") }
+        }
+        if !old.isEmpty { try syncDirectory() }
+        return bytes
+    }
+
     /// Makes the directory's entries (new, renamed or removed files) durable.
-    public func syncDirectory() throws(StoreError) {
+    public func syncDirectory() throws(StoreError) { try Self.syncDirectory(at: path) }
+
+    static func syncDirectory(at path: String) throws(StoreError) {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw .io("cannot open \(path): \(Self.error())") }
         defer { close(fd) }
@@ -91,16 +116,9 @@ public struct WALDirectory: Sendable {
 }
 
 extension WALDirectory {
-    /// Keeps a copy of what `plan` (a `--repair`) cuts under `cut-<now>/`: the tail of the truncated
-    /// segment as `<segment>.from-<offset>`, and the removed segments whole. Returns the directory.
-    func preserveCut(of plan: WALRecovery.Plan, segments: [WALRecovery.Segment], now: Int64) throws(StoreError) -> String {
-        var cut = "\(path)/cut-\(now)"
-        var attempt = 1
-        while mkdir(cut, 0o700) != 0 {
-            guard errno == EEXIST, attempt < 100 else { throw .io("cannot create \(cut): \(Self.error())") }
-            attempt += 1
-            cut = "\(path)/cut-\(now)-\(attempt)"
-        }
+    /// Keeps a copy of what `plan` (a `--repair`) cuts in `cut`: the tail of the truncated
+    /// segment as `<segment>.from-<offset>`, and the removed segments whole.
+    func preserveCut(of plan: WALRecovery.Plan, segments: [WALRecovery.Segment], in cut: String) throws(StoreError) {
         if let (sequence, offset) = plan.truncate, let segment = segments.first(where: { $0.sequence == sequence }) {
             try Self.writeFile("\(cut)/\(WALSegmentHeader.fileName(sequence)).from-\(offset)", Array(segment.bytes[offset...]))
         }
@@ -111,6 +129,17 @@ extension WALDirectory {
             }
         }
         try syncDirectory()
+    }
+
+    /// Creates a new `cut-<now>/` directory for what `--repair` takes out; returns its path.
+    func makeCutDirectory(now: Int64) throws(StoreError) -> String {
+        var cut = "\(path)/cut-\(now)"
+        var attempt = 1
+        while mkdir(cut, 0o700) != 0 {
+            guard errno == EEXIST, attempt < 100 else { throw .io("cannot create \(cut): \(Self.error())") }
+            attempt += 1
+            cut = "\(path)/cut-\(now)-\(attempt)"
+        }
         return cut
     }
 

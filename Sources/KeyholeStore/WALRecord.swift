@@ -32,3 +32,22 @@ public struct WALRecord: Sendable, Hashable {
         bytes.append(contentsOf: payload)
     }
 }
+
+extension Array where Element == UInt8 {
+    /// Appends one framed body (WAL.md, "Records"): the length, the CRC-32C over `sequence` (a record's
+    /// LSN, or a snapshot entry's index) and the body, then the body `writeBody` appends.
+    mutating func appendFramed(sequence: UInt64, _ writeBody: (inout [UInt8]) -> Void) {
+        let start = count
+        append(contentsOf: repeatElement(0, count: WALRecord.headerBytes))
+        writeBody(&self)
+        let length = count - start - WALRecord.headerBytes
+        precondition(length >= 1 && length <= WALRecord.maximumBodyBytes, "a framed body of \(length) bytes")
+        var crc = CRC32C()
+        crc.update(bigEndian: sequence)
+        withUnsafeBytes { crc.update(UnsafeRawBufferPointer(rebasing: $0[(start + WALRecord.headerBytes)...])) }
+        withUnsafeMutableBytes { bytes in
+            bytes.storeBytes(of: UInt32(length).bigEndian, toByteOffset: start, as: UInt32.self)
+            bytes.storeBytes(of: crc.value.bigEndian, toByteOffset: start + 4, as: UInt32.self)
+        }
+    }
+}

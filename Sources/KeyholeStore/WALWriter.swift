@@ -90,6 +90,19 @@ public final class WALWriter {
         nextLSN += UInt64(count)
     }
 
+    /// Ends the current segment (made durable) and starts a new one, unless the current one holds no
+    /// record yet. Returns the segment appends now go to and the LSN its first record gets: every
+    /// segment before it holds only earlier records.
+    ///
+    /// - Throws: `StoreError.io` when the sync or the new segment fails.
+    public func cut() throws(StoreError) -> (sequence: UInt64, firstLSN: UInt64) {
+        if size > WALSegmentHeader.size {
+            try sync(rollingBack: false)
+            try startSegment(after: sequence)
+        }
+        return (sequence, nextLSN)
+    }
+
     /// Makes everything appended durable (fdatasync).
     ///
     /// - Throws: `StoreError.io` when the sync fails. What was appended since the last good sync is

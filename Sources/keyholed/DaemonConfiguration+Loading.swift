@@ -53,7 +53,10 @@ extension DaemonConfiguration {
                 configuration.server.drainTimeout = timeout
             }
         }
-        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval"]) {
+        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes"]) {
+            if let bytes = try storage.size("snapshot_wal_bytes", in: (64 << 10)...(64 << 30)) {
+                configuration.store.snapshotWALBytes = bytes
+            }
             if let dir = try storage.string("dir") {
                 try checkPath(dir, key: "storage.dir", line: file.line(of: "dir", in: "storage"))
                 configuration.stateDirectory = dir

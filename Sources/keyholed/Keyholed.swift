@@ -112,6 +112,7 @@ struct Keyholed: AsyncParsableCommand {
             services: [
                 .init(service: KeySetRefresher(issuers: issuers, store: store, logger: logger)),
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
+                .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: server),
             ],
@@ -140,7 +141,7 @@ struct Keyholed: AsyncParsableCommand {
         } catch {
             if error.isCorruption {
                 logger.critical("storage.corrupt", metadata: ["error": "\(error.message)"])
-                printError("keyholed: \(error.message). Nothing was changed. `keyholed --repair` (with the same --config and --state-dir) cuts the log at the damage, keeping a copy of what it cuts, and says how many records are lost.")
+                printError("keyholed: \(error.message). Nothing was changed. `keyholed --repair` (with the same --config and --state-dir) cuts the log at the damage (or sets an unreadable snapshot aside), keeping a copy of what it cuts, and says how many records are lost.")
             } else if error.isLocked {
                 logger.critical("storage.locked", metadata: ["error": "\(error.message)"])
             } else {
@@ -155,11 +156,15 @@ struct Keyholed: AsyncParsableCommand {
         logger.info("storage.opened", metadata: [
             "dir": "\(directory)", "records_replayed": "\(report.replayed)", "sessions": "\(figures.sessions)",
             "users": "\(figures.users)", "expired_dropped": "\(report.expired)",
+            "snapshot_lsn": "\(report.snapshotLSN.map(String.init) ?? "none")", "wal_bytes": "\(figures.walBytes)",
         ])
         if repair {
             if let cut = report.cutDirectory {
-                logger.notice("storage.repaired", metadata: ["records_lost": "\(report.lostRecords)", "kept_in": "\(cut)"])
-                printError("keyholed: repaired: \(report.lostRecords) records lost; what was cut is in \(cut)")
+                let snapshots = report.lostSnapshots > 0 ? " and \(report.lostSnapshots) unreadable snapshot(s) set aside" : ""
+                logger.notice("storage.repaired", metadata: [
+                    "records_lost": "\(report.lostRecords)", "snapshots_lost": "\(report.lostSnapshots)", "kept_in": "\(cut)",
+                ])
+                printError("keyholed: repaired: \(report.lostRecords) records lost\(snapshots); what was cut is in \(cut)")
             } else {
                 printError("keyholed: nothing to repair in \(directory)")
             }

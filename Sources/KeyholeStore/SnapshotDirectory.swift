@@ -1,0 +1,64 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The `snapshots` directory on disk (SNAPSHOT.md, "Files").
+struct SnapshotDirectory: Sendable {
+    /// The directory's path.
+    let path: String
+
+    /// The `snapshots` directory under `stateDirectory` (created, mode 0700, by `create()`).
+    init(stateDirectory: String) {
+        path = stateDirectory + "/snapshots"
+    }
+
+    func create() throws(StoreError) {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw .io("cannot create \(path): \(WALDirectory.error())")
+        }
+    }
+
+    /// The path of the snapshot starting at `lsn`.
+    func snapshotPath(_ lsn: UInt64) -> String { "\(path)/\(SnapshotHeader.fileName(lsn))" }
+
+    /// The snapshots there, by start LSN, oldest first; `.tmp` files (snapshots never finished) are
+    /// deleted on the way.
+    func list() throws(StoreError) -> [(lsn: UInt64, path: String)] {
+        guard let directory = opendir(path) else {
+            if errno == ENOENT { return [] }
+            throw .io("cannot list \(path): \(WALDirectory.error())")
+        }
+        var found: [(lsn: UInt64, path: String)] = []
+        var unfinished: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if let lsn = SnapshotHeader.startLSN(fromFileName: name) {
+                found.append((lsn, "\(path)/\(name)"))
+            } else if name.hasSuffix(".snap.tmp") {
+                unfinished.append("\(path)/\(name)")
+            }
+        }
+        closedir(directory)
+        for file in unfinished {
+            guard unlink(file) == 0 || errno == ENOENT else { throw .io("cannot remove \(file): \(WALDirectory.error())") }
+        }
+        return found.sorted { $0.lsn < $1.lsn }
+    }
+
+    /// Deletes every snapshot older than the one starting at `lsn`; returns how many it deleted.
+    @discardableResult
+    func removeSnapshots(before lsn: UInt64) throws(StoreError) -> Int {
+        let old = try list().filter { $0.lsn < lsn }
+        for snapshot in old {
+            guard unlink(snapshot.path) == 0 || errno == ENOENT else {
+                throw .io("cannot remove \(snapshot.path): \(WALDirectory.error())")
+            }
+        }
+        if !old.isEmpty { try WALDirectory.syncDirectory(at: path) }
+        return old.count
+    }
+}

@@ -1,0 +1,170 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Writes one snapshot (SNAPSHOT.md): entries into `<lsn>.snap.tmp`, then the header, fsync, rename
+/// and directory fsync. Used by one thread at a time.
+final class SnapshotWriter {
+    let startLSN: UInt64
+    let path: String
+    private let directory: SnapshotDirectory
+    private let temporaryPath: String
+    private var fd: Int32
+    /// Where the next entry goes, how many entries of each kind went before it.
+    private(set) var size = SnapshotHeader.size
+    private(set) var sessions: UInt64 = 0
+    private(set) var users: UInt64 = 0
+
+    /// The index the next entry's CRC covers.
+    var nextIndex: UInt64 { sessions + users }
+
+    init(directory: SnapshotDirectory, startLSN: UInt64) throws(StoreError) {
+        self.directory = directory
+        self.startLSN = startLSN
+        path = directory.snapshotPath(startLSN)
+        temporaryPath = path + ".tmp"
+        fd = open(temporaryPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("cannot create \(temporaryPath): \(WALDirectory.error())") }
+    }
+
+    deinit { abandon() }
+
+    /// Writes entries encoded by the tables: `sessions` and `users` of them, numbered from `nextIndex`.
+    func write(_ bytes: [UInt8], sessions: Int, users: Int) throws(StoreError) {
+        try write(bytes, at: size)
+        size += bytes.count
+        self.sessions += UInt64(sessions)
+        self.users += UInt64(users)
+    }
+
+    /// Writes the header and makes the snapshot durable under its name. Returns its size in bytes.
+    func finish(createdAt: Int64) throws(StoreError) -> Int {
+        let header = SnapshotHeader(startLSN: startLSN, createdAt: createdAt, sessions: sessions, users: users)
+        try write(header.encoded, at: 0)
+        guard fsync(fd) == 0 else { throw .io("cannot sync \(temporaryPath): \(WALDirectory.error())") }
+        close(fd)
+        fd = -1
+        guard rename(temporaryPath, path) == 0 else {
+            let message = "cannot rename \(temporaryPath): \(WALDirectory.error())"
+            unlink(temporaryPath)
+            throw .io(message)
+        }
+        try WALDirectory.syncDirectory(at: directory.path)
+        return size
+    }
+
+    /// Drops an unfinished snapshot.
+    func abandon() {
+        guard fd >= 0 else { return }
+        close(fd)
+        fd = -1
+        unlink(temporaryPath)
+    }
+
+    private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
+        var written = 0
+        let ok = bytes.withUnsafeBytes { raw -> Bool in
+            while written < raw.count {
+                let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { return false }
+                written += count
+            }
+            return true
+        }
+        guard ok else { throw .io("cannot write \(temporaryPath): \(WALDirectory.error())") }
+    }
+}
+
+/// Reads a snapshot into tables, a block at a time (SNAPSHOT.md, "Reading").
+enum SnapshotReader {
+    /// Loads the snapshot at `path` into `tables` (which should be empty); returns its header.
+    ///
+    /// - Throws: `StoreError.corrupt` naming the file and the offset of the damage, `.io`.
+    static func load(_ path: String, into tables: inout StoreTables, blockBytes: Int = 4 << 20) throws(StoreError) -> SnapshotHeader {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(path): \(WALDirectory.error())") }
+        defer { close(fd) }
+        var buffer: [UInt8] = []
+        var atEnd = false
+        /// The file offset of `buffer[0]`.
+        var base = 0
+        func fill() throws(StoreError) {
+            let start = buffer.count
+            buffer.append(contentsOf: repeatElement(0, count: blockBytes))
+            var count = 0
+            repeat {
+                count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + start, blockBytes) }
+            } while count < 0 && errno == EINTR
+            guard count >= 0 else { throw .io("cannot read \(path): \(WALDirectory.error())") }
+            buffer.removeLast(blockBytes - count)
+            atEnd = count == 0
+        }
+        func corrupt(_ failure: SnapshotReadFailure) -> StoreError { .corrupt(file: path, offset: failure.offset, failure.reason) }
+
+        while buffer.count < SnapshotHeader.size && !atEnd { try fill() }
+        let header: SnapshotHeader
+        switch SnapshotHeader.decode(buffer) {
+        case .success(let decoded): header = decoded
+        case .failure(let failure): throw corrupt(failure)
+        }
+        tables.reserve(sessions: Int(clamping: min(header.sessions, 1 << 26)), principals: Int(clamping: min(header.users, 1 << 26)))
+        var position = SnapshotHeader.size
+        var sessions: UInt64 = 0
+        var users: UInt64 = 0
+        while true {
+            if buffer.count - position < WALRecord.headerBytes || buffer.count - position < entryEnd(buffer, position) - position {
+                if atEnd {
+                    guard position == buffer.count else {
+                        throw corrupt(.init(offset: base + position, "an entry is cut short"))
+                    }
+                    break
+                }
+                // Keep the partial entry, drop what was read, and read on.
+                buffer.removeFirst(position)
+                base += position
+                position = 0
+                try fill()
+                continue
+            }
+            let offset = base + position
+            let length = Int(buffer.bigEndianUInt32(at: position))
+            guard length >= 1, length <= WALRecord.maximumBodyBytes else {
+                throw corrupt(.init(offset: offset, "an entry length of \(length) is invalid"))
+            }
+            let end = position + WALRecord.headerBytes + length
+            let body = buffer[(position + WALRecord.headerBytes)..<end]
+            var crc = CRC32C()
+            crc.update(bigEndian: sessions + users)
+            crc.update(body)
+            guard crc.value == buffer.bigEndianUInt32(at: position + 4) else {
+                throw corrupt(.init(offset: offset, "an entry's CRC does not match"))
+            }
+            guard let entry = SnapshotEntry(body: body) else {
+                throw corrupt(.init(offset: offset, "an entry of type 0x\(String(body.first!, radix: 16)) does not parse"))
+            }
+            if case .session = entry { sessions += 1 } else { users += 1 }
+            guard sessions <= header.sessions, users <= header.users else {
+                throw corrupt(.init(offset: offset, "more entries than the header counts"))
+            }
+            tables.load(entry)
+            position = end
+        }
+        guard sessions == header.sessions, users == header.users else {
+            throw corrupt(.init(offset: base + position,
+                "\(sessions) sessions and \(users) users where the header counts \(header.sessions) and \(header.users)"))
+        }
+        return header
+    }
+
+    /// Where the entry at `position` ends, when its length can be read and is valid; otherwise a
+    /// position that makes the caller decide with what it has.
+    private static func entryEnd(_ buffer: [UInt8], _ position: Int) -> Int {
+        guard buffer.count - position >= WALRecord.headerBytes else { return Int.max }
+        let length = Int(buffer.bigEndianUInt32(at: position))
+        guard length >= 1, length <= WALRecord.maximumBodyBytes else { return position }
+        return position + WALRecord.headerBytes + length
+    }
+}

@@ -1,0 +1,147 @@
+import NIOConcurrencyHelpers
+import Synchronization
+
+/// What a snapshot wrote (`admin.snapshot` answers with it).
+public struct SnapshotReport: Sendable, Equatable {
+    /// Its start LSN: replay after a restart resumes there.
+    public var startLSN: UInt64
+    /// Entries written.
+    public var sessions: Int
+    public var users: Int
+    /// The file's size.
+    public var bytes: Int
+    /// Log bytes deleted because the snapshot covers them.
+    public var walBytesRemoved: Int
+    /// When it was taken (the store's clock), and how long it took.
+    public var createdAt: Int64
+    public var milliseconds: Int
+}
+
+extension Store {
+    /// Takes a snapshot (SNAPSHOT.md, "Taking one without stopping requests") on a thread of its own,
+    /// then deletes the log and the snapshots it makes redundant. One snapshot runs at a time: a
+    /// second call waits, then takes a new one.
+    ///
+    /// - Throws: `StoreError.unavailable` while storage fails or the store stops (then nothing is
+    ///   kept), `.io` when the snapshot cannot be written.
+    public func snapshot(now: Int64) async throws(StoreError) -> SnapshotReport {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<SnapshotReport, StoreError>, Never>) in
+            StoreThread.start { [self] in
+                continuation.resume(returning: Result { () throws(StoreError) in try writeSnapshot(now: now) })
+            }
+        }
+        return try result.get()
+    }
+
+    /// Whether the log has grown past `snapshotWALBytes`.
+    public var snapshotDue: Bool {
+        state.withLock { state in configuration.snapshotWALBytes.map { state.counters.walBytes >= $0 } ?? false }
+    }
+
+    /// The snapshotter has dealt with a signal: the next write past the limit signals again.
+    func snapshotSignalHandled() {
+        state.withLock { $0.snapshotSignalled = false }
+    }
+
+    /// Stops a snapshot being taken at its next chunk, and refuses new ones (shutdown).
+    func abortSnapshots() {
+        state.withLock { $0.snapshotAborted = true }
+        snapshotSignal.finish()
+    }
+
+    /// Blocks the calling thread, which must not be one of the cooperative pool's.
+    func writeSnapshot(now: Int64) throws(StoreError) -> SnapshotReport {
+        snapshotLock.lock()
+        defer { snapshotLock.unlock() }
+        let started = ContinuousClock.now
+
+        // 1. A new segment: its first LSN is where replay will resume.
+        let cutDone = BlockingResult<(sequence: UInt64, firstLSN: UInt64)>()
+        let (failures, ring) = try state.withLock { state throws(StoreError) -> (Int, Bool) in
+            try state.checkSnapshotAllowed()
+            state.cutWaiters.append { cutDone.set($0) }
+            defer { state.committerWaiting = false }
+            return (state.counters.failures, state.committerWaiting)
+        }
+        if ring { ringDoorbell() }
+        let cut = try cutDone.wait()
+        try snapshots.create()
+        let writer = try SnapshotWriter(directory: snapshots, startLSN: cut.firstLSN)
+
+        // 2. The tables, a chunk per hold of the lock.
+        var bytes: [UInt8] = []
+        for users in [false, true] {
+            let limit = users ? max(1, configuration.snapshotChunk / 4) : configuration.snapshotChunk
+            var cursor = 0
+            repeat {
+                bytes.removeAll(keepingCapacity: true)
+                var index = writer.nextIndex
+                cursor = try state.withLock { state throws(StoreError) -> Int in
+                    try state.checkSnapshotAllowed()
+                    return users
+                        ? state.tables.appendUserEntries(from: cursor, limit: limit, index: &index, to: &bytes)
+                        : state.tables.appendSessionEntries(from: cursor, limit: limit, index: &index, to: &bytes)
+                }
+                let count = Int(index - writer.nextIndex)
+                try writer.write(bytes, sessions: users ? 0 : count, users: users ? count : 0)
+            } while cursor != 0
+        }
+
+        // 3. Everything the chunks saw is in the log, and none of it was taken back.
+        let barrier = BlockingResult<Void>()
+        try change({ barrier.set($0) }) { _, _ in ((), [StoreRecord.noop]) }
+        try barrier.wait()
+        guard state.withLock({ $0.counters.failures }) == failures else {
+            throw .unavailable("storage failed while the snapshot was taken")
+        }
+
+        // 4. Durable under its name; then what it makes redundant goes.
+        let size = try writer.finish(createdAt: now)
+        try snapshots.removeSnapshots(before: cut.firstLSN)
+        let removed = try walDirectory.removeSegments(before: cut.sequence)
+        let report = SnapshotReport(
+            startLSN: cut.firstLSN, sessions: Int(writer.sessions), users: Int(writer.users), bytes: size,
+            walBytesRemoved: removed, createdAt: now,
+            milliseconds: Int((ContinuousClock.now - started).components.seconds * 1000)
+                + Int((ContinuousClock.now - started).components.attoseconds / 1_000_000_000_000_000))
+        state.withLock { state in
+            state.counters.walBytes = max(0, state.counters.walBytes - removed)
+            state.counters.snapshots += 1
+            state.lastSnapshot = report
+        }
+        return report
+    }
+}
+
+extension Store.State {
+    func checkSnapshotAllowed() throws(StoreError) {
+        if let failure { throw .unavailable("storage is failing: \(failure)") }
+        if stopping || snapshotAborted { throw .unavailable("the store is stopping") }
+    }
+
+    /// Whether the log just grew past the snapshot limit and the snapshotter must be told (once).
+    mutating func signalSnapshotIfDue(_ configuration: Store.Configuration) -> Bool {
+        guard let limit = configuration.snapshotWALBytes, counters.walBytes >= limit, !snapshotSignalled else { return false }
+        snapshotSignalled = true
+        return true
+    }
+}
+
+/// A result handed from one thread to another that blocks until it arrives.
+final class BlockingResult<Value: Sendable>: Sendable {
+    private let condition = ConditionLock<Int>(value: 0)
+    private let result = Mutex<Result<Value, StoreError>?>(nil)
+
+    func set(_ value: Result<Value, StoreError>) {
+        result.withLock { $0 = value }
+        condition.lock()
+        condition.unlock(withValue: 1)
+    }
+
+    func wait() throws(StoreError) -> Value {
+        condition.lock(whenValue: 1)
+        condition.unlock()
+        // Set before the condition turned 1.
+        return try result.withLock { $0! }.get()
+    }
+}
