@@ -86,12 +86,15 @@ extension StoreOperations {
         let store = context.store
         let now = context.now
         return [
-            "admin.snapshot": .async { request, _ throws(ProtocolError) in
+            "admin.snapshot": .async { request, requestContext throws(ProtocolError) in
                 let arguments = Arguments(request)
                 try arguments.finish()
                 do throws(StoreError) {
-                    return try await store.snapshot(now: now()).json
+                    let report = try await store.snapshot(now: now())
+                    requestContext.logger.info("storage.snapshot", metadata: report.metadata.merging(["trigger": "admin"]) { $1 })
+                    return report.json
                 } catch {
+                    requestContext.logger.error("storage.snapshot_failed", metadata: ["error": "\(error.message)", "trigger": "admin"])
                     throw StoreCommit.protocolError(error)
                 }
             }

@@ -45,9 +45,9 @@ public struct StoreSnapshotter: Service {
     private func snapshot() async {
         do throws(StoreError) {
             let report = try await store.snapshot(now: now())
-            logger.info("storage.snapshot", metadata: report.metadata)
+            logger.info("storage.snapshot", metadata: report.metadata.merging(["trigger": "wal_bytes"]) { $1 })
         } catch {
-            logger.error("storage.snapshot_failed", metadata: ["error": "\(error.message)"])
+            logger.error("storage.snapshot_failed", metadata: ["error": "\(error.message)", "trigger": "wal_bytes"])
             // Abandoned at shutdown, or a failure to wait out (the signal stays set meanwhile).
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: configuration.retryInterval) }
         }

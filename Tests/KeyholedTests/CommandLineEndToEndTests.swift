@@ -83,6 +83,11 @@ struct CommandLineEndToEndTests {
         #expect(gone.status == 1)
         #expect(gone.stderr.contains("session_not_found"))
 
+        let snapshot = try ChildProcess.run([cli, "snapshot"] + socket)
+        #expect(snapshot.status == 0)
+        #expect(try json(snapshot.stdout)["sessions"] == 0)
+        #expect(try json(snapshot.stdout)["users"] == 1)
+
         let deleted = try ChildProcess.run([cli, "user", "delete", "zoe"] + socket)
         #expect(try json(deleted.stdout)["deleted"] == true)
         let missing = try ChildProcess.run([cli, "user", "get", "zoe"] + socket)

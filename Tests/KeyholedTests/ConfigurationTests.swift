@@ -53,6 +53,15 @@ struct ConfigurationTests {
         #expect(parsed.keySetCache == defaults.keySetCache)
         #expect(parsed.verifiedTokenCacheEntries == defaults.verifiedTokenCacheEntries)
         #expect(parsed.issuers.isEmpty)
+        #expect(parsed.store.durability == defaults.store.durability)
+        #expect(parsed.store.snapshotWALBytes == defaults.store.snapshotWALBytes)
+    }
+
+    @Test("[storage] sets durability and the snapshot size")
+    func storageSettings() throws {
+        let parsed = try DaemonConfiguration.parse("[storage]\nfsync = \"batch\"\nbatch_interval = \"20ms\"\nsnapshot_wal_bytes = \"1MiB\"\n")
+        #expect(parsed.store.durability == .batch(interval: .milliseconds(20)))
+        #expect(parsed.store.snapshotWALBytes == 1 << 20)
     }
 
     @Test("[jwks] and [tokens] set the cache's rules")
@@ -126,6 +135,8 @@ struct ConfigurationTests {
         ("server = 1\n", "server", 1),
         ("[log]\nlevel = \"loud\"\n", "log.level", 2),
         ("[storage]\ndir = 7\n", "storage.dir", 2),
+        ("[storage]\nsnapshot_wal_bytes = \"1KiB\"\n", "storage.snapshot_wal_bytes", 2),
+        ("[storage]\nfsync = \"always\"\nsnapshot_wal_bytes = \"lots\"\n", "storage.snapshot_wal_bytes", 3),
         ("[server\n", "", 1),
     ]
 

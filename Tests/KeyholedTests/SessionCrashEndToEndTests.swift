@@ -23,6 +23,8 @@ struct SessionCrashEndToEndTests {
     }
 
     static let workers = 12
+    /// Small, so that snapshots are taken (and cut short by kill -9) in most rounds.
+    static let config = "[storage]\nsnapshot_wal_bytes = \"64KiB\"\n"
 
     @Test("20 rounds of kill -9 under concurrent session.create and session.revoke")
     func killNine() throws {
@@ -31,7 +33,7 @@ struct SessionCrashEndToEndTests {
         let ledger = Ledger()
         var generator = SystemRandomNumberGenerator()
         for round in 1...20 {
-            let daemon = try DaemonProcess(config: "", directory: directory)
+            let daemon = try DaemonProcess(config: Self.config, directory: directory)
             try daemon.waitUntilReady()
             try verify(ledger, daemon: daemon, round: round)
 
@@ -52,7 +54,7 @@ struct SessionCrashEndToEndTests {
             for semaphore in done { #expect(semaphore.wait(timeout: .now() + 120) == .success) }
             #expect(try daemon.waitForExit() == 128 + SIGKILL)
         }
-        let daemon = try DaemonProcess(config: "", directory: directory)
+        let daemon = try DaemonProcess(config: Self.config, directory: directory)
         try daemon.waitUntilReady()
         try verify(ledger, daemon: daemon, round: 21)
         #expect(try daemon.terminate() == 0)
@@ -67,6 +69,8 @@ struct SessionCrashEndToEndTests {
             if (try? url.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile) == true { stateBytes += try Data(contentsOf: url) }
         }
         #expect(stateBytes.count > 1000)
+        let snapshots = try FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("snapshots").path)
+        #expect(snapshots.count == 1 && snapshots[0].hasSuffix(".snap"))
         let text = String(decoding: stateBytes, as: UTF8.self)
         for token in tokens { #expect(!text.contains(String(token.dropFirst(3)))) }
     }
@@ -78,6 +82,12 @@ struct SessionCrashEndToEndTests {
         var n = 0
         while true {
             n += 1
+            if worker == 0 && n % 50 == 0 {
+                // A snapshot on demand, on top of those the log's growth triggers.
+                guard let response = try? connection.call("admin.snapshot") else { return }
+                #expect(response["ok"] == true, "admin.snapshot answered \(response.jsonText)")
+                continue
+            }
             if n % 3 == 0, let victim = mine.popLast() {
                 ledger.books.withLock { _ = $0.revokeInDoubt.insert(victim) }
                 guard let response = try? connection.call("session.revoke", ["session": .string(victim)]) else { return }

@@ -102,6 +102,51 @@ struct SessionEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
+    @Test("admin.snapshot and snapshot_wal_bytes take snapshots, the log they cover goes, and a restart loads them")
+    func snapshots() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = Self.config + "\n[storage]\nsnapshot_wal_bytes = \"64KiB\"\n"
+        var daemon = try DaemonProcess(config: config, directory: directory)
+        try daemon.waitUntilReady()
+        var connection = try RawConnection(path: daemon.socketPath)
+        var tokens: [String] = []
+        for n in 0..<10 {
+            tokens.append(try #require(try connection.result("session.create", ["sub": .string("u\(n)")])["session"]?.stringValue))
+        }
+        let snapshot = try connection.result("admin.snapshot")
+        #expect(snapshot["sessions"]?.intValue == 10)
+        #expect(snapshot["users"]?.intValue == 10)
+        #expect((snapshot["bytes"]?.intValue ?? 0) > 48)
+        #expect((snapshot["wal_bytes_removed"]?.intValue ?? 0) > 0)
+        #expect(try connection.errorCode("admin.snapshot", ["now": true]) == "bad_request")
+        let store = try connection.result("stats")["store"]
+        #expect(store?["snapshots"] == 1)
+        #expect(store?["last_snapshot"] == snapshot)
+        let state = directory.appendingPathComponent("state")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("wal").path).count == 1)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("snapshots").path).count == 1)
+
+        // Past 64 KiB of log, the snapshotter takes one by itself.
+        let data = JSONValue.object(["blob": .string(String(repeating: "x", count: 3000))])
+        for n in 0..<30 {
+            tokens.append(try #require(try connection.result("session.create", ["sub": .string("big\(n)"), "data": data])["session"]?.stringValue))
+        }
+        try daemon.waitForStderr(containing: "trigger=wal_bytes")
+        #expect(!daemon.stderr.contains("storage.snapshot_failed"))
+        #expect(try daemon.terminate() == 0)
+
+        daemon = try DaemonProcess(config: config, directory: directory)
+        try daemon.waitUntilReady()
+        connection = try RawConnection(path: daemon.socketPath)
+        for token in tokens {
+            #expect(try connection.call("session.get", ["session": .string(token)])["ok"] == true)
+        }
+        #expect(try connection.result("stats")["store"]?["sessions"] == 40)
+        #expect(!daemon.stderr.contains("snapshot_lsn=none"))
+        #expect(try daemon.terminate() == 0)
+    }
+
     @Test("a damaged log stops start-up naming file and offset; --repair cuts it, says what was lost, and keyholed starts")
     func corruptionAndRepair() throws {
         let directory = try DaemonProcess.makeDirectory()

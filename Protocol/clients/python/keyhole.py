@@ -296,7 +296,7 @@ class Client:
         return self.call("ping")
 
     def stats(self):
-        """Return keyholed's counters (connections, requests, in_flight, errors, bytes, uptime_ms)."""
+        """Return keyholed's counters (connections, requests, in_flight, errors, bytes, uptime_ms, store)."""
         return self.call("stats")
 
     def verify_token(self, token, issuer=None, audience=None, nonce=None):
@@ -357,6 +357,17 @@ class Client:
     def delete_user(self, sub, issuer=None):
         """Delete a user's record and every session of theirs; return {"deleted", "sessions_revoked"}."""
         return self.call("user.delete", _args(sub=sub, issuer=issuer))
+
+    def admin_snapshot(self):
+        """Snapshot the users and sessions now; return its figures once it is durable.
+
+        The result is {"start_lsn", "sessions", "users", "bytes", "wal_bytes_removed", "created_at",
+        "ms"}; the log segments the snapshot covers are deleted by then. A snapshot already being
+        taken is waited for, then a fresh one is taken. Raises KeyholeError storage_unavailable
+        (retry after retry_after_ms) when storage is failing, keyholed is stopping, or the snapshot
+        cannot be written.
+        """
+        return self.call("admin.snapshot")
 
     def close(self):
         """Close the connection; calls in flight and later calls raise KeyholeConnectionError."""

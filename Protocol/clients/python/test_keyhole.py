@@ -647,6 +647,53 @@ class SessionTests(ServerTestCase):
                 self.assertEqual(caught.exception.code, code)
 
 
+    def test_admin_snapshot(self):
+        with keyhole.Client(self.server.socket_path) as client:
+            for n in range(3):
+                client.create_session(f"py-snap-{n}")
+            before_stats = client.stats()
+            VALIDATORS["stats.result"].validate(before_stats)
+            before = before_stats["store"]
+            snapshot = client.admin_snapshot()
+            VALIDATORS["admin.snapshot.result"].validate(snapshot)
+            self.assertGreaterEqual(snapshot["sessions"], 3)
+            self.assertGreaterEqual(snapshot["users"], 3)
+            self.assertGreater(snapshot["bytes"], 0)
+            self.assertGreater(snapshot["start_lsn"], 0)
+            stats = client.stats()
+            VALIDATORS["stats.result"].validate(stats)
+            self.assertEqual(stats["store"]["snapshots"], before["snapshots"] + 1)
+            self.assertEqual(stats["store"]["last_snapshot"], snapshot)
+            self.assertEqual(stats["requests"]["admin.snapshot"],
+                             before_stats["requests"].get("admin.snapshot", 0) + 1)
+            # Sessions created before the snapshot are still there, and changes go on after it.
+            self.assertEqual(len(client.list_sessions("py-snap-0")), 1)
+            client.create_session("py-snap-0")
+            with self.assertRaises(keyhole.KeyholeError) as caught:
+                client.call("admin.snapshot", {"now": True})
+            self.assertEqual(caught.exception.code, "bad_request")
+            self.assertIn("now", caught.exception.message)
+            self.assertEqual(client.stats()["store"]["snapshots"], before["snapshots"] + 1)
+
+    def test_snapshot_schemas_hold_their_ground(self):
+        good = {"start_lsn": 12, "sessions": 3, "users": 3, "bytes": 400, "wal_bytes_removed": 900,
+                "created_at": 1767225600, "ms": 2}
+        VALIDATORS["admin.snapshot.result"].validate(good)
+        for bad in ({k: v for k, v in good.items() if k != "ms"}, dict(good, extra=1), dict(good, start_lsn=0),
+                    dict(good, bytes=-1), dict(good, created_at=1.5)):
+            with self.assertRaises(jsonschema.ValidationError, msg=repr(bad)):
+                VALIDATORS["admin.snapshot.result"].validate(bad)
+        store = {"sessions": 0, "users": 0, "wal_bytes": 0, "records": 0, "syncs": 0, "records_per_sync": 0,
+                 "failing": False, "failures": 0, "snapshots": 1, "last_snapshot": good}
+        stats = {"uptime_ms": 0, "connections": {"open": 0, "total": 0, "rejected": 0}, "requests": {},
+                 "in_flight": 0, "errors": {}, "bytes": {"in": 0, "out": 0}, "store": store}
+        VALIDATORS["stats.result"].validate(stats)
+        for bad_store in ({k: v for k, v in store.items() if k != "snapshots"},
+                          dict(store, last_snapshot={"start_lsn": 1})):
+            with self.assertRaises(jsonschema.ValidationError, msg=repr(bad_store)):
+                VALIDATORS["stats.result"].validate(dict(stats, store=bad_store))
+
+
 class OverloadTests(ServerTestCase):
     """keyholed with max_connections = 1 refuses a second connection with overloaded."""
 
