@@ -1,76 +1,70 @@
-/// One entry of a snapshot (SNAPSHOT.md, "Entries"): a user's record or a session as it stands.
+/// One entry of a snapshot (SNAPSHOT.md, "Entries"): a principal with their user record, if any, or
+/// one of the sessions of the principal before it.
 enum SnapshotEntry: Equatable {
-    case user(Principal, [UInt8])
-    case session(StoreRecord.NewSession, lastSeenAt: Int64)
+    /// A session without its principal (that of the nearest principal entry before it).
+    struct SessionState: Equatable {
+        var id: SessionID
+        var check: SessionCheck
+        var createdAt: Int64
+        var expiresAt: Int64
+        var idleSeconds: UInt32
+        var lastSeenAt: Int64
+        var data: [UInt8]?
+    }
+
+    case principal(Principal, User?)
+    case session(SessionState)
 
     enum Kind: UInt8 {
-        case user = 0x20
+        case principal = 0x21
         case session = 0x30
     }
 
-    /// Appends a user entry's body.
-    static func appendUser(_ principal: Principal, json: [UInt8], to bytes: inout [UInt8]) {
-        bytes.append(Kind.user.rawValue)
+    /// Appends a principal entry's body; `userJSON` is the user record as stored, if there is one.
+    static func appendPrincipal(_ principal: Principal, userJSON: [UInt8]?, to bytes: inout [UInt8]) {
+        bytes.append(Kind.principal.rawValue)
         bytes.appendString(principal.issuer)
         bytes.appendString(principal.sub)
-        bytes.appendBlob(json)
+        bytes.appendBlob(userJSON)
     }
 
     /// Appends a session entry's body.
-    static func appendSession(
-        id: SessionID, check: SessionCheck, principal: Principal, createdAt: Int64, expiresAt: Int64,
-        idleSeconds: UInt32, lastSeenAt: Int64, data: [UInt8]?, to bytes: inout [UInt8]
-    ) {
+    static func appendSession(_ session: SessionState, to bytes: inout [UInt8]) {
         bytes.append(Kind.session.rawValue)
-        bytes.appendBigEndian(id.high)
-        bytes.appendBigEndian(id.low)
-        bytes.appendBigEndian(check.high)
-        bytes.appendBigEndian(check.low)
-        bytes.appendString(principal.issuer)
-        bytes.appendString(principal.sub)
-        bytes.appendBigEndian(createdAt)
-        bytes.appendBigEndian(expiresAt)
-        bytes.appendBigEndian(idleSeconds)
-        bytes.appendBigEndian(lastSeenAt)
-        bytes.appendBlob(data)
-    }
-
-    /// Appends this entry's body.
-    func appendBody(to bytes: inout [UInt8]) {
-        switch self {
-        case .user(let principal, let json):
-            Self.appendUser(principal, json: json, to: &bytes)
-        case .session(let new, let lastSeenAt):
-            Self.appendSession(
-                id: new.id, check: new.check, principal: new.principal, createdAt: new.createdAt,
-                expiresAt: new.expiresAt, idleSeconds: new.idleSeconds, lastSeenAt: lastSeenAt, data: new.data,
-                to: &bytes)
-        }
+        bytes.appendBigEndian(session.id.high)
+        bytes.appendBigEndian(session.id.low)
+        bytes.appendBigEndian(session.check.high)
+        bytes.appendBigEndian(session.check.low)
+        bytes.appendBigEndian(session.createdAt)
+        bytes.appendBigEndian(session.expiresAt)
+        bytes.appendBigEndian(session.idleSeconds)
+        bytes.appendBigEndian(session.lastSeenAt)
+        bytes.appendBlob(session.data)
     }
 
     /// Decodes an entry's body; `nil` for an unknown type or a payload that does not parse exactly
-    /// (the same checks as the log's records: UTF-8 strings, JSON objects, a user record with its times).
+    /// (the log's checks: UTF-8 strings, JSON objects, a user record with its times).
     init?(body: ArraySlice<UInt8>) {
         guard let type = body.first, let kind = Kind(rawValue: type) else { return nil }
         var reader = ByteReader(body.dropFirst())
         switch kind {
-        case .user:
-            guard let issuer = reader.string(), let sub = reader.string(), let json = reader.blob(), let json else { return nil }
+        case .principal:
+            guard let issuer = reader.string(), let sub = reader.string(), let json = reader.blob() else { return nil }
             let principal = Principal(issuer: issuer, sub: sub)
-            guard User(principal: principal, recordJSON: json) != nil else { return nil }
-            self = .user(principal, json)
+            if let json {
+                guard let user = User(principal: principal, recordJSON: json) else { return nil }
+                self = .principal(principal, user)
+            } else {
+                self = .principal(principal, nil)
+            }
         case .session:
-            guard let id = reader.sessionID(), let check = reader.sessionID(), let issuer = reader.string(),
-                let sub = reader.string(), let createdAt = reader.int64(), let expiresAt = reader.int64(),
-                let idle = reader.uint32(), let lastSeenAt = reader.int64(), let data = reader.blob(),
-                data.map(StoreRecord.isJSONObject) ?? true
+            guard let id = reader.sessionID(), let check = reader.sessionID(), let createdAt = reader.int64(),
+                let expiresAt = reader.int64(), let idle = reader.uint32(), let lastSeenAt = reader.int64(),
+                let data = reader.blob(), data.map(StoreRecord.isJSONObject) ?? true
             else { return nil }
-            self = .session(
-                StoreRecord.NewSession(
-                    id: id, check: SessionCheck(high: check.high, low: check.low),
-                    principal: Principal(issuer: issuer, sub: sub), createdAt: createdAt, expiresAt: expiresAt,
-                    idleSeconds: idle, data: data),
-                lastSeenAt: lastSeenAt)
+            self = .session(SessionState(
+                id: id, check: SessionCheck(high: check.high, low: check.low), createdAt: createdAt,
+                expiresAt: expiresAt, idleSeconds: idle, lastSeenAt: lastSeenAt, data: data))
         }
         guard reader.isAtEnd else { return nil }
     }

@@ -14,11 +14,13 @@ final class SnapshotWriter {
     private var fd: Int32
     /// Where the next entry goes, how many entries of each kind went before it.
     private(set) var size = SnapshotHeader.size
+    private(set) var principals: UInt64 = 0
     private(set) var sessions: UInt64 = 0
-    private(set) var users: UInt64 = 0
+    /// Principals with a user record (for the report only).
+    private(set) var users = 0
 
     /// The index the next entry's CRC covers.
-    var nextIndex: UInt64 { sessions + users }
+    var nextIndex: UInt64 { principals + sessions }
 
     init(directory: SnapshotDirectory, startLSN: UInt64) throws(StoreError) {
         self.directory = directory
@@ -31,17 +33,18 @@ final class SnapshotWriter {
 
     deinit { abandon() }
 
-    /// Writes entries encoded by the tables: `sessions` and `users` of them, numbered from `nextIndex`.
-    func write(_ bytes: [UInt8], sessions: Int, users: Int) throws(StoreError) {
+    /// Writes entries encoded by the tables, numbered from `nextIndex`.
+    func write(_ bytes: [UInt8], _ count: StoreTables.ChunkCount) throws(StoreError) {
         try write(bytes, at: size)
         size += bytes.count
-        self.sessions += UInt64(sessions)
-        self.users += UInt64(users)
+        principals += UInt64(count.principals)
+        sessions += UInt64(count.sessions)
+        users += count.users
     }
 
     /// Writes the header and makes the snapshot durable under its name. Returns its size in bytes.
     func finish(createdAt: Int64) throws(StoreError) -> Int {
-        let header = SnapshotHeader(startLSN: startLSN, createdAt: createdAt, sessions: sessions, users: users)
+        let header = SnapshotHeader(startLSN: startLSN, createdAt: createdAt, principals: principals, sessions: sessions)
         try write(header.encoded, at: 0)
         guard fsync(fd) == 0 else { throw .io("cannot sync \(temporaryPath): \(WALDirectory.error())") }
         close(fd)
@@ -110,10 +113,13 @@ enum SnapshotReader {
         case .success(let decoded): header = decoded
         case .failure(let failure): throw corrupt(failure)
         }
-        tables.reserve(sessions: Int(clamping: min(header.sessions, 1 << 26)), principals: Int(clamping: min(header.users, 1 << 26)))
+        tables.reserve(sessions: Int(clamping: min(header.sessions, 1 << 26)), principals: Int(clamping: min(header.principals, 1 << 26)))
         var position = SnapshotHeader.size
+        var principals: UInt64 = 0
         var sessions: UInt64 = 0
-        var users: UInt64 = 0
+        /// The slot of the principal the next session entries belong to, and whether one did yet.
+        var current: UInt32?
+        var currentHasSessions = true
         while true {
             if buffer.count - position < WALRecord.headerBytes || buffer.count - position < entryEnd(buffer, position) - position {
                 if atEnd {
@@ -137,7 +143,7 @@ enum SnapshotReader {
             let end = position + WALRecord.headerBytes + length
             let body = buffer[(position + WALRecord.headerBytes)..<end]
             var crc = CRC32C()
-            crc.update(bigEndian: sessions + users)
+            crc.update(bigEndian: principals + sessions)
             crc.update(body)
             guard crc.value == buffer.bigEndianUInt32(at: position + 4) else {
                 throw corrupt(.init(offset: offset, "an entry's CRC does not match"))
@@ -145,16 +151,29 @@ enum SnapshotReader {
             guard let entry = SnapshotEntry(body: body) else {
                 throw corrupt(.init(offset: offset, "an entry of type 0x\(String(body.first!, radix: 16)) does not parse"))
             }
-            if case .session = entry { sessions += 1 } else { users += 1 }
-            guard sessions <= header.sessions, users <= header.users else {
+            switch entry {
+            case .principal(let principal, let user):
+                guard currentHasSessions else { throw corrupt(.init(offset: offset, "a principal with neither user nor sessions before it")) }
+                principals += 1
+                current = tables.loadPrincipal(principal, user)
+                currentHasSessions = user != nil
+            case .session(let session):
+                guard let principal = current else { throw corrupt(.init(offset: offset, "a session before any principal")) }
+                sessions += 1
+                current = tables.loadSession(session, principal: principal)
+                currentHasSessions = true
+            }
+            guard principals <= header.principals, sessions <= header.sessions else {
                 throw corrupt(.init(offset: offset, "more entries than the header counts"))
             }
-            tables.load(entry)
             position = end
         }
-        guard sessions == header.sessions, users == header.users else {
+        guard currentHasSessions else {
+            throw corrupt(.init(offset: base + position, "a principal with neither user nor sessions at the end"))
+        }
+        guard principals == header.principals, sessions == header.sessions else {
             throw corrupt(.init(offset: base + position,
-                "\(sessions) sessions and \(users) users where the header counts \(header.sessions) and \(header.users)"))
+                "\(principals) principals and \(sessions) sessions where the header counts \(header.principals) and \(header.sessions)"))
         }
         return header
     }

@@ -9,9 +9,9 @@ struct SnapshotHeader: Sendable, Equatable {
     var startLSN: UInt64
     /// When it was taken.
     var createdAt: Int64
-    /// How many session entries and user entries follow.
+    /// How many principal entries and session entries follow.
+    var principals: UInt64
     var sessions: UInt64
-    var users: UInt64
 
     /// The 48 bytes.
     var encoded: [UInt8] {
@@ -19,18 +19,18 @@ struct SnapshotHeader: Sendable, Equatable {
         bytes.reserveCapacity(Self.size)
         bytes.appendBigEndian(startLSN)
         bytes.appendBigEndian(createdAt)
+        bytes.appendBigEndian(principals)
         bytes.appendBigEndian(sessions)
-        bytes.appendBigEndian(users)
         bytes.appendBigEndian(CRC32C.checksum(bytes))
         bytes.append(contentsOf: [0, 0, 0, 0])
         return bytes
     }
 
-    init(startLSN: UInt64, createdAt: Int64, sessions: UInt64, users: UInt64) {
+    init(startLSN: UInt64, createdAt: Int64, principals: UInt64, sessions: UInt64) {
         self.startLSN = startLSN
         self.createdAt = createdAt
+        self.principals = principals
         self.sessions = sessions
-        self.users = users
     }
 
     /// Reads a header from the first 48 bytes of `bytes`; why not, when they are not one.
@@ -42,7 +42,7 @@ struct SnapshotHeader: Sendable, Equatable {
         }
         return .success(SnapshotHeader(
             startLSN: bytes.bigEndianUInt64(at: 8), createdAt: Int64(bitPattern: bytes.bigEndianUInt64(at: 16)),
-            sessions: bytes.bigEndianUInt64(at: 24), users: bytes.bigEndianUInt64(at: 32)))
+            principals: bytes.bigEndianUInt64(at: 24), sessions: bytes.bigEndianUInt64(at: 32)))
     }
 
     /// The file name of the snapshot starting at `lsn`: 16 lowercase hex digits and `.snap`.

@@ -60,7 +60,7 @@ extension Store {
                 snapshotLSN = header.startLSN - 1
                 report.snapshotLSN = header.startLSN
                 report.snapshotSessions = Int(header.sessions)
-                report.snapshotUsers = Int(header.users)
+                report.snapshotUsers = loaded.userCount
                 break
             } catch where repair && error.isCorruption {
                 let name = String(candidate.path.split(separator: "/").last!)
@@ -105,10 +105,8 @@ extension Store {
             let writer = try SnapshotWriter(directory: snapshots, startLSN: plan.lastLSN + 1)
             var index: UInt64 = 0
             var bytes: [UInt8] = []
-            _ = tables.appendSessionEntries(from: 0, limit: Int.max / 2, index: &index, to: &bytes)
-            let sessions = Int(index)
-            _ = tables.appendUserEntries(from: 0, limit: Int.max / 2, index: &index, to: &bytes)
-            try writer.write(bytes, sessions: sessions, users: Int(index) - sessions)
+            let (_, count) = tables.appendEntries(from: 0, limit: Int.max, index: &index, to: &bytes)
+            try writer.write(bytes, count)
             _ = try writer.finish(createdAt: now)
             report.snapshotLSN = plan.lastLSN + 1
         }

@@ -70,22 +70,17 @@ extension Store {
 
         // 2. The tables, a chunk per hold of the lock.
         var bytes: [UInt8] = []
-        for users in [false, true] {
-            let limit = users ? max(1, configuration.snapshotChunk / 4) : configuration.snapshotChunk
-            var cursor = 0
-            repeat {
-                bytes.removeAll(keepingCapacity: true)
-                var index = writer.nextIndex
-                cursor = try state.withLock { state throws(StoreError) -> Int in
-                    try state.checkSnapshotAllowed()
-                    return users
-                        ? state.tables.appendUserEntries(from: cursor, limit: limit, index: &index, to: &bytes)
-                        : state.tables.appendSessionEntries(from: cursor, limit: limit, index: &index, to: &bytes)
-                }
-                let count = Int(index - writer.nextIndex)
-                try writer.write(bytes, sessions: users ? 0 : count, users: users ? count : 0)
-            } while cursor != 0
-        }
+        var cursor = 0
+        repeat {
+            bytes.removeAll(keepingCapacity: true)
+            var index = writer.nextIndex
+            let (next, count) = try state.withLock { state throws(StoreError) in
+                try state.checkSnapshotAllowed()
+                return state.tables.appendEntries(from: cursor, limit: configuration.snapshotChunk, index: &index, to: &bytes)
+            }
+            try writer.write(bytes, count)
+            cursor = next
+        } while cursor != 0
 
         // 3. Everything the chunks saw is in the log, and none of it was taken back.
         let barrier = BlockingResult<Void>()
@@ -100,7 +95,7 @@ extension Store {
         try snapshots.removeSnapshots(before: cut.firstLSN)
         let removed = try walDirectory.removeSegments(before: cut.sequence)
         let report = SnapshotReport(
-            startLSN: cut.firstLSN, sessions: Int(writer.sessions), users: Int(writer.users), bytes: size,
+            startLSN: cut.firstLSN, sessions: Int(writer.sessions), users: writer.users, bytes: size,
             walBytesRemoved: removed, createdAt: now,
             milliseconds: Int((ContinuousClock.now - started).components.seconds * 1000)
                 + Int((ContinuousClock.now - started).components.attoseconds / 1_000_000_000_000_000))

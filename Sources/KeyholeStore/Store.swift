@@ -35,7 +35,8 @@ public final class Store: Sendable {
         public var retryInterval: Duration = .seconds(1)
         /// A snapshot is taken when the log on disk reaches this size (`nil`: only when asked for).
         public var snapshotWALBytes: Int? = 64 << 20
-        /// Sessions copied out per hold of the lock while a snapshot is taken (users: a quarter).
+        /// Entries (sessions and principals) copied out per hold of the lock while a snapshot is taken;
+        /// a principal's sessions always go together.
         public var snapshotChunk = 4096
 
         /// The defaults.

@@ -1,55 +1,75 @@
 extension StoreTables {
-    /// Appends an entry (SNAPSHOT.md, "Entries") for each live session in slots `cursor` up to
-    /// `cursor + limit`, numbered from `index`; returns where to go on (0 after the last slot).
-    func appendSessionEntries(from cursor: Int, limit: Int, index: inout UInt64, to bytes: inout [UInt8]) -> Int {
-        let end = min(sessionSlots.count, cursor + limit)
-        for slot in cursor..<max(cursor, end) {
-            let entry = sessionSlots[UInt32(slot)]
-            guard entry.principal != Self.none else { continue }
-            let principal = principalSlots[entry.principal].key
-            bytes.appendFramed(sequence: index) {
-                SnapshotEntry.appendSession(
-                    id: entry.id, check: entry.check, principal: principal, createdAt: entry.createdAt,
-                    expiresAt: entry.expiresAt, idleSeconds: entry.idleSeconds, lastSeenAt: entry.lastSeenAt,
-                    data: entry.data, to: &$0)
+    /// What one chunk of a snapshot wrote.
+    struct ChunkCount {
+        var principals = 0
+        var sessions = 0
+        var users = 0
+    }
+
+    /// Appends entries (SNAPSHOT.md, "Entries") for the principals in slots from `cursor` on, each
+    /// followed by their sessions, until about `limit` entries are written; numbered from `index`.
+    /// Returns where to go on (0 after the last slot) and what it wrote.
+    func appendEntries(from cursor: Int, limit: Int, index: inout UInt64, to bytes: inout [UInt8]) -> (next: Int, ChunkCount) {
+        var count = ChunkCount()
+        var slot = cursor
+        while slot < principalSlots.count && count.principals + count.sessions < limit {
+            let principal = principalSlots[UInt32(slot)]
+            slot += 1
+            guard principal.isLive else { continue }
+            let userJSON = principal.user.map { User(principal.key, $0).recordJSON }
+            bytes.appendFramed(sequence: index) { SnapshotEntry.appendPrincipal(principal.key, userJSON: userJSON, to: &$0) }
+            index += 1
+            count.principals += 1
+            if userJSON != nil { count.users += 1 }
+            // A principal's sessions go in the same chunk, so that none can move between chunks.
+            var next = principal.firstSession
+            while next != Self.none {
+                let entry = sessionSlots[next]
+                bytes.appendFramed(sequence: index) {
+                    SnapshotEntry.appendSession(
+                        SnapshotEntry.SessionState(
+                            id: entry.id, check: entry.check, createdAt: entry.createdAt, expiresAt: entry.expiresAt,
+                            idleSeconds: entry.idleSeconds, lastSeenAt: entry.lastSeenAt, data: entry.data),
+                        to: &$0)
+                }
+                index += 1
+                count.sessions += 1
+                next = entry.next
             }
-            index += 1
         }
-        return end >= sessionSlots.count ? 0 : end
+        return (slot >= principalSlots.count ? 0 : slot, count)
     }
 
-    /// Appends an entry for each user record in principal slots `cursor` up to `cursor + limit`,
-    /// numbered from `index`; returns where to go on (0 after the last slot).
-    func appendUserEntries(from cursor: Int, limit: Int, index: inout UInt64, to bytes: inout [UInt8]) -> Int {
-        let end = min(principalSlots.count, cursor + limit)
-        for slot in cursor..<max(cursor, end) {
-            let entry = principalSlots[UInt32(slot)]
-            guard let user = entry.user else { continue }
-            let json = User(entry.key, user).recordJSON
-            bytes.appendFramed(sequence: index) { SnapshotEntry.appendUser(entry.key, json: json, to: &$0) }
-            index += 1
-        }
-        return end >= principalSlots.count ? 0 : end
-    }
-
-    /// Makes room for a snapshot's sessions and users before loading it.
+    /// Makes room for a snapshot's sessions and principals before loading it.
     mutating func reserve(sessions: Int, principals: Int) {
         sessionIndex.reserveCapacity(sessions)
         principalIndex.reserveCapacity(principals)
     }
 
-    /// Loads one snapshot entry. A session that is there already is replaced (an entry can repeat when
-    /// a chunk saw it twice); a session entry never changes its user's record.
-    mutating func load(_ entry: SnapshotEntry) {
-        var none: [Undo]? = nil
-        switch entry {
-        case .user(let principal, let json):
-            // Decoding checked that the JSON is a user record.
-            guard let user = User(principal: principal, recordJSON: json) else { return }
-            setUser(principalSlot(for: principal), UserState(user))
-        case .session(let new, let lastSeenAt):
-            if sessionIndex[new.id] != nil { remove(new.id, undo: &none) }
-            insert(new, principal: principalSlot(for: new.principal), lastSeenAt: lastSeenAt, loggedSeenAt: lastSeenAt)
+    /// Loads a principal entry; returns the principal's slot, for the session entries after it. A
+    /// principal that is there already (an entry can repeat when chunks saw it twice) takes this
+    /// entry's user record.
+    mutating func loadPrincipal(_ principal: Principal, _ user: User?) -> UInt32 {
+        let slot = principalSlot(for: principal)
+        setUser(slot, user.map(UserState.init))
+        return slot
+    }
+
+    /// Loads a session entry of the principal in slot `principal` (from `loadPrincipal`); returns that
+    /// principal's slot afterwards. A session that is there already is replaced.
+    mutating func loadSession(_ session: SnapshotEntry.SessionState, principal: UInt32) -> UInt32 {
+        var principal = principal
+        let key = principalSlots[principal].key
+        if sessionIndex[session.id] != nil {
+            // Removing it may free the principal's slot when it was their only session.
+            var none: [Undo]? = nil
+            remove(session.id, undo: &none)
+            principal = principalSlot(for: key)
         }
+        let new = StoreRecord.NewSession(
+            id: session.id, check: session.check, principal: key, createdAt: session.createdAt,
+            expiresAt: session.expiresAt, idleSeconds: session.idleSeconds, data: session.data)
+        insert(new, principal: principal, lastSeenAt: session.lastSeenAt, loggedSeenAt: session.lastSeenAt)
+        return principal
     }
 }

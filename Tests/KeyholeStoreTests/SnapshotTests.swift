@@ -169,6 +169,91 @@ struct SnapshotTests {
         await reopened.close()
     }
 
+    /// A snapshot file made of `entries` (bodies), with the header counting `principals` and `sessions`.
+    static func snapshotFile(_ entries: [[UInt8]], principals: UInt64, sessions: UInt64) -> [UInt8] {
+        var bytes = SnapshotHeader(startLSN: 5, createdAt: 1, principals: principals, sessions: sessions).encoded
+        for (index, body) in entries.enumerated() {
+            bytes.appendFramed(sequence: UInt64(index)) { $0 += body }
+        }
+        return bytes
+    }
+
+    static func principal(_ sub: String, user: Bool) -> [UInt8] {
+        var body: [UInt8] = []
+        let principal = Principal(issuer: "local", sub: sub)
+        SnapshotEntry.appendPrincipal(principal, userJSON: user ? User(principal: principal, createdAt: 1, updatedAt: 2).recordJSON : nil, to: &body)
+        return body
+    }
+
+    static func session(_ n: UInt64, data: String? = nil) -> [UInt8] {
+        var body: [UInt8] = []
+        SnapshotEntry.appendSession(
+            SnapshotEntry.SessionState(
+                id: SessionID(high: n, low: n), check: SessionCheck(high: n, low: 0), createdAt: 10, expiresAt: 99,
+                idleSeconds: 50, lastSeenAt: 20, data: data.map { Array($0.utf8) }),
+            to: &body)
+        return body
+    }
+
+    static let badSnapshots: [(String, [UInt8], String)] = {
+        let good = snapshotFile([principal("a", user: false), session(1), principal("b", user: true)], principals: 2, sessions: 1)
+        var badCRC = good
+        badCRC[good.count - 3] ^= 0x40
+        var badHeader = good
+        badHeader[30] ^= 1
+        return [
+            ("short", Array(good.prefix(20)), "shorter than its header"),
+            ("magic", [0] + good.dropFirst(), "not a keyholed snapshot"),
+            ("header", badHeader, "header is damaged"),
+            ("entry CRC", badCRC, "CRC does not match"),
+            ("cut short", Array(good.dropLast(5)), "cut short"),
+            ("count", snapshotFile([principal("a", user: true)], principals: 2, sessions: 0), "where the header counts"),
+            ("extra", snapshotFile([principal("a", user: true), principal("b", user: true)], principals: 1, sessions: 0), "more entries"),
+            ("orphan session", snapshotFile([session(1), principal("a", user: true)], principals: 1, sessions: 1), "before any principal"),
+            ("empty principal", snapshotFile([principal("a", user: false), principal("b", user: true)], principals: 2, sessions: 0), "neither user nor sessions"),
+            ("data", snapshotFile([principal("a", user: false), session(1, data: "[1]")], principals: 1, sessions: 1), "does not parse"),
+            ("type", snapshotFile([[0x20, 0, 1, 0x61, 0, 1, 0x62, 0, 0, 0, 0]], principals: 1, sessions: 0), "type 0x20"),
+            ("zero length", good.prefix(SnapshotHeader.size) + [0, 0, 0, 0, 0, 0, 0, 0], "length of 0"),
+        ]
+    }()
+
+    @Test("a snapshot file that cannot be read whole is corruption, with its offset", arguments: badSnapshots)
+    func badSnapshot(name: String, bytes: [UInt8], reason: String) throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        let path = directory.path + "/" + SnapshotHeader.fileName(5)
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        var tables = StoreTables()
+        do {
+            _ = try SnapshotReader.load(path, into: &tables, blockBytes: 7)
+            Issue.record("\(name): loaded")
+        } catch {
+            #expect(error.isCorruption, "\(name)")
+            #expect(error.message.contains(path) && error.message.contains(reason), "\(name): \(error.message)")
+        }
+    }
+
+    @Test("a well-formed snapshot loads, read in blocks of any size, and a repeated session is replaced", arguments: [1, 7, 64, 1 << 20])
+    func goodSnapshot(blockBytes: Int) throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        let path = directory.path + "/" + SnapshotHeader.fileName(5)
+        let file = Self.snapshotFile(
+            [Self.principal("a", user: false), Self.session(1, data: #"{"k":1}"#), Self.session(2), Self.principal("b", user: true),
+             Self.principal("a", user: true), Self.session(1)],
+            principals: 3, sessions: 3)
+        try Data(file).write(to: URL(fileURLWithPath: path))
+        var tables = StoreTables()
+        let header = try SnapshotReader.load(path, into: &tables, blockBytes: blockBytes)
+        #expect(header.startLSN == 5)
+        #expect(tables.sessionCount == 2)
+        #expect(tables.userCount == 2)
+        let a = Principal(issuer: "local", sub: "a")
+        #expect(tables.sessions(of: a, now: 30).map(\.id.high).sorted() == [1, 2])
+        #expect(tables.sessions(of: a, now: 30).first { $0.id.high == 1 }?.data == nil)
+        #expect(tables.sessions(of: a, now: 30).first?.lastSeenAt == 20)
+    }
+
     @Test("start-up deletes what a crash in the middle of a snapshot left: a .tmp file, an older snapshot, covered segments")
     func leftovers() async throws {
         let directory = try TemporaryStateDirectory()
