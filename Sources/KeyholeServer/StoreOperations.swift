@@ -109,6 +109,7 @@ extension SnapshotReport {
             "start_lsn": .int(Int64(startLSN)), "sessions": .int(Int64(sessions)), "users": .int(Int64(users)),
             "bytes": .int(Int64(bytes)), "wal_bytes_removed": .int(Int64(walBytesRemoved)),
             "created_at": .int(createdAt), "ms": .int(Int64(milliseconds)),
+            "longest_pause_us": .int(Int64(longestPauseMicroseconds)),
         ]
     }
 }

@@ -77,8 +77,15 @@ extension Store {
             // Without the snapshot that covered the log before it, replay what log there is.
             snapshotLSN = max(snapshotLSN, first.firstLSN - 1)
         }
+        // Every record is decoded once, here, in log order; those the plan keeps for replay are the
+        // last `plan.entries.count` of them (the ones at or before the snapshot come first).
+        var decoded: [StoreRecord] = []
         let plan = try WALRecovery.plan(segments: segments, snapshotLSN: snapshotLSN, repair: repair) { record in
-            StoreRecord(record) == nil ? "a record of type 0x\(String(record.type, radix: 16)) that does not parse" : nil
+            guard let storeRecord = StoreRecord(record) else {
+                return "a record of type 0x\(String(record.type, radix: 16)) that does not parse"
+            }
+            decoded.append(storeRecord)
+            return nil
         }
         report.warnings += plan.warnings
         report.lostRecords = plan.lostRecords
@@ -86,11 +93,10 @@ extension Store {
         report.cutDirectory = cutDirectory
         try directory.apply(plan)
 
-        for entry in plan.entries {
-            // The plan validated every record: each decodes.
-            guard let record = StoreRecord(entry.record) else { continue }
-            tables.apply(record)
-        }
+        precondition(decoded.count >= plan.entries.count, "replay lost track of the decoded records")
+        tables.reserve(sessions: tables.sessionCount + plan.entries.count, principals: 0)
+        for record in decoded.suffix(plan.entries.count) { tables.apply(record) }
+        decoded = []
         report.replayed = plan.entries.count
         var cursor = 0
         repeat {

@@ -15,6 +15,8 @@ public struct SnapshotReport: Sendable, Equatable {
     /// When it was taken (the store's clock), and how long it took.
     public var createdAt: Int64
     public var milliseconds: Int
+    /// The longest time one chunk held the store's lock (requests wait that long at most).
+    public var longestPauseMicroseconds: Int
 }
 
 extension Store {
@@ -71,11 +73,14 @@ extension Store {
         // 2. The tables, a chunk per hold of the lock.
         var bytes: [UInt8] = []
         var cursor = 0
+        var longestPause = Duration.zero
         repeat {
             bytes.removeAll(keepingCapacity: true)
             var index = writer.nextIndex
             let (next, count) = try state.withLock { state throws(StoreError) in
                 try state.checkSnapshotAllowed()
+                let start = ContinuousClock.now
+                defer { longestPause = max(longestPause, ContinuousClock.now - start) }
                 return state.tables.appendEntries(from: cursor, limit: configuration.snapshotChunk, index: &index, to: &bytes)
             }
             try writer.write(bytes, count)
@@ -96,15 +101,20 @@ extension Store {
         let removed = try walDirectory.removeSegments(before: cut.sequence)
         let report = SnapshotReport(
             startLSN: cut.firstLSN, sessions: Int(writer.sessions), users: writer.users, bytes: size,
-            walBytesRemoved: removed, createdAt: now,
-            milliseconds: Int((ContinuousClock.now - started).components.seconds * 1000)
-                + Int((ContinuousClock.now - started).components.attoseconds / 1_000_000_000_000_000))
+            walBytesRemoved: removed, createdAt: now, milliseconds: Self.microseconds(ContinuousClock.now - started) / 1000,
+            longestPauseMicroseconds: Self.microseconds(longestPause))
         state.withLock { state in
             state.counters.walBytes = max(0, state.counters.walBytes - removed)
             state.counters.snapshots += 1
             state.lastSnapshot = report
         }
         return report
+    }
+}
+
+extension Store {
+    static func microseconds(_ duration: Duration) -> Int {
+        Int(duration.components.seconds) * 1_000_000 + Int(duration.components.attoseconds / 1_000_000_000_000)
     }
 }
 

@@ -37,7 +37,7 @@ public final class Store: Sendable {
         public var snapshotWALBytes: Int? = 64 << 20
         /// Entries (sessions and principals) copied out per hold of the lock while a snapshot is taken;
         /// a principal's sessions always go together.
-        public var snapshotChunk = 4096
+        public var snapshotChunk = 1024
 
         /// The defaults.
         public init() {}

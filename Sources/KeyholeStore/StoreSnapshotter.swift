@@ -60,6 +60,7 @@ extension SnapshotReport {
         [
             "start_lsn": "\(startLSN)", "sessions": "\(sessions)", "users": "\(users)", "bytes": "\(bytes)",
             "wal_bytes_removed": "\(walBytesRemoved)", "ms": "\(milliseconds)",
+            "longest_pause_us": "\(longestPauseMicroseconds)",
         ]
     }
 }

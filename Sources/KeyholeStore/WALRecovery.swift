@@ -53,7 +53,9 @@ public enum WALRecovery {
     ///
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`).
-    /// - Parameter validate: why a record with a good CRC cannot be used (see `WALScanner.scan`).
+    /// - Parameter validate: why a record with a good CRC cannot be used (see `WALScanner.scan`). It is
+    ///   called for the records of each segment planned, in log order, and for no other: the plan's
+    ///   `entries` are the last of the records it accepted.
     public static func plan(
         segments: [Segment], snapshotLSN: UInt64, repair: Bool = false, validate: (WALRecord) -> String? = { _ in nil }
     ) throws(StoreError) -> Plan {
@@ -76,16 +78,19 @@ public enum WALRecovery {
                     reason: "segment \(missing) before it is missing")
                 return plan
             }
-            let scan = WALScanner.scan(segment.bytes, sequence: segment.sequence, isLast: isLast, validate: validate)
-            if let header = scan.header {
-                // The first segment may start anywhere up to just after the snapshot; later ones must
-                // continue exactly where the one before ended.
+            // The first segment may start anywhere up to just after the snapshot; later ones must
+            // continue exactly where the one before ended. Checked before the scan, so that `validate`
+            // sees exactly the records of the segments planned (callers rely on that).
+            if let header = WALSegmentHeader(segment.bytes), header.sequence == segment.sequence {
                 let continues = expectedLSN.map { header.firstLSN == $0 } ?? (header.firstLSN <= snapshotLSN + 1)
                 guard continues else {
                     try fail(&plan, sorted, from: index, offset: 0, repair: repair, path: segment.path,
                         reason: "its first LSN \(header.firstLSN) does not follow LSN \((expectedLSN ?? snapshotLSN + 1) - 1)")
                     return plan
                 }
+            }
+            let scan = WALScanner.scan(segment.bytes, sequence: segment.sequence, isLast: isLast, validate: validate)
+            if let header = scan.header {
                 for (position, record) in scan.records.enumerated() {
                     let lsn = header.firstLSN + UInt64(position)
                     if lsn > snapshotLSN { plan.entries.append(Entry(lsn: lsn, record: record)) }

@@ -48,6 +48,7 @@ struct SnapshotTests {
         #expect(report.sessions == 40)
         #expect(report.users == 14 + 1)
         #expect(report.walBytesRemoved > 0)
+        #expect(report.longestPauseMicroseconds > 0 && report.longestPauseMicroseconds <= (report.milliseconds + 1) * 1000)
         #expect(try files(directory, "snapshots") == [SnapshotHeader.fileName(report.startLSN)])
         // Only the segment started for the snapshot is left, holding the barrier record.
         #expect(try files(directory, "wal") == ["0000000000000002.wal"])
@@ -65,7 +66,9 @@ struct SnapshotTests {
         running = try RunningStore(directory, configuration: configuration, now: now + 900)
         #expect(running.report.snapshotLSN == report.startLSN)
         #expect(running.report.snapshotSessions == 40)
-        #expect(running.report.replayed == 1 + 1 + 2)
+        // The barrier, the revoke and two creates; and the touch, when the committer had not written it
+        // before the cut (it is queued quietly, with nobody waiting for it).
+        #expect((4...5).contains(running.report.replayed))
         #expect(running.store.state.withLock { $0.tables.dump() } == after)
         #expect(after != before)
         #expect(running.store.session(token: tokens[1], now: now + 900) == nil)

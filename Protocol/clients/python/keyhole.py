@@ -362,7 +362,7 @@ class Client:
         """Snapshot the users and sessions now; return its figures once it is durable.
 
         The result is {"start_lsn", "sessions", "users", "bytes", "wal_bytes_removed", "created_at",
-        "ms"}; the log segments the snapshot covers are deleted by then. A snapshot already being
+        "ms", "longest_pause_us"}; the log segments the snapshot covers are deleted by then. A snapshot already being
         taken is waited for, then a fresh one is taken. Raises KeyholeError storage_unavailable
         (retry after retry_after_ms) when storage is failing, keyholed is stopping, or the snapshot
         cannot be written.

@@ -677,7 +677,7 @@ class SessionTests(ServerTestCase):
 
     def test_snapshot_schemas_hold_their_ground(self):
         good = {"start_lsn": 12, "sessions": 3, "users": 3, "bytes": 400, "wal_bytes_removed": 900,
-                "created_at": 1767225600, "ms": 2}
+                "created_at": 1767225600, "ms": 2, "longest_pause_us": 300}
         VALIDATORS["admin.snapshot.result"].validate(good)
         for bad in ({k: v for k, v in good.items() if k != "ms"}, dict(good, extra=1), dict(good, start_lsn=0),
                     dict(good, bytes=-1), dict(good, created_at=1.5)):
