@@ -26,23 +26,15 @@ struct SnapshotDirectory: Sendable {
     /// The snapshots there, by start LSN, oldest first; `.tmp` files (snapshots never finished) are
     /// deleted on the way.
     func list() throws(StoreError) -> [(lsn: UInt64, path: String)] {
-        guard let directory = opendir(path) else {
-            if errno == ENOENT { return [] }
-            throw .io("cannot list \(path): \(WALDirectory.error())")
-        }
         var found: [(lsn: UInt64, path: String)] = []
         var unfinished: [String] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
+        for name in try WALDirectory.fileNames(in: path) {
             if let lsn = SnapshotHeader.startLSN(fromFileName: name) {
                 found.append((lsn, "\(path)/\(name)"))
             } else if name.hasSuffix(".snap.tmp") {
                 unfinished.append("\(path)/\(name)")
             }
         }
-        closedir(directory)
         for file in unfinished {
             guard unlink(file) == 0 || errno == ENOENT else { throw .io("cannot remove \(file): \(WALDirectory.error())") }
         }

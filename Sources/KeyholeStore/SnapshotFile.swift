@@ -67,17 +67,7 @@ final class SnapshotWriter {
     }
 
     private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
-        var written = 0
-        let ok = bytes.withUnsafeBytes { raw -> Bool in
-            while written < raw.count {
-                let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { return false }
-                written += count
-            }
-            return true
-        }
-        guard ok else { throw .io("cannot write \(temporaryPath): \(WALDirectory.error())") }
+        guard WALDirectory.writeAll(fd, bytes, at: offset) else { throw .io("cannot write \(temporaryPath): \(WALDirectory.error())") }
     }
 }
 

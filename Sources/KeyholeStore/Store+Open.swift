@@ -9,9 +9,8 @@ extension Store {
     public struct OpenReport: Sendable {
         /// The snapshot loaded, if any: its start LSN.
         public var snapshotLSN: UInt64?
-        /// Sessions and users it held.
+        /// Sessions it held.
         public var snapshotSessions = 0
-        public var snapshotUsers = 0
         /// Records replayed from the log.
         public var replayed = 0
         /// Sessions dropped because they had expired.
@@ -60,7 +59,6 @@ extension Store {
                 snapshotLSN = header.startLSN - 1
                 report.snapshotLSN = header.startLSN
                 report.snapshotSessions = Int(header.sessions)
-                report.snapshotUsers = loaded.userCount
                 break
             } catch where repair && error.isCorruption {
                 let name = String(candidate.path.split(separator: "/").last!)

@@ -26,18 +26,7 @@ public struct WALDirectory: Sendable {
 
     /// Every segment file, read whole. Files that are not segments are ignored.
     public func readSegments() throws(StoreError) -> [WALRecovery.Segment] {
-        guard let directory = opendir(path) else {
-            if errno == ENOENT { return [] }
-            throw .io("cannot list \(path): \(Self.error())")
-        }
-        defer { closedir(directory) }
-        var sequences: [UInt64] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if let sequence = WALSegmentHeader.sequence(fromFileName: name) { sequences.append(sequence) }
-        }
+        let sequences = try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:))
         var segments: [WALRecovery.Segment] = []
         for sequence in sequences.sorted() {
             let file = segmentPath(sequence)
@@ -67,15 +56,7 @@ public struct WALDirectory: Sendable {
     /// Deletes the segments numbered below `sequence` (a snapshot covers their records); returns how
     /// many bytes they held.
     public func removeSegments(before sequence: UInt64) throws(StoreError) -> Int {
-        guard let directory = opendir(path) else { throw .io("cannot list \(path): \(Self.error())") }
-        var old: [UInt64] = []
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if let found = WALSegmentHeader.sequence(fromFileName: name), found < sequence { old.append(found) }
-        }
-        closedir(directory)
+        let old = try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:)).filter { $0 < sequence }
         var bytes = 0
         for found in old {
             let file = segmentPath(found)
@@ -95,6 +76,36 @@ public struct WALDirectory: Sendable {
         guard fd >= 0 else { throw .io("cannot open \(path): \(Self.error())") }
         defer { close(fd) }
         guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(Self.error())") }
+    }
+
+    /// The names in directory `path` (none when it does not exist).
+    static func fileNames(in path: String) throws(StoreError) -> [String] {
+        guard let directory = opendir(path) else {
+            if errno == ENOENT { return [] }
+            throw .io("cannot list \(path): \(error())")
+        }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            names.append(withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            })
+        }
+        return names
+    }
+
+    /// Writes all of `bytes` at `offset` of `fd`; `false` (with errno set) when a write fails.
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Bool {
+        var written = 0
+        return bytes.withUnsafeBytes { raw -> Bool in
+            while written < raw.count {
+                let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { return false }
+                written += count
+            }
+            return true
+        }
     }
 
     static func readFile(_ file: String) throws(StoreError) -> [UInt8] {
@@ -148,13 +159,7 @@ extension WALDirectory {
         let fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .io("cannot create \(file): \(error())") }
         defer { close(fd) }
-        var written = 0
-        while written < bytes.count {
-            let count = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { throw .io("cannot write \(file): \(error())") }
-            written += count
-        }
+        guard writeAll(fd, bytes, at: 0) else { throw .io("cannot write \(file): \(error())") }
         guard fsync(fd) == 0 else { throw .io("cannot sync \(file): \(error())") }
     }
 }

@@ -126,17 +126,7 @@ public final class WALWriter {
     }
 
     private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
-        var written = 0
-        let ok = bytes.withUnsafeBytes { raw -> Bool in
-            while written < raw.count {
-                let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { return false }
-                written += count
-            }
-            return true
-        }
-        guard ok else {
+        guard WALDirectory.writeAll(fd, bytes, at: offset) else {
             let message = "cannot write \(directory.segmentPath(sequence)): \(WALDirectory.error())"
             rollBack(to: offset)
             throw .io(message)
