@@ -31,10 +31,8 @@ enum SnapshotEntry: Equatable {
     /// Appends a session entry's body.
     static func appendSession(_ session: SessionState, to bytes: inout [UInt8]) {
         bytes.append(Kind.session.rawValue)
-        bytes.appendBigEndian(session.id.high)
-        bytes.appendBigEndian(session.id.low)
-        bytes.appendBigEndian(session.check.high)
-        bytes.appendBigEndian(session.check.low)
+        bytes.appendID(session.id)
+        bytes.appendCheck(session.check)
         bytes.appendBigEndian(session.createdAt)
         bytes.appendBigEndian(session.expiresAt)
         bytes.appendBigEndian(session.idleSeconds)
@@ -58,12 +56,12 @@ enum SnapshotEntry: Equatable {
                 self = .principal(principal, nil)
             }
         case .session:
-            guard let id = reader.sessionID(), let check = reader.sessionID(), let createdAt = reader.int64(),
+            guard let id = reader.sessionID(), let check = reader.sessionCheck(), let createdAt = reader.int64(),
                 let expiresAt = reader.int64(), let idle = reader.uint32(), let lastSeenAt = reader.int64(),
                 let data = reader.blob(), data.map(StoreRecord.isJSONObject) ?? true
             else { return nil }
             self = .session(SessionState(
-                id: id, check: SessionCheck(high: check.high, low: check.low), createdAt: createdAt,
+                id: id, check: check, createdAt: createdAt,
                 expiresAt: expiresAt, idleSeconds: idle, lastSeenAt: lastSeenAt, data: data))
         }
         guard reader.isAtEnd else { return nil }

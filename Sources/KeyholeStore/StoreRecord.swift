@@ -53,10 +53,8 @@ enum StoreRecord: Equatable, Sendable {
         case .noop:
             break
         case .sessionCreate(let session):
-            bytes.appendBigEndian(session.id.high)
-            bytes.appendBigEndian(session.id.low)
-            bytes.appendBigEndian(session.check.high)
-            bytes.appendBigEndian(session.check.low)
+            bytes.appendID(session.id)
+            bytes.appendCheck(session.check)
             bytes.appendString(session.principal.issuer)
             bytes.appendString(session.principal.sub)
             bytes.appendBigEndian(session.createdAt)
@@ -64,12 +62,10 @@ enum StoreRecord: Equatable, Sendable {
             bytes.appendBigEndian(session.idleSeconds)
             bytes.appendBlob(session.data)
         case .sessionTouch(let id, let lastSeenAt):
-            bytes.appendBigEndian(id.high)
-            bytes.appendBigEndian(id.low)
+            bytes.appendID(id)
             bytes.appendBigEndian(lastSeenAt)
         case .sessionRevoke(let id):
-            bytes.appendBigEndian(id.high)
-            bytes.appendBigEndian(id.low)
+            bytes.appendID(id)
         case .sessionRevokeAll(let principal), .userDelete(let principal):
             bytes.appendString(principal.issuer)
             bytes.appendString(principal.sub)
@@ -95,12 +91,12 @@ enum StoreRecord: Equatable, Sendable {
         case .noop:
             self = .noop
         case .sessionCreate:
-            guard let id = reader.sessionID(), let check = reader.sessionID(), let issuer = reader.string(),
+            guard let id = reader.sessionID(), let check = reader.sessionCheck(), let issuer = reader.string(),
                 let sub = reader.string(), let createdAt = reader.int64(), let expiresAt = reader.int64(),
                 let idle = reader.uint32(), let data = reader.blob(), data.map(Self.isJSONObject) ?? true
             else { return nil }
             self = .sessionCreate(NewSession(
-                id: id, check: SessionCheck(high: check.high, low: check.low), principal: Principal(issuer: issuer, sub: sub),
+                id: id, check: check, principal: Principal(issuer: issuer, sub: sub),
                 createdAt: createdAt, expiresAt: expiresAt, idleSeconds: idle, data: data))
         case .sessionTouch:
             guard let id = reader.sessionID(), let lastSeenAt = reader.int64() else { return nil }
@@ -140,6 +136,18 @@ extension Array where Element == UInt8 {
         precondition(utf8.count <= UInt16.max, "string field over 64 KiB")
         appendBigEndian(UInt16(utf8.count))
         append(contentsOf: utf8)
+    }
+
+    /// An `id`: the session id's 16 bytes.
+    mutating func appendID(_ id: SessionID) {
+        appendBigEndian(id.high)
+        appendBigEndian(id.low)
+    }
+
+    /// A `check`: the other 16 bytes of the token's SHA-256.
+    mutating func appendCheck(_ check: SessionCheck) {
+        appendBigEndian(check.high)
+        appendBigEndian(check.low)
     }
 
     /// A `json` blob: u32 length, bytes; length 0 for `nil`.
@@ -184,6 +192,11 @@ struct ByteReader {
     mutating func sessionID() -> SessionID? {
         guard let high = uint64(), let low = uint64() else { return nil }
         return SessionID(high: high, low: low)
+    }
+
+    mutating func sessionCheck() -> SessionCheck? {
+        guard let high = uint64(), let low = uint64() else { return nil }
+        return SessionCheck(high: high, low: low)
     }
 
     mutating func string() -> String? {
