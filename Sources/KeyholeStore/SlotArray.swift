@@ -17,6 +17,9 @@ struct SlotArray<Element> {
     /// Makes `slot` free for reuse (its element stays until then: callers drop what it owns).
     mutating func release(_ slot: UInt32) { free.append(slot) }
 
+    /// Makes room for `count` elements in all (reserved pages cost no memory until used).
+    mutating func reserve(_ count: Int) { elements.reserveCapacity(count) }
+
     /// Slots in use or free: every slot index is below this.
     var count: Int { elements.count }
 

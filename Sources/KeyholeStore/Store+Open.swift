@@ -70,32 +70,33 @@ extension Store {
         }
         if report.lostSnapshots > 0 { try WALDirectory.syncDirectory(at: snapshots.path) }
 
-        let segments = try directory.readSegments()
-        if report.lostSnapshots > 0, let first = segments.lazy.compactMap({ WALSegmentHeader($0.bytes) }).first {
+        let files = try directory.segmentFiles()
+        if report.lostSnapshots > 0, let first = files.first,
+            let header = WALSegmentHeader(try WALDirectory.readFile(first.path)) {
             // Without the snapshot that covered the log before it, replay what log there is.
-            snapshotLSN = max(snapshotLSN, first.firstLSN - 1)
+            snapshotLSN = max(snapshotLSN, header.firstLSN - 1)
         }
-        // Every record is decoded once, here, in log order; those the plan keeps for replay are the
-        // last `plan.entries.count` of them (the ones at or before the snapshot come first).
-        var decoded: [StoreRecord] = []
-        let plan = try WALRecovery.plan(segments: segments, snapshotLSN: snapshotLSN, repair: repair) { record in
+        // The log is read a segment at a time, and each record decoded once and applied as it is
+        // accepted: no copy of the log or of its records is held.
+        tables.reserve(
+            sessions: tables.sessionCount + files.reduce(0) { $0 + WALDirectory.fileSize($1.path) } / StoreRecord.smallestCreateBytes,
+            principals: 0)
+        let plan = try WALRecovery.plan(
+            files: files, read: { index throws(StoreError) in try WALDirectory.readFile(files[index].path) },
+            snapshotLSN: snapshotLSN, repair: repair
+        ) { lsn, record in
             guard let storeRecord = StoreRecord(record) else {
                 return "a record of type 0x\(String(record.type, radix: 16)) that does not parse"
             }
-            decoded.append(storeRecord)
+            if lsn > snapshotLSN { tables.apply(storeRecord) }
             return nil
         }
         report.warnings += plan.warnings
         report.lostRecords = plan.lostRecords
-        if plan.repaired { try directory.preserveCut(of: plan, segments: segments, in: try cut()) }
+        if plan.repaired { try directory.preserveCut(of: plan, in: try cut()) }
         report.cutDirectory = cutDirectory
         try directory.apply(plan)
-
-        precondition(decoded.count >= plan.entries.count, "replay lost track of the decoded records")
-        tables.reserve(sessions: tables.sessionCount + plan.entries.count, principals: 0)
-        for record in decoded.suffix(plan.entries.count) { tables.apply(record) }
-        decoded = []
-        report.replayed = plan.entries.count
+        report.replayed = plan.replayed
         var cursor = 0
         repeat {
             let (removed, next) = tables.sweep(now: now, from: cursor, limit: 1 << 20)
@@ -116,23 +117,18 @@ extension Store {
         }
 
         // What a snapshot covers and a crash left behind: older snapshots, segments before its own.
-        let kept = segments.filter { !plan.remove.contains($0.sequence) }
+        let kept = plan.segments.filter { !plan.remove.contains($0.sequence) }
         var removedBytes = 0
         if let snapshot = report.snapshotLSN {
             try snapshots.removeSnapshots(before: snapshot)
-            let covered = zip(kept, kept.dropFirst()).filter { pair in
-                WALSegmentHeader(pair.1.bytes).map { $0.firstLSN <= snapshot } ?? false
-            }
+            let covered = zip(kept, kept.dropFirst()).filter { pair in pair.1.firstLSN.map { $0 <= snapshot } ?? false }
             if let last = covered.last { removedBytes = try directory.removeSegments(before: last.0.sequence + 1) }
         }
 
         var writerConfiguration = WALWriter.Configuration()
         writerConfiguration.segmentBytes = configuration.segmentBytes
         let writer = try WALWriter(directory: directory, plan: plan, configuration: writerConfiguration)
-        var walBytes = kept.reduce(0) { $0 + $1.bytes.count } - removedBytes
-        if let (sequence, offset) = plan.truncate, let segment = kept.first(where: { $0.sequence == sequence }) {
-            walBytes -= segment.bytes.count - offset
-        }
+        let walBytes = plan.keptBytes - removedBytes
         let store = Store(
             configuration: configuration, tables: tables, writer: writer, lock: lock, walDirectory: directory,
             snapshots: snapshots, walBytes: walBytes)

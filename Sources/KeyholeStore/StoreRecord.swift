@@ -15,6 +15,10 @@ enum StoreRecord: Equatable, Sendable {
         var data: [UInt8]?
     }
 
+    /// The fewest bytes a framed session.create record takes (empty issuer, sub and data): start-up
+    /// reserves room for at most the log's size over this many new sessions.
+    static let smallestCreateBytes = WALRecord.headerBytes + 1 + 16 + 16 + 2 + 2 + 8 + 8 + 4 + 4
+
     case noop
     case sessionCreate(NewSession)
     case sessionTouch(SessionID, lastSeenAt: Int64)

@@ -42,7 +42,8 @@ extension StoreTables {
 
     /// Makes room for a snapshot's sessions and principals before loading it.
     mutating func reserve(sessions: Int, principals: Int) {
-        sessionIndex.reserveCapacity(sessions)
+        sessionIndex.reserve(sessions)
+        sessionSlots.reserve(sessions)
         principalIndex.reserveCapacity(principals)
     }
 
@@ -60,7 +61,7 @@ extension StoreTables {
     mutating func loadSession(_ session: SnapshotEntry.SessionState, principal: UInt32) -> UInt32 {
         var principal = principal
         let key = principalSlots[principal].key
-        if sessionIndex[session.id] != nil {
+        if slot(of: session.id) != nil {
             // Removing it may free the principal's slot when it was their only session.
             var none: [Undo]? = nil
             remove(session.id, undo: &none)

@@ -9,7 +9,7 @@ import KeyholeProtocol
 struct StoreTables {
     static let none = UInt32.max
 
-    struct SessionSlot {
+    struct SessionSlot: SessionIdentified {
         var id: SessionID
         var check: SessionCheck
         var principal: UInt32
@@ -49,7 +49,7 @@ struct StoreTables {
     }
 
     // Internal rather than private for StoreTables+Snapshot.swift only.
-    var sessionIndex: [SessionID: UInt32] = [:]
+    var sessionIndex = SessionIndex()
     var sessionSlots = SlotArray<SessionSlot>()
     var principalIndex: [Principal: UInt32] = [:]
     var principalSlots = SlotArray<PrincipalSlot>()
@@ -61,12 +61,12 @@ struct StoreTables {
 
     /// The slot of session `id` when it exists and `check` matches (constant time), expired or not.
     func slot(of id: SessionID, check: SessionCheck) -> UInt32? {
-        guard let index = sessionIndex[id], sessionSlots[index].check.matches(check) else { return nil }
+        guard let index = slot(of: id), sessionSlots[index].check.matches(check) else { return nil }
         return index
     }
 
     /// The slot of session `id`, expired or not.
-    func slot(of id: SessionID) -> UInt32? { sessionIndex[id] }
+    func slot(of id: SessionID) -> UInt32? { sessionIndex.find(id, in: sessionSlots) }
 
     func isExpired(_ slot: UInt32, now: Int64) -> Bool { now >= sessionSlots[slot].endsAt }
 
@@ -119,7 +119,7 @@ struct StoreTables {
     /// Adds a session; creates its user when they have no record and stamps their last login
     /// (WALRecordTypes.md, replay of session.create).
     mutating func create(_ new: StoreRecord.NewSession, undo: inout [Undo]?) {
-        if sessionIndex[new.id] != nil { remove(new.id, undo: &undo) }
+        if slot(of: new.id) != nil { remove(new.id, undo: &undo) }
         let principal = principalSlot(for: new.principal)
         let before = principalSlots[principal].user
         undo?.append(.restoreUser(new.principal, before))
@@ -139,7 +139,7 @@ struct StoreTables {
         let slot = sessionSlots.insert(entry)
         if head != Self.none { sessionSlots[head].previous = slot }
         principalSlots[principal].firstSession = slot
-        sessionIndex[new.id] = slot
+        sessionIndex.insert(slot, in: sessionSlots)
     }
 
     /// Marks session `slot` as presented at `now`. Returns the touch record to log when the log's
@@ -157,7 +157,7 @@ struct StoreTables {
     /// Removes session `id`; `false` when there is none.
     @discardableResult
     mutating func remove(_ id: SessionID, undo: inout [Undo]?) -> Bool {
-        guard let slot = sessionIndex.removeValue(forKey: id) else { return false }
+        guard let slot = sessionIndex.remove(id, in: sessionSlots) else { return false }
         let entry = sessionSlots[slot]
         let principal = entry.principal
         undo?.append(.restoreSession(
@@ -211,7 +211,7 @@ struct StoreTables {
             case .restoreSession(let new, let lastSeenAt, let loggedSeenAt):
                 insert(new, principal: principalSlot(for: new.principal), lastSeenAt: lastSeenAt, loggedSeenAt: loggedSeenAt)
             case .restoreLoggedSeen(let id, let loggedSeenAt):
-                if let slot = sessionIndex[id] { sessionSlots[slot].loggedSeenAt = loggedSeenAt }
+                if let slot = slot(of: id) { sessionSlots[slot].loggedSeenAt = loggedSeenAt }
             case .restoreUser(let principal, let user):
                 setUser(principal, user, undo: &none)
             }
@@ -227,7 +227,7 @@ struct StoreTables {
         case .sessionCreate(let new):
             create(new, undo: &none)
         case .sessionTouch(let id, let lastSeenAt):
-            if let slot = sessionIndex[id] {
+            if let slot = slot(of: id) {
                 sessionSlots[slot].lastSeenAt = max(sessionSlots[slot].lastSeenAt, lastSeenAt)
                 sessionSlots[slot].loggedSeenAt = sessionSlots[slot].lastSeenAt
             }

@@ -24,12 +24,15 @@ public struct WALDirectory: Sendable {
     /// The path of segment `sequence`.
     public func segmentPath(_ sequence: UInt64) -> String { "\(path)/\(WALSegmentHeader.fileName(sequence))" }
 
-    /// Every segment file, read whole. Files that are not segments are ignored.
+    /// The segment files, in sequence order. Files that are not segments are ignored.
+    public func segmentFiles() throws(StoreError) -> [(sequence: UInt64, path: String)] {
+        try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:)).sorted().map { ($0, segmentPath($0)) }
+    }
+
+    /// Every segment file, read whole (start-up reads one at a time instead).
     public func readSegments() throws(StoreError) -> [WALRecovery.Segment] {
-        let sequences = try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:))
         var segments: [WALRecovery.Segment] = []
-        for sequence in sequences.sorted() {
-            let file = segmentPath(sequence)
+        for (sequence, file) in try segmentFiles() {
             segments.append(WALRecovery.Segment(sequence: sequence, path: file, bytes: try Self.readFile(file)))
         }
         return segments
@@ -108,19 +111,31 @@ public struct WALDirectory: Sendable {
         }
     }
 
+    /// The size of `file`, 0 when it cannot be read (only an estimate depends on it).
+    static func fileSize(_ file: String) -> Int {
+        var info = stat()
+        return stat(file, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    /// The whole of `file`, read into an array of its size (no regrowing: segments are large).
     static func readFile(_ file: String) throws(StoreError) -> [UInt8] {
         let fd = open(file, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .io("cannot open \(file): \(error())") }
         defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { throw .io("cannot read \(file): \(error())") }
-            if count == 0 { return bytes }
-            bytes += chunk[..<count]
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw .io("cannot read \(file): \(error())") }
+        var failure: Int32 = 0
+        let bytes = [UInt8](unsafeUninitializedCapacity: Int(info.st_size)) { buffer, initialized in
+            while initialized < buffer.count {
+                let count = read(fd, buffer.baseAddress! + initialized, buffer.count - initialized)
+                if count < 0 && errno == EINTR { continue }
+                if count < 0 { failure = errno }
+                guard count > 0 else { return }
+                initialized += count
+            }
         }
+        guard failure == 0 else { throw .io("cannot read \(file): \(String(cString: strerror(failure)))") }
+        return bytes
     }
 
     static func error() -> String { String(cString: strerror(errno)) }
@@ -129,9 +144,10 @@ public struct WALDirectory: Sendable {
 extension WALDirectory {
     /// Keeps a copy of what `plan` (a `--repair`) cuts in `cut`: the tail of the truncated
     /// segment as `<segment>.from-<offset>`, and the removed segments whole.
-    func preserveCut(of plan: WALRecovery.Plan, segments: [WALRecovery.Segment], in cut: String) throws(StoreError) {
-        if let (sequence, offset) = plan.truncate, let segment = segments.first(where: { $0.sequence == sequence }) {
-            try Self.writeFile("\(cut)/\(WALSegmentHeader.fileName(sequence)).from-\(offset)", Array(segment.bytes[offset...]))
+    func preserveCut(of plan: WALRecovery.Plan, in cut: String) throws(StoreError) {
+        if let (sequence, offset) = plan.truncate {
+            let bytes = try Self.readFile(segmentPath(sequence))
+            try Self.writeFile("\(cut)/\(WALSegmentHeader.fileName(sequence)).from-\(offset)", Array(bytes[min(offset, bytes.count)...]))
         }
         for sequence in plan.remove {
             let name = WALSegmentHeader.fileName(sequence)

@@ -26,10 +26,23 @@ public enum WALRecovery {
         public var record: WALRecord
     }
 
+    /// What planning found of one segment it read.
+    public struct SegmentSummary: Sendable, Equatable {
+        /// Its sequence number.
+        public var sequence: UInt64
+        /// The LSN of its first record, when its header is valid.
+        public var firstLSN: UInt64?
+        /// Its size as read (before any truncation the plan makes).
+        public var size: Int
+    }
+
     /// The outcome.
     public struct Plan: Sendable {
-        /// The records after the snapshot, in order.
+        /// The records after the snapshot, in order: only from `plan(segments:snapshotLSN:repair:)`,
+        /// which keeps every record. Start-up passes `accept` and applies records as they come instead.
         public var entries: [Entry] = []
+        /// How many records after the snapshot were accepted.
+        public var replayed = 0
         /// The last LSN in the log (or the snapshot's, when the log has nothing after it).
         public var lastLSN: UInt64 = 0
         /// A segment to cut at an offset (a torn tail, or `--repair`'s cut).
@@ -40,6 +53,8 @@ public enum WALRecovery {
         public var appendTo: (sequence: UInt64, size: Int)?
         /// The highest sequence number of the segments kept (0 when none is): a new segment gets the next.
         public var lastKeptSequence: UInt64 = 0
+        /// The segments read, in order.
+        public var segments: [SegmentSummary] = []
         /// What was dropped, for the warning: torn bytes, or the records `--repair` cut.
         public var warnings: [String] = []
         /// Records lost to `--repair` (those it could still count).
@@ -47,98 +62,145 @@ public enum WALRecovery {
         /// Whether `--repair` cut the log (rather than only a torn tail being dropped).
         public var repaired = false
 
+        /// The bytes of log left once the plan is carried out.
+        public var keptBytes: Int {
+            var bytes = segments.filter { !remove.contains($0.sequence) }.reduce(0) { $0 + $1.size }
+            if let (sequence, offset) = truncate, let segment = segments.first(where: { $0.sequence == sequence }) {
+                bytes -= segment.size - offset
+            }
+            return bytes
+        }
     }
 
-    /// Plans recovery of `segments` (any order) after a snapshot that covers LSNs up to `snapshotLSN`.
+    /// Plans recovery of `segments` (any order, in memory) after a snapshot that covers LSNs up to
+    /// `snapshotLSN`, keeping the records after it in `entries`.
     ///
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`).
-    /// - Parameter validate: why a record with a good CRC cannot be used (see `WALScanner.scan`). It is
-    ///   called for the records of each segment planned, in log order, and for no other: the plan's
-    ///   `entries` are the last of the records it accepted.
-    public static func plan(
-        segments: [Segment], snapshotLSN: UInt64, repair: Bool = false, validate: (WALRecord) -> String? = { _ in nil }
-    ) throws(StoreError) -> Plan {
-        var plan = try planWithoutSequence(segments: segments, snapshotLSN: snapshotLSN, repair: repair, validate: validate)
-        plan.lastKeptSequence = segments.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
+    public static func plan(segments: [Segment], snapshotLSN: UInt64, repair: Bool = false) throws(StoreError) -> Plan {
+        var entries: [Entry] = []
+        var plan = try plan(segments: segments, snapshotLSN: snapshotLSN, repair: repair) { lsn, record in
+            if lsn > snapshotLSN { entries.append(Entry(lsn: lsn, record: record)) }
+            return nil
+        }
+        plan.entries = entries
         return plan
     }
 
-    private static func planWithoutSequence(
-        segments: [Segment], snapshotLSN: UInt64, repair: Bool, validate: (WALRecord) -> String?
+    /// Plans recovery of `segments` (any order, in memory); `accept` as for `plan(files:...)`.
+    public static func plan(
+        segments: [Segment], snapshotLSN: UInt64, repair: Bool = false, accept: (UInt64, WALRecord) -> String?
+    ) throws(StoreError) -> Plan {
+        let sorted = segments.sorted { $0.sequence < $1.sequence }
+        return try plan(
+            files: sorted.map { ($0.sequence, $0.path) }, read: { index throws(StoreError) in sorted[index].bytes },
+            snapshotLSN: snapshotLSN, repair: repair, accept: accept)
+    }
+
+    /// Plans recovery of the segment `files` (in sequence order), reading one at a time with `read`
+    /// (given its index in `files`), after a snapshot that covers LSNs up to `snapshotLSN`.
+    ///
+    /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
+    /// - Parameter accept: called with each record whose CRC matches, in log order, for the segments
+    ///   planned and no other (each segment's LSN continuity is checked before it is scanned). It says
+    ///   why a record cannot be used (an unknown type, a payload that does not parse: corruption), or
+    ///   `nil`. The records it accepted before any corruption are the ones the plan keeps, so a caller
+    ///   may apply those after `snapshotLSN` as they come.
+    /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`), or `read`'s error.
+    public static func plan(
+        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8], snapshotLSN: UInt64,
+        repair: Bool = false, accept: (UInt64, WALRecord) -> String?
     ) throws(StoreError) -> Plan {
         var plan = Plan(lastLSN: snapshotLSN)
-        let sorted = segments.sorted { $0.sequence < $1.sequence }
+        try planSegments(&plan, files: files, read: read, snapshotLSN: snapshotLSN, repair: repair, accept: accept)
+        plan.lastKeptSequence = files.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
+        return plan
+    }
+
+    private static func planSegments(
+        _ plan: inout Plan, files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
+        snapshotLSN: UInt64, repair: Bool, accept: (UInt64, WALRecord) -> String?
+    ) throws(StoreError) {
         var expectedLSN: UInt64?
-        for (index, segment) in sorted.enumerated() {
-            let isLast = index == sorted.count - 1
-            if index > 0, segment.sequence != sorted[index - 1].sequence + 1 {
-                let missing = WALSegmentHeader.fileName(sorted[index - 1].sequence + 1)
-                try fail(&plan, sorted, from: index, offset: 0, repair: repair, path: segment.path,
+        var previousSize = 0
+        for (index, file) in files.enumerated() {
+            let isLast = index == files.count - 1
+            if index > 0, file.sequence != files[index - 1].sequence + 1 {
+                let missing = WALSegmentHeader.fileName(files[index - 1].sequence + 1)
+                try fail(&plan, files, read, from: index, bytes: nil, offset: 0, repair: repair, path: file.path,
                     reason: "segment \(missing) before it is missing")
-                return plan
+                return
             }
+            let bytes = try read(index)
+            let header = WALSegmentHeader(bytes)
+            plan.segments.append(SegmentSummary(sequence: file.sequence, firstLSN: header?.firstLSN, size: bytes.count))
             // The first segment may start anywhere up to just after the snapshot; later ones must
-            // continue exactly where the one before ended. Checked before the scan, so that `validate`
+            // continue exactly where the one before ended. Checked before the scan, so that `accept`
             // sees exactly the records of the segments planned (callers rely on that).
-            if let header = WALSegmentHeader(segment.bytes), header.sequence == segment.sequence {
+            if let header, header.sequence == file.sequence {
                 let continues = expectedLSN.map { header.firstLSN == $0 } ?? (header.firstLSN <= snapshotLSN + 1)
                 guard continues else {
-                    try fail(&plan, sorted, from: index, offset: 0, repair: repair, path: segment.path,
+                    try fail(&plan, files, read, from: index, bytes: bytes, offset: 0, repair: repair, path: file.path,
                         reason: "its first LSN \(header.firstLSN) does not follow LSN \((expectedLSN ?? snapshotLSN + 1) - 1)")
-                    return plan
+                    return
                 }
             }
-            let scan = WALScanner.scan(segment.bytes, sequence: segment.sequence, isLast: isLast, validate: validate)
+            var lsn = header?.firstLSN ?? 0
+            let scan = WALScanner.scan(bytes, sequence: file.sequence, isLast: isLast, keep: false) { record in
+                defer { lsn += 1 }
+                if let reason = accept(lsn, record) { return reason }
+                if lsn > snapshotLSN { plan.replayed += 1 }
+                return nil
+            }
             if let header = scan.header {
-                for (position, record) in scan.records.enumerated() {
-                    let lsn = header.firstLSN + UInt64(position)
-                    if lsn > snapshotLSN { plan.entries.append(Entry(lsn: lsn, record: record)) }
-                    plan.lastLSN = max(plan.lastLSN, lsn)
-                }
-                expectedLSN = header.firstLSN + UInt64(scan.records.count)
+                let count = UInt64(scan.count)
+                if count > 0 { plan.lastLSN = max(plan.lastLSN, header.firstLSN + count - 1) }
+                expectedLSN = header.firstLSN + count
             }
             switch scan.ending {
             case .clean:
-                if isLast { plan.appendTo = (segment.sequence, segment.bytes.count) }
+                if isLast { plan.appendTo = (file.sequence, bytes.count) }
             case .torn(let offset):
                 if offset == 0 {
                     // The segment being created when keyholed stopped: appends go on in the one before.
-                    plan.remove.append(segment.sequence)
-                    if index > 0 { plan.appendTo = (sorted[index - 1].sequence, sorted[index - 1].bytes.count) }
+                    plan.remove.append(file.sequence)
+                    if index > 0 { plan.appendTo = (files[index - 1].sequence, previousSize) }
                 } else {
-                    plan.truncate = (segment.sequence, offset)
-                    plan.appendTo = (segment.sequence, offset)
+                    plan.truncate = (file.sequence, offset)
+                    plan.appendTo = (file.sequence, offset)
                 }
-                plan.warnings.append("\(segment.path): a torn write at offset \(offset); \(segment.bytes.count - offset) bytes dropped")
+                plan.warnings.append("\(file.path): a torn write at offset \(offset); \(bytes.count - offset) bytes dropped")
             case .corrupt(let offset, let reason):
                 // The records before the damage in this segment are kept; the plan cuts at it.
-                try fail(&plan, sorted, from: index, offset: offset, repair: repair, path: segment.path, reason: reason)
-                if offset > 0 { plan.appendTo = (segment.sequence, offset) }
-                return plan
+                try fail(&plan, files, read, from: index, bytes: bytes, offset: offset, repair: repair, path: file.path, reason: reason)
+                if offset > 0 { plan.appendTo = (file.sequence, offset) }
+                return
             }
+            previousSize = bytes.count
         }
-        return plan
     }
 
-    /// Corruption in `segments[index]` at `offset`: an error, or with `repair`, a cut there that drops
-    /// the rest of that segment and every later one.
+    /// Corruption in `files[index]` (whose `bytes`, when read) at `offset`: an error, or with
+    /// `repair`, a cut there that drops the rest of that segment and every later one.
     private static func fail(
-        _ plan: inout Plan, _ segments: [Segment], from index: Int, offset: Int, repair: Bool, path: String, reason: String
+        _ plan: inout Plan, _ files: [(sequence: UInt64, path: String)], _ read: (Int) throws(StoreError) -> [UInt8],
+        from index: Int, bytes: [UInt8]?, offset: Int, repair: Bool, path: String, reason: String
     ) throws(StoreError) {
         guard repair else { throw StoreError.corrupt(file: path, offset: offset, reason) }
         plan.repaired = true
         if offset > 0 {
-            plan.truncate = (segments[index].sequence, offset)
+            plan.truncate = (files[index].sequence, offset)
         } else {
-            plan.remove.append(segments[index].sequence)
+            plan.remove.append(files[index].sequence)
         }
-        plan.remove += segments[(index + 1)...].map(\.sequence)
+        plan.remove += files[(index + 1)...].map(\.sequence)
         // What can still be counted: whole records after the cut in this segment and the later ones.
         var lost = 0
-        for (position, segment) in segments[index...].enumerated() {
-            let start = position == 0 ? offset : 0
-            lost += countRecords(segment.bytes, from: max(start, WALSegmentHeader.size))
+        for position in index..<files.count {
+            let segment: [UInt8]
+            if position == index, let bytes { segment = bytes } else { segment = try read(position) }
+            let start = position == index ? offset : 0
+            lost += countRecords(segment, from: max(start, WALSegmentHeader.size))
         }
         plan.lostRecords = lost
         plan.warnings.append("\(path): cut at offset \(offset) (\(reason)); \(lost) records lost")

@@ -15,18 +15,21 @@ public enum WALScanner {
 
         /// The header, when it is valid.
         public var header: WALSegmentHeader?
-        /// The valid records, in order; the first has the header's first LSN.
+        /// The valid records, in order; the first has the header's first LSN (empty unless kept).
         public var records: [WALRecord]
-        /// Where each record starts.
+        /// Where each record starts (empty unless kept).
         public var offsets: [Int]
+        /// How many valid records there are.
+        public var count = 0
         /// How the segment ends.
         public var ending: Ending
     }
 
     /// Scans segment `sequence`; `isLast` allows a torn tail. `validate` says why a record whose CRC
     /// matches still cannot be used (an unknown type, a payload that does not parse): corruption.
+    /// `keep` keeps the records and their offsets in the scan (start-up only counts them).
     public static func scan(
-        _ bytes: [UInt8], sequence: UInt64, isLast: Bool, validate: (WALRecord) -> String? = { _ in nil }
+        _ bytes: [UInt8], sequence: UInt64, isLast: Bool, keep: Bool = true, validate: (WALRecord) -> String? = { _ in nil }
     ) -> Scan {
         var scan = Scan(header: nil, records: [], offsets: [], ending: .clean)
         guard bytes.count >= WALSegmentHeader.size, !bytes.allSatisfy({ $0 == 0 }) else {
@@ -51,8 +54,11 @@ public enum WALScanner {
                     scan.ending = .corrupt(offset: offset, reason: reason)
                     return scan
                 }
-                scan.records.append(record)
-                scan.offsets.append(offset)
+                if keep {
+                    scan.records.append(record)
+                    scan.offsets.append(offset)
+                }
+                scan.count += 1
                 offset = next
                 lsn += 1
             case .invalid(let reason, let tornIfLast):

@@ -32,6 +32,17 @@ struct Load: AsyncParsableCommand {
         discussion: "Scripts/make-bench-sessions.py makes one."))
     var sessions: String?
 
+    @Flag(help: ArgumentHelp(
+        "The socket is a Redis server's: send --op GET or SET (keys kh:0, kh:1, ...) through the same client, for a comparison on equal terms.",
+        discussion: "For GET, fill the keys first: redis-cli -s SOCKET DEBUG POPULATE KEYS kh VALUE-BYTES (redis-server --enable-debug-command yes)."))
+    var redis = false
+
+    @Option(help: "With --redis: how many keys the requests cycle over.")
+    var keys = 100_000
+
+    @Option(help: "With --redis and --op SET: the value's size in bytes.")
+    var valueBytes = 256
+
     @Option(help: "keyholed's pid: also report its CPU time per answered request (from /proc).")
     var serverPid: Int32?
 
@@ -69,6 +80,16 @@ struct Load: AsyncParsableCommand {
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
+    /// GET or SET of keys `kh:0` to `kh:<keys - 1>`, as RESP commands.
+    private func redisCommands() -> [ByteBuffer] {
+        let value = [UInt8](repeating: UInt8(ascii: "x"), count: valueBytes)
+        let isSet = op.uppercased() == "SET"
+        return (0..<keys).map { n in
+            let key = Array("kh:\(n)".utf8)
+            return RESPReplyReader.command(isSet ? [Array("SET".utf8), key, value] : [Array("GET".utf8), key])
+        }
+    }
+
     /// The non-empty lines of `path`.
     static func readTokens(_ path: String) throws -> [String] {
         guard let file = fopen(path, "r") else { throw ValidationError("cannot open \(path)") }
@@ -90,6 +111,13 @@ struct Load: AsyncParsableCommand {
             throw ValidationError("--args must be a JSON object")
         }
         if tokens != nil && sessions != nil { throw ValidationError("--tokens and --sessions exclude each other") }
+        if redis {
+            guard tokens == nil, sessions == nil, args == nil else {
+                throw ValidationError("--redis takes neither --tokens, --sessions nor --args")
+            }
+            guard ["GET", "SET"].contains(op.uppercased()) else { throw ValidationError("--redis sends --op GET or SET") }
+            guard keys >= 1, valueBytes >= 1 else { throw ValidationError("--keys and --value-bytes must be positive") }
+        }
         guard connections >= 1, depth >= 1, seconds > 0, threads >= 1 else {
             throw ValidationError("connections, depth, seconds and threads must be positive")
         }
@@ -105,7 +133,8 @@ struct Load: AsyncParsableCommand {
         } ?? sessions.map(Self.readTokens)?.map { session in
             Request(id: .int(1), op: "session.get", args: ["session": .string(session)])
         } ?? [Request(id: .int(1), op: op, args: arguments)]
-        let op = tokens != nil ? "token.verify" : sessions != nil ? "session.get" : op
+        let frames = redis ? redisCommands() : PingLoadHandler.frames(requests)
+        let op = redis ? "redis " + op.uppercased() : tokens != nil ? "token.verify" : sessions != nil ? "session.get" : op
         var finished: [EventLoopFuture<Void>] = []
         for _ in 0..<connections {
             let promise = group.next().makePromise(of: Void.self)
@@ -114,7 +143,7 @@ struct Load: AsyncParsableCommand {
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
-                            PingLoadHandler(requests: requests, depth: depth, counters: counters, finished: promise))
+                            PingLoadHandler(frames: frames, redis: redis, depth: depth, counters: counters, finished: promise))
                     }
                 }
                 .connect(unixDomainSocketPath: socket).get()

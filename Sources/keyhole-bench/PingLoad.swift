@@ -12,8 +12,9 @@ final class LoadCounters: Sendable {
 }
 
 /// Keeps `depth` requests in flight on one connection: each answer read is replaced by a new request,
-/// until the run stops. Requests are pre-encoded frames, taken in one cycle shared by every connection
-/// (so that with more distinct tokens than keyholed caches, no token is seen again while cached).
+/// until the run stops. Requests are pre-encoded (keyholed frames, or Redis commands), taken in one
+/// cycle shared by every connection (so that with more distinct tokens than keyholed caches, no token
+/// is seen again while cached).
 final class PingLoadHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -23,15 +24,15 @@ final class PingLoadHandler: ChannelInboundHandler {
     private let counters: LoadCounters
     private let finished: EventLoopPromise<Void>
     private var decoder = FrameDecoder(maxFrameBytes: FrameDecoder.limit)
+    /// Set when the peer is Redis.
+    private var redis: RESPReplyReader?
     private var outstanding = 0
     private var toSend = 0
 
-    init(requests: [Request], depth: Int, counters: LoadCounters, finished: EventLoopPromise<Void>) {
-        frames = requests.map { request in
-            var frame = ByteBuffer()
-            FrameEncoder.writeFrame(into: &frame) { request.write(to: &$0) }
-            return frame
-        }
+    /// A handler sending `frames`: keyholed requests, or with `redis`, Redis commands.
+    init(frames: [ByteBuffer], redis: Bool, depth: Int, counters: LoadCounters, finished: EventLoopPromise<Void>) {
+        self.frames = frames
+        self.redis = redis ? RESPReplyReader() : nil
         self.depth = depth
         self.counters = counters
         self.finished = finished
@@ -42,7 +43,20 @@ final class PingLoadHandler: ChannelInboundHandler {
         sendPending(context: context)
     }
 
+    /// `requests` as frames.
+    static func frames(_ requests: [Request]) -> [ByteBuffer] {
+        requests.map { request in
+            var frame = ByteBuffer()
+            FrameEncoder.writeFrame(into: &frame) { request.write(to: &$0) }
+            return frame
+        }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if redis != nil {
+            readRedis(context: context, unwrapInboundIn(data))
+            return
+        }
         decoder.append(unwrapInboundIn(data))
         do {
             while let body = try decoder.next() {
@@ -53,6 +67,20 @@ final class PingLoadHandler: ChannelInboundHandler {
                 } else {
                     counters.failed.add(1, ordering: .relaxed)
                 }
+                if !counters.stopped.load(ordering: .relaxed) { toSend += 1 }
+            }
+        } catch {
+            counters.failed.add(1, ordering: .relaxed)
+            context.close(promise: nil)
+        }
+    }
+
+    private func readRedis(context: ChannelHandlerContext, _ bytes: ByteBuffer) {
+        redis!.append(bytes)
+        do {
+            while let reply = try redis!.next() {
+                outstanding -= 1
+                (reply == .success ? counters.answered : counters.failed).add(1, ordering: .relaxed)
                 if !counters.stopped.load(ordering: .relaxed) { toSend += 1 }
             }
         } catch {

@@ -136,6 +136,7 @@ struct Keyholed: AsyncParsableCommand {
         let directory = configuration.stateDirectory
         let store: Store
         let report: Store.OpenReport
+        let started = ContinuousClock.now
         do {
             (store, report) = try Store.open(stateDirectory: directory, configuration: configuration.store, repair: repair, now: now)
         } catch {
@@ -153,7 +154,9 @@ struct Keyholed: AsyncParsableCommand {
             logger.warning("storage.recovered_tail", metadata: ["detail": "\(warning)"])
         }
         let figures = store.statistics
+        let took = started.duration(to: .now).components
         logger.info("storage.opened", metadata: [
+            "ms": "\(took.seconds * 1000 + took.attoseconds / 1_000_000_000_000_000)",
             "dir": "\(directory)", "records_replayed": "\(report.replayed)", "sessions": "\(figures.sessions)",
             "users": "\(figures.users)", "expired_dropped": "\(report.expired)",
             "snapshot_lsn": "\(report.snapshotLSN.map(String.init) ?? "none")", "wal_bytes": "\(figures.walBytes)",
