@@ -54,8 +54,11 @@ extension JSONValue {
     static func writeString(_ string: String, to buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt8(ascii: "\""))
         let utf8 = string.utf8
-        // Fast path: most strings need no escaping and are copied in one go.
-        if !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+        func needsEscape(_ byte: UInt8) -> Bool { byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
+        // Fast path: most strings need no escaping and are copied in one go (scanned as raw bytes when
+        // the string is native, as almost all are).
+        let clean = utf8.withContiguousStorageIfAvailable { !$0.contains(where: needsEscape) } ?? !utf8.contains(where: needsEscape)
+        if clean {
             buffer.writeString(string)
         } else {
             for byte in utf8 {

@@ -4,12 +4,14 @@ import NIOCore
 import Synchronization
 
 /// Turns a store change into an operation's outcome: answered inline when the change needed no write
-/// (its completion ran at once), else when the committer calls back, through a promise (no task).
+/// (its completion ran at once), else when the committer calls back, through a promise (no task). The
+/// committer's thread builds the answer and completes the promise with it: one promise per change, and
+/// less work on the event loop.
 final class StoreCommit: Sendable {
     private enum State {
         case waiting
         case completed(Result<Void, StoreError>)
-        case promised(EventLoopPromise<Void>)
+        case promised(EventLoopPromise<[String: JSONValue]>, @Sendable () -> [String: JSONValue])
     }
 
     private let state = Mutex(State.waiting)
@@ -27,10 +29,10 @@ final class StoreCommit: Sendable {
         } catch {
             throw protocolError(error)
         }
-        let promise = commit.state.withLock { state -> EventLoopPromise<Void>? in
+        let promise = commit.state.withLock { state -> EventLoopPromise<[String: JSONValue]>? in
             guard case .waiting = state else { return nil }
-            let promise = eventLoop.makePromise(of: Void.self)
-            state = .promised(promise)
+            let promise = eventLoop.makePromise(of: [String: JSONValue].self)
+            state = .promised(promise, { answer(value) })
             return promise
         }
         guard let promise else {
@@ -38,21 +40,19 @@ final class StoreCommit: Sendable {
             if case .failure(let error) = result { throw protocolError(error) }
             return .done(answer(value))
         }
-        return .future(promise.futureResult.flatMapErrorThrowing { error in
-            throw (error as? StoreError).map(protocolError) ?? error
-        }.map { answer(value) })
+        return .future(promise.futureResult)
     }
 
     private func complete(_ result: Result<Void, StoreError>) {
-        let promise = state.withLock { state -> EventLoopPromise<Void>? in
-            if case .promised(let promise) = state { return promise }
+        let promised = state.withLock { state -> (EventLoopPromise<[String: JSONValue]>, @Sendable () -> [String: JSONValue])? in
+            if case .promised(let promise, let answer) = state { return (promise, answer) }
             state = .completed(result)
             return nil
         }
-        guard let promise else { return }
+        guard let (promise, answer) = promised else { return }
         switch result {
-        case .success: promise.succeed()
-        case .failure(let error): promise.fail(error)
+        case .success: promise.succeed(answer())
+        case .failure(let error): promise.fail(Self.protocolError(error))
         }
     }
 

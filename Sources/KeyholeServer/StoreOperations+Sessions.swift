@@ -120,7 +120,7 @@ extension StoreOperations {
         buffer.writeStaticString(",\"sub\":")
         JSONValue.string(session.principal.sub).write(to: &buffer)
         buffer.writeStaticString(",\"user\":")
-        if let user { JSONValue.object(user.publicJSON).write(to: &buffer) } else { buffer.writeStaticString("null") }
+        if let user { user.writePublicJSON(to: &buffer) } else { buffer.writeStaticString("null") }
         buffer.writeStaticString("}")
         return buffer
     }

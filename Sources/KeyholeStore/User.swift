@@ -59,4 +59,40 @@ public struct User: Sendable, Equatable {
         object["last_login_at"] = lastLoginAt.map { .int($0) } ?? .null
         return object
     }
+
+    /// The members `publicJSON` always has, in the order `JSONValue` writes them.
+    private static let fixedMembers = ["created_at", "issuer", "last_login_at", "sub", "updated_at"]
+
+    /// Writes `publicJSON` as compact JSON exactly as `JSONValue.object(publicJSON).write(to:)` does
+    /// (members sorted), without building the dictionary: `session.get` writes one per request.
+    public func writePublicJSON(to buffer: inout ByteBuffer) {
+        let names = fields.isEmpty ? [] : fields.keys.filter { $0 != "ext" && !Self.fixedMembers.contains($0) }.sorted()
+        var next = 0
+        var first = true
+        func member(_ key: String, _ value: JSONValue) {
+            buffer.writeStaticString(first ? "{" : ",")
+            first = false
+            JSONValue.string(key).write(to: &buffer)
+            buffer.writeStaticString(":")
+            value.write(to: &buffer)
+        }
+        func fieldsBefore(_ key: String?) {
+            while next < names.count, key.map({ names[next] < $0 }) ?? true {
+                member(names[next], fields[names[next]]!)
+                next += 1
+            }
+        }
+        fieldsBefore("created_at")
+        member("created_at", .int(createdAt))
+        fieldsBefore("issuer")
+        member("issuer", .string(principal.issuer))
+        fieldsBefore("last_login_at")
+        member("last_login_at", lastLoginAt.map { .int($0) } ?? .null)
+        fieldsBefore("sub")
+        member("sub", .string(principal.sub))
+        fieldsBefore("updated_at")
+        member("updated_at", .int(updatedAt))
+        fieldsBefore(nil)
+        buffer.writeStaticString("}")
+    }
 }

@@ -80,7 +80,11 @@ final class PingLoadHandler: ChannelInboundHandler {
         do {
             while let reply = try redis!.next() {
                 outstanding -= 1
-                (reply == .success ? counters.answered : counters.failed).add(1, ordering: .relaxed)
+                if reply == .success {
+                    counters.answered.add(1, ordering: .relaxed)
+                } else {
+                    counters.failed.add(1, ordering: .relaxed)
+                }
                 if !counters.stopped.load(ordering: .relaxed) { toSend += 1 }
             }
         } catch {

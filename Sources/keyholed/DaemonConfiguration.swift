@@ -13,6 +13,10 @@ struct DaemonConfiguration {
     var socketPath = KeyholeVersion.defaultSocketPath
     var socketMode: UInt32 = 0o660
     var server = KeyholeServer.Configuration()
+    /// Event-loop threads (`[server] threads`): by default half the cores, at least one, because
+    /// keyholed shares the host with the web apps it answers, and on a small host one loop answers
+    /// single requests faster than two that contend with the apps for the cores.
+    var threads = max(1, System.coreCount / 2)
     var stateDirectory = "/var/lib/keyhole"
     var logLevel = Logger.Level.info
     var issuers: [IssuerConfiguration] = []
@@ -36,6 +40,7 @@ struct DaemonConfiguration {
     static let maxFrameBytesRange = 256...FrameDecoder.limit
     static let maxConnectionsRange = 1...1_000_000
     static let maxInFlightRange = 1...65_536
+    static let threadsRange = 1...256
     static let timeoutRange = TimeAmount.milliseconds(10)...TimeAmount.hours(24 * 30)
 
     /// Checks a path given for `key`: absolute, and short enough where it names a socket.

@@ -1,3 +1,4 @@
+import NIOCore
 import ArgumentParser
 import KeyholeIssuers
 import KeyholeJOSE
@@ -53,6 +54,8 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        // Before anything uses NIO's shared event-loop group, which the server and the fetchers share.
+        NIOSingletons.groupLoopCountSuggestion = configuration.threads
         let level = configuration.logLevel
         LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level) }
         let logger = Logger(label: "keyholed")

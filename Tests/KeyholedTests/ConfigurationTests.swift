@@ -50,6 +50,9 @@ struct ConfigurationTests {
         #expect(parsed.server.frameTimeout == defaults.server.frameTimeout)
         #expect(parsed.server.maxInFlight == defaults.server.maxInFlight)
         #expect(parsed.server.drainTimeout == defaults.server.drainTimeout)
+        #expect(parsed.threads == defaults.threads)
+        #expect(defaults.threads == max(1, System.coreCount / 2))
+        #expect(try DaemonConfiguration.parse("[server]\nthreads = 4\n").threads == 4)
         #expect(parsed.keySetCache == defaults.keySetCache)
         #expect(parsed.verifiedTokenCacheEntries == defaults.verifiedTokenCacheEntries)
         #expect(parsed.issuers.isEmpty)
@@ -123,6 +126,8 @@ struct ConfigurationTests {
         ("[server]\nframe_timeout = \"soon\"\n", "server.frame_timeout", 2),
         ("[server]\nmax_connections = \"many\"\n", "server.max_connections", 2),
         ("[server]\nmax_in_flight = 0\n", "server.max_in_flight", 2),
+        ("[server]\nthreads = 0\n", "server.threads", 2),
+        ("[server]\nthreads = 257\n", "server.threads", 2),
         ("[server]\nsocket = \"relative.sock\"\n", "server.socket", 2),
         ("[server]\nsocket = \"/\(String(repeating: "x", count: 120))\"\n", "server.socket", 2),
         ("[server]\nsocket_mode = \"rw\"\n", "server.socket_mode", 2),

@@ -171,9 +171,18 @@ struct ProtocolEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
-    @Test("200 concurrent connections are all served")
+    /// The names of the event-loop threads of process `pid` (NIO names them NIO-SGLTN-...).
+    static func eventLoopThreads(_ pid: pid_t) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").compactMap { task in
+            let name = try String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8)
+            return name.hasPrefix("NIO-SGLTN") ? name : nil
+        }
+    }
+
+    @Test("200 concurrent connections are all served, over the [server] threads event loops")
     func concurrentConnections() async throws {
-        let daemon = try DaemonProcess.start()
+        let daemon = try DaemonProcess.start(config: "[server]\nthreads = 3\n")
+        #expect(try Self.eventLoopThreads(daemon.pid).count == 3)
         let clients = try await withThrowingTaskGroup(of: KeyholeClient.self) { group in
             for _ in 0..<200 { group.addTask { try await KeyholeClient.connect(socketPath: daemon.socketPath) } }
             return try await group.reduce(into: []) { $0.append($1) }
