@@ -26,6 +26,18 @@ struct Stats: AsyncParsableCommand {
             rows.append(("requests in flight", Output.number(stats["in_flight"])))
             rows.append(("bytes in", Output.number(stats["bytes"]?["in"])))
             rows.append(("bytes out", Output.number(stats["bytes"]?["out"])))
+            if let store = stats["store"] {
+                rows.append(("storage", store["failing"] == .bool(true) ? "failing" : "ok"))
+                for (key, name) in [("sessions", "sessions"), ("users", "users"), ("wal_bytes", "wal bytes"),
+                    ("records", "records written"), ("syncs", "syncs"), ("snapshots", "snapshots"), ("failures", "storage failures")] {
+                    rows.append((name, Output.number(store[key])))
+                }
+                if case .double(let perSync)? = store["records_per_sync"] {
+                    rows.append(("records per sync", String(Double(Int(perSync * 100)) / 100)))
+                } else if let perSync = store["records_per_sync"]?.intValue {
+                    rows.append(("records per sync", String(perSync)))
+                }
+            }
             for (op, count) in (stats["requests"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
                 rows.append(("requests \(op)", Output.number(count)))
             }

@@ -27,6 +27,9 @@ struct CommandLineEndToEndTests {
         let stats = try ChildProcess.run([cli, "stats"], environment: ["KEYHOLE_SOCKET": daemon.socketPath])
         #expect(stats.status == 0)
         #expect(stats.stdout.contains("requests ping"))
+        // The store's figures too, one per line, in the same columns.
+        #expect(stats.stdout.split(separator: "\n").contains { $0.hasPrefix("sessions") && $0.hasSuffix(" 0") })
+        #expect(stats.stdout.split(separator: "\n").contains { $0.hasPrefix("storage") && $0.hasSuffix(" ok") })
 
         let statsJSON = try ChildProcess.run([cli, "stats", "--json", "--socket", daemon.socketPath])
         #expect(statsJSON.status == 0)
