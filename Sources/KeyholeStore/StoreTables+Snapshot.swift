@@ -44,7 +44,8 @@ extension StoreTables {
     mutating func reserve(sessions: Int, principals: Int) {
         sessionIndex.reserve(sessions)
         sessionSlots.reserve(sessions)
-        principalIndex.reserveCapacity(principals)
+        principalIndex.reserve(principals)
+        principalSlots.reserve(principals)
     }
 
     /// Loads a principal entry; returns the principal's slot, for the session entries after it. A

@@ -9,7 +9,7 @@ import KeyholeProtocol
 struct StoreTables {
     static let none = UInt32.max
 
-    struct SessionSlot: SessionIdentified {
+    struct SessionSlot: SlotIndexed {
         var id: SessionID
         var check: SessionCheck
         var principal: UInt32
@@ -24,6 +24,7 @@ struct StoreTables {
         var next: UInt32
 
         var endsAt: Int64 { min(expiresAt, lastSeenAt + Int64(idleSeconds)) }
+        var indexKey: SessionID { id }
     }
 
     struct UserState: Equatable {
@@ -33,11 +34,12 @@ struct StoreTables {
         var fields: [String: JSONValue]
     }
 
-    struct PrincipalSlot {
+    struct PrincipalSlot: SlotIndexed {
         var key: Principal
         var user: UserState?
         var firstSession: UInt32
         var isLive: Bool { firstSession != StoreTables.none || user != nil }
+        var indexKey: Principal { key }
     }
 
     /// How to take one mutation back.
@@ -49,9 +51,9 @@ struct StoreTables {
     }
 
     // Internal rather than private for StoreTables+Snapshot.swift only.
-    var sessionIndex = SessionIndex()
+    var sessionIndex = SlotIndex<SessionID>()
     var sessionSlots = SlotArray<SessionSlot>()
-    var principalIndex: [Principal: UInt32] = [:]
+    var principalIndex = SlotIndex<Principal>()
     var principalSlots = SlotArray<PrincipalSlot>()
     private(set) var userCount = 0
 
@@ -84,7 +86,7 @@ struct StoreTables {
     }
 
     func user(_ principal: Principal) -> User? {
-        guard let index = principalIndex[principal], let state = principalSlots[index].user else { return nil }
+        guard let index = principalIndex.find(principal, in: principalSlots), let state = principalSlots[index].user else { return nil }
         return User(principal, state)
     }
 
@@ -105,7 +107,7 @@ struct StoreTables {
     }
 
     private func forEachSession(of principal: Principal, _ body: (UInt32) -> Void) {
-        guard let index = principalIndex[principal] else { return }
+        guard let index = principalIndex.find(principal, in: principalSlots) else { return }
         var slot = principalSlots[index].firstSession
         while slot != Self.none {
             let next = sessionSlots[slot].next
@@ -267,15 +269,15 @@ struct StoreTables {
     // MARK: Principals
 
     mutating func principalSlot(for key: Principal) -> UInt32 {
-        if let index = principalIndex[key] { return index }
+        if let index = principalIndex.find(key, in: principalSlots) { return index }
         let index = principalSlots.insert(PrincipalSlot(key: key, user: nil, firstSession: Self.none))
-        principalIndex[key] = index
+        principalIndex.insert(index, in: principalSlots)
         return index
     }
 
     private mutating func releaseIfEmpty(_ index: UInt32) {
         guard !principalSlots[index].isLive else { return }
-        principalIndex.removeValue(forKey: principalSlots[index].key)
+        _ = principalIndex.remove(principalSlots[index].key, in: principalSlots)
         principalSlots[index].key = Principal(issuer: "", sub: "")
         principalSlots.release(index)
     }

@@ -1,12 +1,18 @@
 import Testing
 @testable import KeyholeStore
 
-/// The session index against a dictionary doing the same, through growth and deletions that shift
+/// The slot index against a dictionary doing the same, through growth and deletions that shift
 /// runs back, including runs that wrap around the end of the table.
-@Suite("Session index")
-struct SessionIndexTests {
-    struct Element: SessionIdentified {
+@Suite("Slot index")
+struct SlotIndexTests {
+    struct Element: SlotIndexed {
         var id: SessionID
+        var indexKey: SessionID { id }
+    }
+
+    struct Named: SlotIndexed {
+        var key: Principal
+        var indexKey: Principal { key }
     }
 
     /// A deterministic generator, so that a failure repeats.
@@ -26,7 +32,7 @@ struct SessionIndexTests {
     func churn(highs: UInt64?, steps: Int, seed: UInt64) {
         var random = Generator(state: seed)
         var elements = SlotArray<Element>()
-        var index = SessionIndex()
+        var index = SlotIndex<SessionID>()
         var model: [SessionID: UInt32] = [:]
         for step in 0..<steps {
             if model.isEmpty || random.next() % 3 != 0 {
@@ -66,7 +72,7 @@ struct SessionIndexTests {
     @Test("reserve makes room once, and the sessions indexed before stay found")
     func reserve() {
         var elements = SlotArray<Element>()
-        var index = SessionIndex()
+        var index = SlotIndex<SessionID>()
         let ids = (0..<100).map { SessionID(high: $0 &* 0x0123_4567_89AB_CDEF, low: $0) }
         for id in ids { index.insert(elements.insert(Element(id: id)), in: elements) }
         index.reserve(100_000)
@@ -74,5 +80,21 @@ struct SessionIndexTests {
         #expect(index.remove(ids[5], in: elements) == 5)
         #expect(index.remove(ids[5], in: elements) == nil)
         #expect(index.count == 99)
+    }
+
+    @Test("principals: found by issuer and sub, through growth and removals")
+    func principals() {
+        var elements = SlotArray<Named>()
+        var index = SlotIndex<Principal>()
+        let keys = (0..<2000).map { Principal(issuer: $0 % 3 == 0 ? "apple" : "google", sub: "001234.\($0)") }
+        for key in keys { index.insert(elements.insert(Named(key: key)), in: elements) }
+        for (slot, key) in keys.enumerated() { #expect(index.find(key, in: elements) == UInt32(slot)) }
+        // Same sub, other issuer: another principal.
+        #expect(index.find(Principal(issuer: "local", sub: "001234.3"), in: elements) == nil)
+        for (slot, key) in keys.enumerated() where slot % 2 == 0 { #expect(index.remove(key, in: elements) == UInt32(slot)) }
+        for (slot, key) in keys.enumerated() {
+            #expect(index.find(key, in: elements) == (slot % 2 == 0 ? nil : UInt32(slot)))
+        }
+        #expect(index.count == 1000)
     }
 }
