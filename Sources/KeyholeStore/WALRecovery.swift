@@ -79,22 +79,16 @@ public enum WALRecovery {
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`).
     public static func plan(segments: [Segment], snapshotLSN: UInt64, repair: Bool = false) throws(StoreError) -> Plan {
         var entries: [Entry] = []
-        var plan = try plan(segments: segments, snapshotLSN: snapshotLSN, repair: repair) { lsn, record in
+        let sorted = segments.sorted { $0.sequence < $1.sequence }
+        var plan = try plan(
+            files: sorted.map { ($0.sequence, $0.path) }, read: { index throws(StoreError) in sorted[index].bytes },
+            snapshotLSN: snapshotLSN, repair: repair
+        ) { lsn, record in
             if lsn > snapshotLSN { entries.append(Entry(lsn: lsn, record: record)) }
             return nil
         }
         plan.entries = entries
         return plan
-    }
-
-    /// Plans recovery of `segments` (any order, in memory); `accept` as for `plan(files:...)`.
-    public static func plan(
-        segments: [Segment], snapshotLSN: UInt64, repair: Bool = false, accept: (UInt64, WALRecord) -> String?
-    ) throws(StoreError) -> Plan {
-        let sorted = segments.sorted { $0.sequence < $1.sequence }
-        return try plan(
-            files: sorted.map { ($0.sequence, $0.path) }, read: { index throws(StoreError) in sorted[index].bytes },
-            snapshotLSN: snapshotLSN, repair: repair, accept: accept)
     }
 
     /// Plans recovery of the segment `files` (in sequence order), reading one at a time with `read`
