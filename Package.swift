@@ -141,7 +141,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KeyholeStoreTests",
-            dependencies: ["KeyholeStore", "KeyholeProtocol", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "KeyholeServerTests",

@@ -53,16 +53,12 @@ final class PingLoadHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if redis != nil {
-            readRedis(context: context, unwrapInboundIn(data))
-            return
-        }
-        decoder.append(unwrapInboundIn(data))
+        let bytes = unwrapInboundIn(data)
+        if redis != nil { redis!.append(bytes) } else { decoder.append(bytes) }
         do {
-            while let body = try decoder.next() {
+            while let succeeded = try nextReply() {
                 outstanding -= 1
-                // A success starts with {"id":…,"ok":true; checking for the marker keeps parsing off the client.
-                if body.readableBytesView.firstRange(of: #""ok":true"#.utf8) != nil {
+                if succeeded {
                     counters.answered.add(1, ordering: .relaxed)
                 } else {
                     counters.failed.add(1, ordering: .relaxed)
@@ -75,22 +71,11 @@ final class PingLoadHandler: ChannelInboundHandler {
         }
     }
 
-    private func readRedis(context: ChannelHandlerContext, _ bytes: ByteBuffer) {
-        redis!.append(bytes)
-        do {
-            while let reply = try redis!.next() {
-                outstanding -= 1
-                if reply == .success {
-                    counters.answered.add(1, ordering: .relaxed)
-                } else {
-                    counters.failed.add(1, ordering: .relaxed)
-                }
-                if !counters.stopped.load(ordering: .relaxed) { toSend += 1 }
-            }
-        } catch {
-            counters.failed.add(1, ordering: .relaxed)
-            context.close(promise: nil)
-        }
+    /// Whether the next whole reply read succeeded; `nil` until more bytes arrive.
+    private func nextReply() throws -> Bool? {
+        if redis != nil { return try redis!.next().map { $0 == .success } }
+        // A success starts with {"id":…,"ok":true; checking for the marker keeps parsing off the client.
+        return try decoder.next().map { $0.readableBytesView.firstRange(of: #""ok":true"#.utf8) != nil }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

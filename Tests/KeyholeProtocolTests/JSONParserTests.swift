@@ -1,5 +1,6 @@
 import KeyholeProtocol
 import NIOCore
+import KeyholeTestSupport
 import Testing
 
 @Suite("JSONParser")
@@ -219,19 +220,6 @@ struct JSONParserTests {
     }
 
     // MARK: - Differential and robustness tests
-
-    /// SplitMix64: a small deterministic generator, so that failures reproduce.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     static func randomString(_ generator: inout SeededGenerator) -> String {
         let pool: [Unicode.Scalar] = [

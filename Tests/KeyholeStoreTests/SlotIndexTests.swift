@@ -1,3 +1,4 @@
+import KeyholeTestSupport
 import Testing
 @testable import KeyholeStore
 
@@ -15,22 +16,10 @@ struct SlotIndexTests {
         var indexKey: Principal { key }
     }
 
-    /// A deterministic generator, so that a failure repeats.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Random inserts and removes, checked after each step against a model. `highs` few distinct high
     /// words make every id of one word share a home bucket: long runs, many shifts.
     func churn(highs: UInt64?, steps: Int, seed: UInt64) {
-        var random = Generator(state: seed)
+        var random = SeededGenerator(state: seed)
         var elements = SlotArray<Element>()
         var index = SlotIndex<SessionID>()
         var model: [SessionID: UInt32] = [:]
