@@ -99,16 +99,18 @@ public struct WALDirectory: Sendable {
 
     /// Writes all of `bytes` at `offset` of `fd`; `false` (with errno set) when a write fails.
     static func writeAll(_ fd: Int32, _ bytes: [UInt8], at offset: Int) -> Bool {
+        bytes.withUnsafeBytes { writeAll(fd, $0, at: offset) }
+    }
+
+    static func writeAll(_ fd: Int32, _ raw: UnsafeRawBufferPointer, at offset: Int) -> Bool {
         var written = 0
-        return bytes.withUnsafeBytes { raw -> Bool in
-            while written < raw.count {
-                let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { return false }
-                written += count
-            }
-            return true
+        while written < raw.count {
+            let count = pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(offset + written))
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return false }
+            written += count
         }
+        return true
     }
 
     /// The size of `file`, 0 when it cannot be read (only an estimate depends on it).

@@ -32,7 +32,8 @@ public enum WALRecovery {
         public var sequence: UInt64
         /// The LSN of its first record, when its header is valid.
         public var firstLSN: UInt64?
-        /// Its size as read (before any truncation the plan makes).
+        /// Its size as read, without the zeros the writer filled ahead (before any truncation the plan
+        /// makes).
         public var size: Int
     }
 
@@ -154,6 +155,10 @@ public enum WALRecovery {
             switch scan.ending {
             case .clean:
                 if isLast { plan.appendTo = (file.sequence, bytes.count) }
+            case .zeroFilled(let offset):
+                // Appends go on over the zeros; the log's bytes are the records'.
+                plan.appendTo = (file.sequence, offset)
+                plan.segments[plan.segments.count - 1].size = offset
             case .torn(let offset):
                 if offset == 0 {
                     // The segment being created when keyholed stopped: appends go on in the one before.

@@ -9,6 +9,9 @@ public enum WALScanner {
             /// A torn write at `offset` (last segment only): truncate there; offset 0 means the header
             /// itself is torn and the file goes.
             case torn(offset: Int)
+            /// The records end at `offset` and only zeros follow (last segment only): space the writer
+            /// filled ahead, the normal end of the log.
+            case zeroFilled(offset: Int)
             /// Corruption at `offset`, for the reason given.
             case corrupt(offset: Int, reason: String)
         }
@@ -63,7 +66,9 @@ public enum WALScanner {
                 lsn += 1
             case .invalid(let reason, let tornIfLast):
                 // A torn write leaves nothing valid after it; anything else is damage to keep.
-                if isLast && tornIfLast && !validRecordFollows(bytes, after: offset, lsn: lsn) {
+                if isLast && isZero(bytes, from: offset) {
+                    scan.ending = .zeroFilled(offset: offset)
+                } else if isLast && tornIfLast && !validRecordFollows(bytes, after: offset, lsn: lsn) {
                     scan.ending = .torn(offset: offset)
                 } else {
                     scan.ending = .corrupt(offset: offset, reason: reason)
@@ -86,10 +91,8 @@ public enum WALScanner {
             return .invalid("a record header is cut short", tornIfLast: true)
         }
         let length = Int(bytes.bigEndianUInt32(at: offset))
-        // Only on the failure paths: zero-filled space after a crash reads as all zero.
-        func zeroTail() -> Bool { bytes[offset...].allSatisfy { $0 == 0 } }
         guard length >= 1, length <= WALRecord.maximumBodyBytes else {
-            return .invalid("a record length of \(length) is invalid", tornIfLast: zeroTail())
+            return .invalid("a record length of \(length) is invalid", tornIfLast: false)
         }
         let end = offset + WALRecord.headerBytes + length
         guard end <= bytes.count else {
@@ -100,9 +103,27 @@ public enum WALScanner {
         crc.update(bigEndian: lsn)
         crc.update(body)
         guard crc.value == bytes.bigEndianUInt32(at: offset + 4) else {
-            return .invalid("a record's CRC does not match", tornIfLast: end == bytes.count || zeroTail())
+            // Torn when the append that wrote it was the last: only zeros (or nothing) after it.
+            return .invalid("a record's CRC does not match", tornIfLast: isZero(bytes, from: end))
         }
         return .valid(WALRecord(type: body.first!, payload: Array(body.dropFirst())), next: end)
+    }
+
+    /// Whether every byte from `offset` on is zero (only on the failure paths: a whole tail is read).
+    static func isZero(_ bytes: [UInt8], from offset: Int) -> Bool {
+        bytes.withUnsafeBytes { raw in
+            var index = offset
+            // Eight bytes at a time: the tail can be the writer's zero-filled space, 128 KiB.
+            while index + 8 <= raw.count {
+                guard raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) == 0 else { return false }
+                index += 8
+            }
+            while index < raw.count {
+                guard raw[index] == 0 else { return false }
+                index += 1
+            }
+            return true
+        }
     }
 
     /// Whether a valid record (as LSN `lsn` or `lsn + 1`) starts anywhere after `offset`: then the bad

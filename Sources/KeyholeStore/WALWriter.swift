@@ -10,11 +10,18 @@ import Darwin
 /// A failed write or sync never leaves a partial or unsynced record in the file for later records to
 /// follow: the segment is cut back to its last durable size, and the records since are not in the log
 /// (their requests were not, or will not be, acknowledged as durable).
+///
+/// The segment is kept zero-filled ahead of its last record (WAL.md, "Zero-filled space"), so that
+/// most appends write inside the file: their fdatasync then has only data to write, not the file's
+/// new size (on ext4 about a third less time per sync, and per durable request).
 public final class WALWriter {
     /// Where segments are cut.
     public struct Configuration: Sendable {
         /// A segment grows to about this size, then a new one starts (WAL.md: 64 MiB).
         public var segmentBytes = 64 << 20
+        /// Zeros written ahead of the last record, in steps of this many bytes (0: plain appends).
+        /// Only the append that reaches past them changes the file's size, once per step.
+        public var zeroFillBytes = 64 << 10
 
         /// The defaults.
         public init() {}
@@ -27,6 +34,8 @@ public final class WALWriter {
     public private(set) var sequence: UInt64
     public private(set) var size: Int
     private var durableSize: Int
+    /// The file's size: records up to `size`, zeros after.
+    private var filled: Int
     /// The LSN the next record gets, and the first LSN not yet durable.
     public private(set) var nextLSN: UInt64
     private var durableLSN: UInt64
@@ -42,13 +51,17 @@ public final class WALWriter {
             let file = directory.segmentPath(sequence)
             fd = open(file, O_WRONLY | O_CLOEXEC)
             guard fd >= 0 else { throw .io("cannot open \(file): \(WALDirectory.error())") }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { throw .io("cannot stat \(file): \(WALDirectory.error())") }
             self.sequence = sequence
             self.size = size
             durableSize = size
+            filled = max(size, Int(info.st_size))
         } else {
             sequence = 0
             size = 0
             durableSize = 0
+            filled = 0
             try startSegment(after: plan.lastKeptSequence)
         }
     }
@@ -86,7 +99,6 @@ public final class WALWriter {
             // The records' CRCs cover their LSNs, which do not depend on the segment: no re-encoding.
         }
         try write(bytes, at: size)
-        size += bytes.count
         nextLSN += UInt64(count)
     }
 
@@ -125,12 +137,24 @@ public final class WALWriter {
         durableLSN = nextLSN
     }
 
+    /// Writes `bytes` at `offset` (the end of the records); when they reach past the zeros, more zeros
+    /// after them in the same step, so that the sync that pays for the new size pays for the next ones.
     private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
-        guard WALDirectory.writeAll(fd, bytes, at: offset) else {
+        let end = offset + bytes.count
+        let step = configuration.zeroFillBytes
+        var written = WALDirectory.writeAll(fd, bytes, at: offset)
+        if written, step > 0, end > filled {
+            let target = (end / step + 2) * step
+            written = Self.writeZeros(fd, from: end, to: target)
+            if written { filled = target }
+        }
+        guard written else {
             let message = "cannot write \(directory.segmentPath(sequence)): \(WALDirectory.error())"
             rollBack(to: offset)
             throw .io(message)
         }
+        size = end
+        filled = max(filled, end)
     }
 
     /// Cuts the segment back to `offset`; if even that fails, the next write at `offset` overwrites
@@ -138,17 +162,44 @@ public final class WALWriter {
     private func rollBack(to offset: Int) {
         _ = ftruncate(fd, off_t(offset))
         size = offset
+        filled = offset
     }
 
-    /// Creates segment `previous + 1`, its header durable, and the directory entry durable.
+    private static let zeros = [UInt8](repeating: 0, count: 64 << 10)
+
+    private static func writeZeros(_ fd: Int32, from start: Int, to end: Int) -> Bool {
+        var offset = start
+        while offset < end {
+            let count = min(end - offset, zeros.count)
+            let written = zeros.withUnsafeBytes { WALDirectory.writeAll(fd, UnsafeRawBufferPointer(rebasing: $0[..<count]), at: offset) }
+            guard written else { return false }
+            offset += count
+        }
+        return true
+    }
+
+    /// Gives the current segment back the zeros after its last record, durably, before another
+    /// segment follows it: only the last segment may end in zeros (WAL.md).
+    private func trimZeros() throws(StoreError) {
+        guard fd >= 0, filled > size else { return }
+        guard ftruncate(fd, off_t(size)) == 0, fsync(fd) == 0 else {
+            throw .io("cannot trim \(directory.segmentPath(sequence)): \(WALDirectory.error())")
+        }
+        filled = size
+    }
+
+    /// Creates segment `previous + 1`, its header and first zeros durable, and the directory entry
+    /// durable.
     private func startSegment(after previous: UInt64) throws(StoreError) {
+        try trimZeros()
         let next = previous + 1
         let file = directory.segmentPath(next)
         let newFD = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard newFD >= 0 else { throw .io("cannot create \(file): \(WALDirectory.error())") }
         let header = WALSegmentHeader(sequence: next, firstLSN: nextLSN).encoded
-        let written = header.withUnsafeBytes { pwrite(newFD, $0.baseAddress, $0.count, 0) }
-        guard written == header.count, fdatasync(newFD) == 0 else {
+        let zeroFill = configuration.zeroFillBytes
+        let written = WALDirectory.writeAll(newFD, header, at: 0) && Self.writeZeros(newFD, from: header.count, to: max(header.count, zeroFill))
+        guard written, fdatasync(newFD) == 0 else {
             let message = "cannot write \(file): \(WALDirectory.error())"
             close(newFD)
             unlink(file)
@@ -166,5 +217,6 @@ public final class WALWriter {
         sequence = next
         size = header.count
         durableSize = size
+        filled = max(header.count, zeroFill)
     }
 }

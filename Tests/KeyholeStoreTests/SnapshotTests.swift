@@ -264,11 +264,13 @@ struct SnapshotTests {
         var running = try RunningStore(directory, now: now)
         let tokens = try await createSessions(running.store, count: 4)
         let walBefore = try files(directory, "wal")
-        let firstSegment = try Data(contentsOf: URL(fileURLWithPath: directory.path + "/wal/" + walBefore[0]))
+        // A second name keeps the segment as the snapshot's cut leaves it (trimmed of its zeros).
+        let firstSegment = directory.path + "/wal/" + walBefore[0]
+        try FileManager.default.linkItem(atPath: firstSegment, toPath: directory.path + "/kept")
         let report = try await running.store.snapshot(now: now + 100)
         await running.close()
         // As if the deletions after the rename had not happened, and another snapshot had been cut short.
-        try firstSegment.write(to: URL(fileURLWithPath: directory.path + "/wal/" + walBefore[0]))
+        try FileManager.default.moveItem(atPath: directory.path + "/kept", toPath: firstSegment)
         let snapshots = directory.path + "/snapshots/"
         try Data([1, 2, 3]).write(to: URL(fileURLWithPath: snapshots + SnapshotHeader.fileName(1)))
         try Data([4, 5, 6]).write(to: URL(fileURLWithPath: snapshots + SnapshotHeader.fileName(report.startLSN + 9) + ".tmp"))

@@ -34,7 +34,7 @@ struct WALRecoveryTests {
     }
 
     @Test("a torn write at the end of the last segment is cut off, with a warning", arguments: [
-        "half a record header", "a record cut short", "zeros where the record should be", "a last record with a bad CRC",
+        "half a record header", "a record cut short", "a last record with a bad CRC", "a record with a bad CRC, then zeros",
         "only part of the header of a new segment",
     ])
     func tornTail(kind: String) throws {
@@ -45,10 +45,13 @@ struct WALRecoveryTests {
         switch kind {
         case "half a record header": last.bytes += tail.prefix(5)
         case "a record cut short": last.bytes += tail.dropLast(3)
-        case "zeros where the record should be": last.bytes += [UInt8](repeating: 0, count: 4096)
         case "a last record with a bad CRC":
             tail[tail.count - 1] ^= 0xFF
             last.bytes += tail
+        case "a record with a bad CRC, then zeros":
+            // Appended over the writer's zeros, and only its first part reached the disk.
+            for index in (tail.count / 2)..<tail.count { tail[index] = 0 }
+            last.bytes += tail + [UInt8](repeating: 0, count: 4096)
         default:
             last = WALRecovery.Segment(sequence: 3, path: "wal/3", bytes: Array(WALSegmentHeader(sequence: 3, firstLSN: 21).encoded.prefix(20)))
         }
@@ -64,6 +67,29 @@ struct WALRecoveryTests {
             #expect(plan.appendTo?.sequence == 2 && plan.appendTo?.size == intact)
         }
         #expect(plan.warnings.count == 1)
+    }
+
+    @Test("zeros after the last segment's records are the writer's filled space: the log ends there, silently", arguments: [0, 1, 7, 8, 65536])
+    func zeroFilledTail(zeros: Int) throws {
+        var last = Self.segment(2, 11...20)
+        let records = last.bytes.count
+        last.bytes += [UInt8](repeating: 0, count: zeros)
+        let plan = try WALRecovery.plan(segments: [Self.segment(1, 1...10), last], snapshotLSN: 0)
+        #expect(Self.lsns(plan) == (1...20).map(UInt64.init))
+        #expect(plan.warnings.isEmpty && plan.truncate == nil && plan.remove.isEmpty)
+        #expect(plan.appendTo?.sequence == 2 && plan.appendTo?.size == records)
+        #expect(plan.segments.last?.size == records)
+        // A new segment holding only its header and zeros is the same.
+        let empty = WALRecovery.Segment(
+            sequence: 3, path: "wal/3", bytes: WALSegmentHeader(sequence: 3, firstLSN: 21).encoded + [UInt8](repeating: 0, count: zeros))
+        let plan3 = try WALRecovery.plan(segments: [Self.segment(1, 1...10), Self.segment(2, 11...20), empty], snapshotLSN: 0)
+        #expect(plan3.lastLSN == 20 && plan3.warnings.isEmpty && plan3.appendTo?.sequence == 3 && plan3.appendTo?.size == 32)
+        // Zeros in any other segment are damage: that segment was trimmed before the next began.
+        if zeros > 0 {
+            #expect(throws: StoreError.self) {
+                try WALRecovery.plan(segments: [last, Self.segment(3, 21...25)], snapshotLSN: 0)
+            }
+        }
     }
 
     @Test("damage anywhere else refuses to start, naming the file and the offset", arguments: [

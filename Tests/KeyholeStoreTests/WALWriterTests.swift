@@ -64,38 +64,98 @@ struct WALWriterTests {
         try writer.sync()
         let segments = try directory.readSegments()
         #expect(segments.count >= 3)
-        #expect(segments.allSatisfy { $0.bytes.count <= 512 })
+        // Every segment but the last was trimmed to its records; the last one's records fit too.
+        #expect(segments.dropLast().allSatisfy { $0.bytes.count <= 512 })
+        #expect(writer.size <= 512)
         #expect(segments.map(\.sequence) == (1...UInt64(segments.count)).map { $0 })
         let plan = try recover()
+        #expect(plan.warnings.isEmpty)
+        #expect(plan.segments.map(\.size) == segments.dropLast().map(\.bytes.count) + [writer.size])
         #expect(plan.entries.map(\.lsn) == (1...60).map(UInt64.init))
         #expect(plan.entries.map(\.record) == (1...60).map(Self.record))
     }
 
-    @Test("a torn tail on disk is truncated at start-up, and appends go on from there")
-    func tornTailOnDisk() throws {
+    @Test("a torn tail on disk is truncated at start-up, and appends go on from there", arguments: [true, false])
+    func tornTailOnDisk(zeroFilled: Bool) throws {
         defer { cleanUp() }
-        var writer: WALWriter? = try WALWriter(directory: directory, plan: try recover())
+        var configuration = WALWriter.Configuration()
+        if !zeroFilled { configuration.zeroFillBytes = 0 }
+        var writer: WALWriter? = try WALWriter(directory: directory, plan: try recover(), configuration: configuration)
         try writer!.append((1...5).map(Self.record))
         try writer!.sync()
         let intact = writer!.size
         writer = nil
-        // A crash during the next append: half a record reached the disk.
+        // A crash during the next append: half a record reached the disk, over the zeros or at the end.
         var half: [UInt8] = []
         Self.record(6).append(lsn: 6, to: &half)
         let handle = try #require(FileHandle(forWritingAtPath: directory.segmentPath(1)))
-        handle.seekToEndOfFile()
+        try handle.seek(toOffset: UInt64(intact))
         handle.write(Data(half.prefix(half.count / 2)))
         try handle.close()
+        #expect(try Self.fileSize(directory.segmentPath(1)) == (zeroFilled ? 64 << 10 : intact + half.count / 2))
         let plan = try recover()
         #expect(plan.warnings.count == 1)
         #expect(plan.lastLSN == 5)
         let size = try FileManager.default.attributesOfItem(atPath: directory.segmentPath(1))[.size] as? Int
         #expect(size == intact)
-        writer = try WALWriter(directory: directory, plan: plan)
+        writer = try WALWriter(directory: directory, plan: plan, configuration: configuration)
         try writer!.append([Self.record(6)])
         try writer!.sync()
         writer = nil
         #expect(try recover().entries.map(\.record) == (1...6).map(Self.record))
+    }
+
+    static func fileSize(_ path: String) throws -> Int {
+        try #require(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+    }
+
+    @Test("appends write inside zero-filled space: the file grows 64 KiB at a time, reopens where the records end, and is trimmed at a cut")
+    func zeroFilledSpace() throws {
+        defer { cleanUp() }
+        let step = 64 << 10
+        var writer: WALWriter? = try WALWriter(directory: directory, plan: try recover())
+        let path = directory.segmentPath(1)
+        #expect(try Self.fileSize(path) == step)
+        var n = 0
+        var sizes: Set<Int> = []
+        while writer!.size < 3 * step {
+            n += 1
+            try writer!.append([Self.record(n)])
+            if n % 50 == 0 { try writer!.sync() }
+            let fileSize = try Self.fileSize(path)
+            // Zeros after the records, at most two steps of them, ending on a step boundary.
+            #expect(fileSize % step == 0 && fileSize > writer!.size && fileSize - writer!.size <= 2 * step)
+            sizes.insert(fileSize)
+        }
+        try writer!.sync()
+        let size = writer!.size
+        // The file changed size about once per step, not once per append.
+        #expect(sizes.count <= 4 && n > 3 * step / 40)
+        let bytes = try directory.readSegments()[0].bytes
+        #expect(bytes[size...].allSatisfy { $0 == 0 })
+        writer = nil
+
+        // Start-up: the log ends where the zeros start; nothing to warn about, nothing cut.
+        var plan = try recover()
+        #expect(plan.warnings.isEmpty && plan.truncate == nil && plan.remove.isEmpty)
+        #expect(plan.lastLSN == UInt64(n))
+        #expect(plan.appendTo?.sequence == 1 && plan.appendTo?.size == size)
+        #expect(plan.segments.map(\.size) == [size])
+        writer = try WALWriter(directory: directory, plan: plan)
+        try writer!.append([Self.record(n + 1)])
+        try writer!.sync()
+        #expect(try Self.fileSize(path) == bytes.count)
+
+        // A cut trims the zeros of the segment it ends: only the last segment may have any.
+        let cut = try writer!.cut()
+        #expect(cut.sequence == 2 && cut.firstLSN == UInt64(n + 2))
+        #expect(try Self.fileSize(path) == size + Self.record(n + 1).encodedSize)
+        try writer!.append([Self.record(n + 2)])
+        try writer!.sync()
+        writer = nil
+        plan = try recover()
+        #expect(plan.entries.map(\.record) == (1...(n + 2)).map(Self.record))
+        #expect(plan.warnings.isEmpty)
     }
 
     @Test("corruption on disk stops start-up; --repair cuts there, keeps what came before, and appends resume")

@@ -160,8 +160,10 @@ struct SessionEndToEndTests {
 
         let segment = directory.appendingPathComponent("state/wal/0000000000000001.wal")
         var bytes = try [UInt8](Data(contentsOf: segment))
-        // The fourth record: header 32 bytes, then records of equal size (same-length subs).
-        let recordSize = (bytes.count - 32) / 6
+        // The fourth record: header 32 bytes, then records of equal size (same-length subs), each a
+        // 4-byte length, a 4-byte CRC and the body; zeros after them.
+        let recordSize = 8 + (Int(bytes[32]) << 24 | Int(bytes[33]) << 16 | Int(bytes[34]) << 8 | Int(bytes[35]))
+        #expect(bytes[(32 + 6 * recordSize)...].allSatisfy { $0 == 0 })
         let offset = 32 + 3 * recordSize
         bytes[offset + 12] ^= 0x55
         try Data(bytes).write(to: segment)
@@ -194,10 +196,11 @@ struct SessionEndToEndTests {
         let daemon = try DaemonProcess.start(config: Self.config)
         let connection = try RawConnection(path: daemon.socketPath)
         let kept = try #require(try connection.result("session.create", ["sub": "carol"])["session"])
-        let wal = daemon.directory.appendingPathComponent("state/wal/0000000000000001.wal")
-        let size = try #require(try FileManager.default.attributesOfItem(atPath: wal.path)[.size] as? Int)
+        // One segment: the log's bytes are where its records end (zero-filled space follows them).
+        let size = try #require(try connection.result("stats")["store"]?["wal_bytes"]?.intValue)
 
-        // Cap keyholed's file size just past what the log holds: the next record that grows it fails.
+        // Cap keyholed's file size just past what the log holds: writing a record beyond that fails,
+        // inside the file's zero-filled space or not.
         try setFileSizeLimit(of: daemon.pid, to: UInt(size + 64))
         let data: JSONValue = ["blob": .string(String(repeating: "y", count: 2000))]
         let refused = try connection.call("session.create", ["sub": "dave", "data": data])
