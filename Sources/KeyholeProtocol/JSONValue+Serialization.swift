@@ -51,7 +51,7 @@ extension JSONValue {
     }
 
     /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
-    static func writeString(_ string: String, to buffer: inout ByteBuffer) {
+    public static func writeString(_ string: String, to buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt8(ascii: "\""))
         let utf8 = string.utf8
         func needsEscape(_ byte: UInt8) -> Bool { byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }

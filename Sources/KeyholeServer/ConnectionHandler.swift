@@ -21,8 +21,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var needsFlush = false
     /// Responses encoded but not yet handed to the channel: one write per batch instead of per response.
     private var outbound = ByteBuffer()
+    /// `outbound` went to the channel and is to be cleared before it takes new responses.
+    private var outboundHandedOver = false
     /// Past this many bytes a batch is handed to the channel, so its writability (back pressure) is current.
     private static let outboundBatchBytes = 64 * 1024
+    /// The most an idle connection keeps for its next responses.
+    private static let keptOutboundBytes = 4 * 1024
     private var closing = false
     private var idleTimer: Scheduled<Void>?
     private var frameTimer: Scheduled<Void>?
@@ -30,6 +34,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Asynchronous operations still running, cancelled if the connection goes away.
     private var tasks: [UInt64: Task<Void, Never>] = [:]
     private var nextTaskID: UInt64 = 0
+    /// Where pending answers come back (looked up on first use).
+    private var answers: AnswerDelivery?
 
     init(core: ServerCore, logger: Logger) {
         self.core = core
@@ -184,8 +190,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 case .later(let work):
                     startTask(request: request, context: context, work)
                     return nil
-                case .future(let future):
-                    wait(for: future, request: request, context: context)
+                case .pending(let pending):
+                    wait(for: pending, id: request.id, context: context)
                     return nil
                 }
             } catch {
@@ -215,21 +221,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Answers `request` when `future` completes, on this connection's event loop.
-    private func wait(for future: EventLoopFuture<[String: JSONValue]>, request: Request, context: ChannelHandlerContext) {
+    /// Answers request `id` when `pending` completes, on this connection's event loop.
+    private func wait(for pending: PendingAnswer, id: RequestID?, context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        future.hop(to: context.eventLoop).whenComplete { outcome in
-            let response: Response
+        pending.whenComplete(on: delivery(context: context)) { outcome in
             switch outcome {
-            case .success(let result):
-                response = Response(id: request.id, outcome: .success(result))
-            case .failure(let error as ProtocolError):
-                response = Response(id: request.id, outcome: .failure(error))
-            case .failure:
-                response = Response(id: request.id, outcome: .failure(.internal()))
+            case .success(.object(let result)): loopBound.value.finishPending(Response(id: id, outcome: .success(result)))
+            case .success(.encoded(let result)): loopBound.value.finishPending(.encoded(id: id, result: result))
+            case .failure(let error): loopBound.value.finishPending(Response(id: id, outcome: .failure(error)))
             }
-            loopBound.value.finishPending(response)
         }
+    }
+
+    /// This event loop's delivery of pending answers, shared by its connections.
+    private func delivery(context: ChannelHandlerContext) -> AnswerDelivery {
+        if let answers { return answers }
+        let delivery = core.answerDelivery(for: context.eventLoop)
+        answers = delivery
+        return delivery
     }
 
     /// Writes a response and frees its slot.
@@ -262,6 +271,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.stats.countError(error.code)
             logger.debug("request.failed", metadata: ["code": "\(error.code)"])
         }
+        if outboundHandedOver {
+            // By now the channel has usually written the last batch and let go of it: then this
+            // reuses its storage instead of allocating. A buffer a big batch grew is not kept.
+            if outbound.capacity <= Self.keptOutboundBytes {
+                outbound.clear()
+            } else {
+                outbound = ByteBuffer()
+            }
+            outboundHandedOver = false
+        }
         let before = outbound.readableBytes
         FrameEncoder.writeFrame(into: &outbound) { response.write(to: &$0) }
         core.stats.bytesOut.add(outbound.readableBytes - before)
@@ -271,10 +290,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Gives the batched responses to the channel (not yet flushed).
     private func handOver(context: ChannelHandlerContext) {
-        guard outbound.readableBytes > 0 else { return }
+        guard !outboundHandedOver, outbound.readableBytes > 0 else { return }
         context.write(wrapOutboundOut(outbound), promise: nil)
-        // A new buffer: the channel keeps the old one until it is on the wire.
-        outbound = context.channel.allocator.buffer(capacity: 1024)
+        // Cleared before the next write, not now: the channel still holds these bytes.
+        outboundHandedOver = true
     }
 
     private func flushIfNeeded(context: ChannelHandlerContext) {

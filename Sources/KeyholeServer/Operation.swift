@@ -25,9 +25,9 @@ public struct Operation: Sendable {
         case encoded(ByteBuffer)
         /// The answer needs waiting (a key-set fetch, say): run this as a task.
         case later(@Sendable () async throws(ProtocolError) -> [String: JSONValue])
-        /// The answer comes when `future` completes (a write made durable, say), without a task: the
-        /// cheapest way to wait for another thread. A failure other than `ProtocolError` is `internal`.
-        case future(EventLoopFuture<[String: JSONValue]>)
+        /// The answer comes when another thread completes it (a write made durable, say), without a
+        /// task: the cheapest way to wait for another thread.
+        case pending(PendingAnswer)
     }
 
     /// The signature of an operation that usually answers at once but sometimes has to wait.

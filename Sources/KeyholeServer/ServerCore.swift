@@ -1,4 +1,6 @@
 import KeyholeProtocol
+import NIOCore
+import Synchronization
 
 /// What every connection of one server shares: configuration, operations, counters.
 final class ServerCore: Sendable {
@@ -10,6 +12,8 @@ final class ServerCore: Sendable {
     let configuration: KeyholeServer.Configuration
     let operations: [String: Entry]
     let stats: ServerStats
+    /// One per event loop, made on first use.
+    private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
 
     /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
     init(
@@ -28,5 +32,15 @@ final class ServerCore: Sendable {
         self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
             (name, Entry(operation: operation, counter: stats.requestCounter(for: name)!))
         })
+    }
+
+    /// The delivery of pending answers to `eventLoop`, shared by its connections.
+    func answerDelivery(for eventLoop: any EventLoop) -> AnswerDelivery {
+        deliveries.withLock { deliveries in
+            if let delivery = deliveries[ObjectIdentifier(eventLoop)] { return delivery }
+            let delivery = AnswerDelivery(eventLoop: eventLoop)
+            deliveries[ObjectIdentifier(eventLoop)] = delivery
+            return delivery
+        }
     }
 }

@@ -4,23 +4,21 @@ import NIOCore
 import Synchronization
 
 /// Turns a store change into an operation's outcome: answered inline when the change needed no write
-/// (its completion ran at once), else when the committer calls back, through a promise (no task). The
-/// committer's thread builds the answer and completes the promise with it: one promise per change, and
-/// less work on the event loop.
+/// (its completion ran at once), else when the committer calls back, through a `PendingAnswer`. The
+/// committer's thread builds the answer, which then reaches the event loop with the others of its sync.
 final class StoreCommit: Sendable {
     private enum State {
         case waiting
         case completed(Result<Void, StoreError>)
-        case promised(EventLoopPromise<[String: JSONValue]>, @Sendable () -> [String: JSONValue])
+        case pending(PendingAnswer, @Sendable () -> PendingAnswer.Answer)
     }
 
     private let state = Mutex(State.waiting)
 
     /// Runs `change` with a completion, then builds the answer from its result with `answer`.
     static func run<Value>(
-        on eventLoop: any EventLoop,
         _ change: (@escaping Store.Completion) throws(StoreError) -> Value,
-        answer: @escaping @Sendable (Value) -> [String: JSONValue]
+        answer: @escaping @Sendable (Value) -> PendingAnswer.Answer
     ) throws(ProtocolError) -> Operation.Outcome where Value: Sendable {
         let commit = StoreCommit()
         let value: Value
@@ -29,30 +27,30 @@ final class StoreCommit: Sendable {
         } catch {
             throw protocolError(error)
         }
-        let promise = commit.state.withLock { state -> EventLoopPromise<[String: JSONValue]>? in
+        let pending = commit.state.withLock { state -> PendingAnswer? in
             guard case .waiting = state else { return nil }
-            let promise = eventLoop.makePromise(of: [String: JSONValue].self)
-            state = .promised(promise, { answer(value) })
-            return promise
+            let pending = PendingAnswer()
+            state = .pending(pending, { answer(value) })
+            return pending
         }
-        guard let promise else {
-            guard case .completed(let result) = commit.state.withLock({ $0 }) else { return .done(answer(value)) }
-            if case .failure(let error) = result { throw protocolError(error) }
-            return .done(answer(value))
+        if let pending { return .pending(pending) }
+        if case .completed(.failure(let error)) = commit.state.withLock({ $0 }) { throw protocolError(error) }
+        switch answer(value) {
+        case .object(let result): return .done(result)
+        case .encoded(let result): return .encoded(result)
         }
-        return .future(promise.futureResult)
     }
 
     private func complete(_ result: Result<Void, StoreError>) {
-        let promised = state.withLock { state -> (EventLoopPromise<[String: JSONValue]>, @Sendable () -> [String: JSONValue])? in
-            if case .promised(let promise, let answer) = state { return (promise, answer) }
+        let pending = state.withLock { state -> (PendingAnswer, @Sendable () -> PendingAnswer.Answer)? in
+            if case .pending(let pending, let answer) = state { return (pending, answer) }
             state = .completed(result)
             return nil
         }
-        guard let (promise, answer) = promised else { return }
+        guard let (pending, answer) = pending else { return }
         switch result {
-        case .success: promise.succeed(answer())
-        case .failure(let error): promise.fail(Self.protocolError(error))
+        case .success: pending.complete(.success(answer()))
+        case .failure(let error): pending.complete(.failure(Self.protocolError(error)))
         }
     }
 

@@ -16,14 +16,10 @@ extension StoreOperations {
                 let data = try sessionData(arguments.value("data"), limit: configuration.maxDataBytes)
                 try arguments.finish()
                 let time = now()
-                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                return try StoreCommit.run { done throws(StoreError) in
                     try store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data, completion: done)
                 } answer: { created in
-                    [
-                        "session": .string(created.token),
-                        "id": .string(created.session.id.description),
-                        "expires_at": .int(created.session.expiresAt),
-                    ]
+                    .encoded(encodeCreated(token: created.token, session: created.session))
                 }
             },
             "session.get": .deferrable { request, _ throws(ProtocolError) in
@@ -40,7 +36,7 @@ extension StoreOperations {
                 try arguments.finish()
                 guard (token == nil) != (idText == nil) else { throw .badRequest("give exactly one of 'session' and 'id'") }
                 let time = now()
-                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                return try StoreCommit.run { done throws(StoreError) in
                     if let token { return try store.revokeSession(token: token, now: time, completion: done) }
                     // An id that cannot be one names no session: the same answer as an unknown one.
                     guard let id = SessionID(text: idText!) else {
@@ -49,7 +45,7 @@ extension StoreOperations {
                     }
                     return try store.revokeSession(id: id, now: time, completion: done)
                 } answer: { revoked in
-                    ["revoked": .bool(revoked)]
+                    .object(["revoked": .bool(revoked)])
                 }
             },
             "session.revoke_all": .deferrable { request, requestContext throws(ProtocolError) in
@@ -57,10 +53,10 @@ extension StoreOperations {
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
                 let time = now()
-                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                return try StoreCommit.run { done throws(StoreError) in
                     try store.revokeSessions(of: principal, now: time, completion: done)
                 } answer: { count in
-                    ["revoked": .int(Int64(count))]
+                    .object(["revoked": .int(Int64(count))])
                 }
             },
             "session.list": .sync { request, _ throws(ProtocolError) in
@@ -96,6 +92,20 @@ extension StoreOperations {
         default:
             throw .badRequest("'data' must be an object")
         }
+    }
+
+    /// The `session.create` result as compact JSON, members sorted as `JSONValue` writes them.
+    static func encodeCreated(token: String, session: Session) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(128)
+        buffer.writeStaticString("{\"expires_at\":")
+        buffer.writeString(String(session.expiresAt))
+        buffer.writeStaticString(",\"id\":")
+        JSONValue.writeString(session.id.description, to: &buffer)
+        buffer.writeStaticString(",\"session\":")
+        JSONValue.writeString(token, to: &buffer)
+        buffer.writeStaticString("}")
+        return buffer
     }
 
     /// The `session.get` result as compact JSON, members sorted as `JSONValue` writes them; `data` is

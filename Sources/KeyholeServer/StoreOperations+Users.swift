@@ -21,14 +21,14 @@ extension StoreOperations {
                 try arguments.finish()
                 guard email != nil || name != nil else { throw .badRequest("nothing to update: give 'email' or 'name'") }
                 let time = now()
-                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                return try StoreCommit.run { done throws(StoreError) in
                     try store.updateUser(principal, now: time, completion: done) { user in
                         // null removes a member; a string (or name object) sets it.
                         if let email { user.fields["email"] = email.isNull ? nil : email }
                         if let name { user.fields["name"] = name.isNull ? nil : name }
                     }
                 } answer: { updated in
-                    ["user": .object(updated.user.publicJSON), "created": .bool(updated.created)]
+                    .object(["user": .object(updated.user.publicJSON), "created": .bool(updated.created)])
                 }
             },
             "user.delete": .deferrable { request, requestContext throws(ProtocolError) in
@@ -36,10 +36,10 @@ extension StoreOperations {
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
                 let time = now()
-                return try StoreCommit.run(on: requestContext.eventLoop) { done throws(StoreError) in
+                return try StoreCommit.run { done throws(StoreError) in
                     try store.deleteUser(principal, now: time, completion: done)
                 } answer: { deleted in
-                    ["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))]
+                    .object(["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))])
                 }
             },
         ]

@@ -11,7 +11,7 @@ public enum SessionToken {
 
     /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
     static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
-        guard let random = SecureRandom.bytes(32) else { return nil }
+        guard let random = SecureRandom.bytes32() else { return nil }
         let token = prefix + Base64URL.encode(random)
         guard let (id, check) = digest(token) else { return nil }
         return (token, id, check)

@@ -1,0 +1,32 @@
+import NIOCore
+import Synchronization
+
+/// Hands completed `PendingAnswer`s to one event loop: the first answer of a burst schedules one task,
+/// which runs every answer queued by then. A sync that completes fifty changes costs the event loop
+/// one wake-up and one task instead of fifty.
+final class AnswerDelivery: Sendable {
+    private typealias Item = (outcome: PendingAnswer.Outcome, receiver: PendingAnswer.Receiver)
+
+    let eventLoop: any EventLoop
+    private let queue = Mutex<[Item]>([])
+
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    /// Runs `receiver` with `outcome` on the event loop, after whatever it runs now.
+    func deliver(_ outcome: PendingAnswer.Outcome, to receiver: @escaping PendingAnswer.Receiver) {
+        let first = queue.withLock { queue in
+            queue.append((outcome, receiver))
+            return queue.count == 1
+        }
+        if first { eventLoop.execute { self.drain() } }
+    }
+
+    private func drain() {
+        // Swapped out under the lock, run outside it: a receiver may queue more (they wait for the next task).
+        var items: [Item] = []
+        queue.withLock { swap(&items, &$0) }
+        for item in items { item.receiver(item.outcome) }
+    }
+}

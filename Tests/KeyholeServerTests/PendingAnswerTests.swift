@@ -1,0 +1,83 @@
+import KeyholeProtocol
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+
+@testable import KeyholeServer
+
+/// Answers completed on another thread reach the event loop: once, never inline, and in bursts.
+@Suite("Pending answers")
+struct PendingAnswerTests {
+    /// Collects what receivers get, and on which thread.
+    final class Received: Sendable {
+        let values = Mutex<[(Int64, Bool)]>([])
+        let done: EventLoopPromise<Void>
+        let expected: Int
+
+        init(expected: Int, on eventLoop: any EventLoop) {
+            self.expected = expected
+            done = eventLoop.makePromise()
+        }
+
+        func receiver(_ eventLoop: any EventLoop) -> PendingAnswer.Receiver {
+            { outcome in
+                let value: Int64
+                switch outcome {
+                case .success(.object(let result)): value = result["n"]?.intValue ?? -1
+                case .success(.encoded): value = -2
+                case .failure: value = -3
+                }
+                let count = self.values.withLock { values in
+                    values.append((value, eventLoop.inEventLoop))
+                    return values.count
+                }
+                if count == self.expected { self.done.succeed() }
+            }
+        }
+    }
+
+    @Test("completed before anyone waits: delivered later, on the event loop, not inside whenComplete")
+    func completedFirst() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let delivery = AnswerDelivery(eventLoop: loop)
+        let received = Received(expected: 1, on: loop)
+        let pending = PendingAnswer()
+        pending.complete(.success(.object(["n": 7])))
+        pending.complete(.success(.object(["n": 8])))
+        let inline = try await loop.submit {
+            pending.whenComplete(on: delivery, received.receiver(loop))
+            // Still on the loop's task: the receiver has not run yet.
+            return received.values.withLock { $0.count }
+        }.get()
+        #expect(inline == 0)
+        try await received.done.futureResult.get()
+        #expect(received.values.withLock { $0.map(\.0) } == [7])
+        #expect(received.values.withLock { $0.allSatisfy { $0.1 } })
+        try await group.shutdownGracefully()
+    }
+
+    @Test("a burst completed on another thread arrives whole, in order, once each, on the event loop")
+    func burst() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loop = group.next()
+        let other = group.next()
+        let delivery = AnswerDelivery(eventLoop: loop)
+        let received = Received(expected: 200, on: loop)
+        let answers = (0..<200).map { _ in PendingAnswer() }
+        for answer in answers { answer.whenComplete(on: delivery, received.receiver(loop)) }
+        try await other.submit {
+            for (n, answer) in answers.enumerated() {
+                answer.complete(n % 50 == 49 ? .failure(.storageUnavailable("disk")) : .success(.object(["n": .int(Int64(n))])))
+                answer.complete(.success(.object(["n": -9])))
+            }
+        }.get()
+        try await received.done.futureResult.get()
+        let values = received.values.withLock { $0 }
+        let expected: [Int64] = (0..<200).map { n in n % 50 == 49 ? -3 : Int64(n) }
+        #expect(values.map(\.0) == expected)
+        #expect(values.allSatisfy { $0.1 })
+        try await group.shutdownGracefully()
+    }
+}
