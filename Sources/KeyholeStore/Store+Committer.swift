@@ -145,6 +145,9 @@ extension Store {
                     lastSync = ContinuousClock.now
                     unsynced = false
                 } catch {
+                    // Linux may have dropped the pages that failed to write while still reading them
+                    // back from memory: a later good sync would not write them again.
+                    state.withLock { $0.resyncDue = true }
                     fail(error, batch: nil, logger: logger)
                     probeDue = ContinuousClock.now + configuration.retryInterval
                 }
@@ -195,15 +198,17 @@ extension Store {
             logger.debug("storage.probe_failed", metadata: ["error": "\(error.message)"])
             return false
         }
-        let since = state.withLock { state -> Int64? in
+        let (since, signal) = state.withLock { state -> (Int64?, Bool) in
             state.failure = nil
             state.counters.records += 1
             state.counters.syncs += 1
             state.counters.syncedRecords += 1
             state.counters.walBytes += bytes.count
-            return state.failedAt
+            // Acknowledged changes a failed sync may have lost go to disk again, in a snapshot.
+            return (state.failedAt, state.signalSnapshotIfDue(configuration))
         }
         logger.notice("storage.recovered", metadata: ["failed_for_s": "\(since.map { Self.wallClock() - $0 } ?? 0)"])
+        if signal { snapshotSignal.yield() }
         return true
     }
 

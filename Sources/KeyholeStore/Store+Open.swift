@@ -127,6 +127,7 @@ extension Store {
 
         var writerConfiguration = WALWriter.Configuration()
         writerConfiguration.segmentBytes = configuration.segmentBytes
+        writerConfiguration.syncData = configuration.syncData
         let writer = try WALWriter(directory: directory, plan: plan, configuration: writerConfiguration)
         let walBytes = plan.keptBytes - removedBytes
         let store = Store(

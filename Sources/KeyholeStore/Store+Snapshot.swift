@@ -35,10 +35,14 @@ extension Store {
         return try result.get()
     }
 
-    /// Whether the log has grown past `snapshotWALBytes`.
+    /// Whether a snapshot is wanted: the log has grown past `snapshotWALBytes`, or a failed sync left
+    /// acknowledged changes to write again.
     public var snapshotDue: Bool {
-        state.withLock { state in configuration.snapshotWALBytes.map { state.counters.walBytes >= $0 } ?? false }
+        state.withLock { state in state.resyncDue || (configuration.snapshotWALBytes.map { state.counters.walBytes >= $0 } ?? false) }
     }
+
+    /// Whether a failed sync (batch durability) left acknowledged changes to write again.
+    var resyncDue: Bool { state.withLock { $0.resyncDue } }
 
     /// The snapshotter has dealt with a signal: the next write past the limit signals again.
     func snapshotSignalHandled() {
@@ -107,6 +111,8 @@ extension Store {
             state.counters.walBytes = max(0, state.counters.walBytes - removed)
             state.counters.snapshots += 1
             state.lastSnapshot = report
+            // Everything acknowledged before the cut is on disk now, unless a sync failed since.
+            if state.counters.failures == failures { state.resyncDue = false }
         }
         return report
     }
@@ -124,9 +130,11 @@ extension Store.State {
         if stopping || snapshotAborted { throw .unavailable("the store is stopping") }
     }
 
-    /// Whether the log just grew past the snapshot limit and the snapshotter must be told (once).
+    /// Whether a snapshot is wanted (the log grew past the limit, or a failed sync left changes to
+    /// write again) and the snapshotter must be told (once, and again after a snapshot that failed).
     mutating func signalSnapshotIfDue(_ configuration: Store.Configuration) -> Bool {
-        guard let limit = configuration.snapshotWALBytes, counters.walBytes >= limit, !snapshotSignalled else { return false }
+        let due = resyncDue || (configuration.snapshotWALBytes.map { counters.walBytes >= $0 } ?? false)
+        guard due, !snapshotSignalled else { return false }
         snapshotSignalled = true
         return true
     }

@@ -38,6 +38,9 @@ public final class Store: Sendable {
         /// Entries (sessions and principals) copied out per hold of the lock while a snapshot is taken;
         /// a principal's sessions always go together.
         public var snapshotChunk = 1024
+        /// How the log makes its segments durable (see `WALWriter.Configuration.syncData`): a failpoint
+        /// for tests.
+        public var syncData = WALWriter.Configuration().syncData
 
         /// The defaults.
         public init() {}
@@ -65,6 +68,9 @@ public final class Store: Sendable {
         var cutWaiters: [@Sendable (Result<(sequence: UInt64, firstLSN: UInt64), StoreError>) -> Void] = []
         /// Whether the snapshotter was told the log is due for a snapshot and has not finished since.
         var snapshotSignalled = false
+        /// A sync failed after its changes were acknowledged (batch durability): they may not be on
+        /// disk, whatever the page cache says, so a snapshot must write them again.
+        var resyncDue = false
         /// Set on shutdown: a snapshot being taken stops at its next chunk.
         var snapshotAborted = false
         var lastSnapshot: SnapshotReport?

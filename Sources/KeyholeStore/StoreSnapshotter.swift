@@ -43,11 +43,12 @@ public struct StoreSnapshotter: Service {
     }
 
     private func snapshot() async {
+        let trigger: Logger.MetadataValue = store.resyncDue ? "failed_sync" : "wal_bytes"
         do throws(StoreError) {
             let report = try await store.snapshot(now: now())
-            logger.info("storage.snapshot", metadata: report.metadata.merging(["trigger": "wal_bytes"]) { $1 })
+            logger.info("storage.snapshot", metadata: report.metadata.merging(["trigger": trigger]) { $1 })
         } catch {
-            logger.error("storage.snapshot_failed", metadata: ["error": "\(error.message)", "trigger": "wal_bytes"])
+            logger.error("storage.snapshot_failed", metadata: ["error": "\(error.message)", "trigger": trigger])
             // Abandoned at shutdown, or a failure to wait out (the signal stays set meanwhile).
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: configuration.retryInterval) }
         }

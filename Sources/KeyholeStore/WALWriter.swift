@@ -22,6 +22,10 @@ public final class WALWriter {
         /// Zeros written ahead of the last record, in steps of this many bytes (0: plain appends).
         /// Only the append that reaches past them changes the file's size, once per step.
         public var zeroFillBytes = 64 << 10
+        /// Makes a segment's data durable: fdatasync(2), true when it succeeded. A test puts a failing
+        /// one in its place (a failpoint, as etcd has) to see what keyholed does after a failed sync;
+        /// `unsynced` is the part of the segment written since the last good one.
+        public var syncData: @Sendable (_ fd: Int32, _ unsynced: Range<Int>) -> Bool = { fd, _ in fdatasync(fd) == 0 }
 
         /// The defaults.
         public init() {}
@@ -125,7 +129,7 @@ public final class WALWriter {
     ///   changes were not acknowledged yet); `false` leaves it (batch mode, where they were).
     public func sync(rollingBack: Bool = true) throws(StoreError) {
         guard size != durableSize else { return }
-        guard fdatasync(fd) == 0 else {
+        guard configuration.syncData(fd, durableSize..<size) else {
             let message = "cannot sync \(directory.segmentPath(sequence)): \(WALDirectory.error())"
             if rollingBack {
                 rollBack(to: durableSize)
