@@ -145,9 +145,6 @@ extension Store {
                     lastSync = ContinuousClock.now
                     unsynced = false
                 } catch {
-                    // Linux may have dropped the pages that failed to write while still reading them
-                    // back from memory: a later good sync would not write them again.
-                    state.withLock { $0.resyncDue = true }
                     fail(error, batch: nil, logger: logger)
                     probeDue = ContinuousClock.now + configuration.retryInterval
                 }
@@ -170,6 +167,10 @@ extension Store {
             state.failure = error.message
             state.failedAt = Self.wallClock()
             state.counters.failures += 1
+            // With batch durability, changes written before this were acknowledged: a failed sync
+            // (here, at a segment cut or on its own) may have lost them from the disk while Linux still
+            // reads them back from memory, and no later sync writes them again.
+            if case .batch = configuration.durability { state.resyncDue = true }
             defer { state.cutWaiters = [] }
             return (waiters, state.cutWaiters)
         }
@@ -192,7 +193,8 @@ extension Store {
         precondition(lsn == writer.nextLSN, "the store's LSN and the log's disagree")
         do throws(StoreError) {
             try writer.append(encoded: bytes, count: 1)
-            try writer.sync()
+            // Batch durability: what the log holds was acknowledged, and a failed probe must not cut it.
+            try writer.sync(rollingBack: configuration.durability == .always)
         } catch {
             state.withLock { $0.nextLSN = writer.nextLSN }
             logger.debug("storage.probe_failed", metadata: ["error": "\(error.message)"])

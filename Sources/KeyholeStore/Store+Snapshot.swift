@@ -46,7 +46,12 @@ extension Store {
 
     /// The snapshotter has dealt with a signal: the next write past the limit signals again.
     func snapshotSignalHandled() {
-        state.withLock { $0.snapshotSignalled = false }
+        let again = state.withLock { state in
+            state.snapshotSignalled = false
+            // A resync still due (its snapshot failed) cannot wait for a write that may never come.
+            return state.resyncDue && state.signalSnapshotIfDue(configuration)
+        }
+        if again { snapshotSignal.yield() }
     }
 
     /// Stops a snapshot being taken at its next chunk, and refuses new ones (shutdown).

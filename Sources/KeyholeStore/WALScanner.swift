@@ -92,7 +92,9 @@ public enum WALScanner {
         }
         let length = Int(bytes.bigEndianUInt32(at: offset))
         guard length >= 1, length <= WALRecord.maximumBodyBytes else {
-            return .invalid("a record length of \(length) is invalid", tornIfLast: false)
+            // A zero length inside the zero-filled space: an append whose first page never reached
+            // the disk while a later one did.
+            return .invalid("a record length of \(length) is invalid", tornIfLast: length == 0)
         }
         let end = offset + WALRecord.headerBytes + length
         guard end <= bytes.count else {

@@ -164,9 +164,10 @@ public final class WALWriter {
     /// Cuts the segment back to `offset`; if even that fails, the next write at `offset` overwrites
     /// whatever is there, and recovery would see a torn tail at worst.
     private func rollBack(to offset: Int) {
-        _ = ftruncate(fd, off_t(offset))
+        // Zeros or a partial record may stay past `offset` if this fails: `filled` then still
+        // covers them, so that trimming at a cut removes them.
+        if ftruncate(fd, off_t(offset)) == 0 { filled = offset }
         size = offset
-        filled = offset
     }
 
     private static let zeros = [UInt8](repeating: 0, count: 64 << 10)
@@ -185,7 +186,7 @@ public final class WALWriter {
     /// Gives the current segment back the zeros after its last record, durably, before another
     /// segment follows it: only the last segment may end in zeros (WAL.md).
     private func trimZeros() throws(StoreError) {
-        guard fd >= 0, filled > size else { return }
+        guard fd >= 0 else { return }
         guard ftruncate(fd, off_t(size)) == 0, fsync(fd) == 0 else {
             throw .io("cannot trim \(directory.segmentPath(sequence)): \(WALDirectory.error())")
         }

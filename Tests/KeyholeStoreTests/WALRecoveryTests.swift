@@ -35,7 +35,7 @@ struct WALRecoveryTests {
 
     @Test("a torn write at the end of the last segment is cut off, with a warning", arguments: [
         "half a record header", "a record cut short", "a last record with a bad CRC", "a record with a bad CRC, then zeros",
-        "only part of the header of a new segment",
+        "a record whose first bytes never reached the disk, in zeros", "only part of the header of a new segment",
     ])
     func tornTail(kind: String) throws {
         var last = Self.segment(2, 11...20)
@@ -48,6 +48,9 @@ struct WALRecoveryTests {
         case "a last record with a bad CRC":
             tail[tail.count - 1] ^= 0xFF
             last.bytes += tail
+        case "a record whose first bytes never reached the disk, in zeros":
+            for index in 0..<WALRecord.headerBytes { tail[index] = 0 }
+            last.bytes += tail + [UInt8](repeating: 0, count: 4096)
         case "a record with a bad CRC, then zeros":
             // Appended over the writer's zeros, and only its first part reached the disk.
             for index in (tail.count / 2)..<tail.count { tail[index] = 0 }
