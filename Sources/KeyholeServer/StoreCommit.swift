@@ -1,6 +1,5 @@
 import KeyholeProtocol
 import KeyholeStore
-import NIOCore
 import Synchronization
 
 /// Turns a store change into an operation's outcome: answered inline when the change needed no write

@@ -8,7 +8,7 @@ extension StoreOperations {
         let configuration = context.configuration
         let now = context.now
         return [
-            "session.create": .deferrable { request, requestContext throws(ProtocolError) in
+            "session.create": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 let ttl = try arguments.int("ttl_s", in: 60...configuration.maxTTL) ?? configuration.defaultTTL
@@ -29,7 +29,7 @@ extension StoreOperations {
                 guard let (session, user) = store.session(token: token, now: now()) else { throw .sessionNotFound() }
                 return .encoded(encode(session, user: user))
             },
-            "session.revoke": .deferrable { request, requestContext throws(ProtocolError) in
+            "session.revoke": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let token = try arguments.string("session", maxBytes: 1024)
                 let idText = try arguments.string("id", maxBytes: 64)
@@ -48,7 +48,7 @@ extension StoreOperations {
                     .object(["revoked": .bool(revoked)])
                 }
             },
-            "session.revoke_all": .deferrable { request, requestContext throws(ProtocolError) in
+            "session.revoke_all": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 try arguments.finish()

@@ -13,7 +13,7 @@ extension StoreOperations {
                 guard let user = store.user(principal) else { throw .userNotFound(principal.description) }
                 return user.publicJSON
             },
-            "user.update": .deferrable { request, requestContext throws(ProtocolError) in
+            "user.update": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 let email = try optionalString(arguments.value("email"), name: "email", maxBytes: 320)
@@ -31,7 +31,7 @@ extension StoreOperations {
                     .object(["user": .object(updated.user.publicJSON), "created": .bool(updated.created)])
                 }
             },
-            "user.delete": .deferrable { request, requestContext throws(ProtocolError) in
+            "user.delete": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
