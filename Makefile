@@ -23,7 +23,7 @@ deps:
 	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 	@python3 -c 'import jsonschema' 2>/dev/null || { echo "make deps: installing jsonschema (Python tests only)"; python3 -m pip install --quiet jsonschema; }
-	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make deps: swift not found; install Swift 6.1 or later from swift.org" >&2; exit 1; }
+	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make deps: swift not found; install Swift 6.2 or later from swift.org" >&2; exit 1; }
 
 ## build: release build of keyholed, keyhole and the libraries.
 build: deps

@@ -86,30 +86,61 @@ public enum Base64URL {
 
     /// `bytes` as unpadded base64url.
     public static func encode(_ bytes: some Collection<UInt8>) -> String {
-        let input = Array(bytes)
-        let fullQuanta = input.count / 3
-        let remainder = input.count % 3
-        var output = [UInt8]()
-        output.reserveCapacity(fullQuanta * 4 + (remainder == 0 ? 0 : remainder + 1))
-        var index = 0
-        while index + 3 <= input.count {
-            let (a, b, c) = (input[index], input[index + 1], input[index + 2])
-            output.append(alphabet[Int(a >> 2)])
-            output.append(alphabet[Int((a & 0x03) << 4 | b >> 4)])
-            output.append(alphabet[Int((b & 0x0F) << 2 | c >> 6)])
-            output.append(alphabet[Int(c & 0x3F)])
-            index += 3
+        encode(bytes, prefix: "")
+    }
+
+    /// `prefix` followed by `bytes` as unpadded base64url, built in one allocation.
+    public static func encode(_ bytes: some Collection<UInt8>, prefix: StaticString) -> String {
+        if let encoded = bytes.withContiguousStorageIfAvailable({ encode(UnsafeRawBufferPointer($0), prefix: prefix) }) {
+            return encoded
         }
-        if remainder == 1 {
-            let a = input[index]
-            output.append(alphabet[Int(a >> 2)])
-            output.append(alphabet[Int((a & 0x03) << 4)])
-        } else if remainder == 2 {
-            let (a, b) = (input[index], input[index + 1])
-            output.append(alphabet[Int(a >> 2)])
-            output.append(alphabet[Int((a & 0x03) << 4 | b >> 4)])
-            output.append(alphabet[Int((b & 0x0F) << 2)])
+        return Array(bytes).withUnsafeBytes { encode($0, prefix: prefix) }
+    }
+
+    /// How many characters `count` bytes take.
+    public static func encodedCount(_ count: Int) -> Int {
+        count / 3 * 4 + (count % 3 == 0 ? 0 : count % 3 + 1)
+    }
+
+    private static func encode(_ bytes: UnsafeRawBufferPointer, prefix: StaticString) -> String {
+        let prefixCount = prefix.utf8CodeUnitCount
+        return String(unsafeUninitializedCapacity: prefixCount + encodedCount(bytes.count)) { output in
+            UnsafeMutableRawBufferPointer(output).copyMemory(
+                from: UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefixCount))
+            return prefixCount + encode(bytes, into: UnsafeMutableBufferPointer(rebasing: output[prefixCount...]))
         }
-        return String(decoding: output, as: UTF8.self)
+    }
+
+    /// Writes `bytes` as unpadded base64url into `output` (at least `encodedCount(bytes.count)` long);
+    /// returns how many characters it wrote.
+    public static func encode(_ bytes: UnsafeRawBufferPointer, into output: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        let count = bytes.count
+        precondition(output.count >= encodedCount(count))
+        return alphabet.withUnsafeBufferPointer { alphabet in
+            var index = 0
+            var written = 0
+            while index + 3 <= count {
+                let (a, b, c) = (bytes[index], bytes[index + 1], bytes[index + 2])
+                output[written] = alphabet[Int(a >> 2)]
+                output[written + 1] = alphabet[Int((a & 0x03) << 4 | b >> 4)]
+                output[written + 2] = alphabet[Int((b & 0x0F) << 2 | c >> 6)]
+                output[written + 3] = alphabet[Int(c & 0x3F)]
+                index += 3
+                written += 4
+            }
+            if count - index == 1 {
+                let a = bytes[index]
+                output[written] = alphabet[Int(a >> 2)]
+                output[written + 1] = alphabet[Int((a & 0x03) << 4)]
+                written += 2
+            } else if count - index == 2 {
+                let (a, b) = (bytes[index], bytes[index + 1])
+                output[written] = alphabet[Int(a >> 2)]
+                output[written + 1] = alphabet[Int((a & 0x03) << 4 | b >> 4)]
+                output[written + 2] = alphabet[Int((b & 0x0F) << 2)]
+                written += 3
+            }
+            return written
+        }
     }
 }

@@ -17,7 +17,14 @@ public enum SecureRandom {
     /// Bytes handed out are zeroed in the block, so it never holds randomness already in use. The
     /// block is per process: keyholed never forks (a child would hand out the same bytes).
     public static func bytes32() -> [UInt8]? {
-        pool.withLock { $0.take32() }
+        withBytes32 { Array($0) }
+    }
+
+    /// Calls `body` with 32 random bytes drawn as `bytes32()` draws them, without copying them into
+    /// an array; `nil` when the generator fails. The bytes are zeroed once `body` returns, and
+    /// `body` runs under the block's lock, so it should only encode or hash them.
+    public static func withBytes32<Result: Sendable>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result? {
+        pool.withLock { $0.take32(body) }
     }
 
     private static let pool = Mutex(Pool())
@@ -27,16 +34,21 @@ public enum SecureRandom {
         var block = [UInt8](repeating: 0, count: Pool.blockBytes)
         var position = Pool.blockBytes
 
-        mutating func take32() -> [UInt8]? {
-            if position + 32 > block.count {
-                let ok = block.withUnsafeMutableBufferPointer { RAND_bytes($0.baseAddress, Int32($0.count)) == 1 }
-                guard ok else { return nil }
-                position = 0
+        mutating func take32<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result? {
+            let start = position
+            return block.withUnsafeMutableBufferPointer { block -> Result? in
+                var start = start
+                if start + 32 > block.count {
+                    guard RAND_bytes(block.baseAddress, Int32(block.count)) == 1 else { return nil }
+                    start = 0
+                }
+                let bytes = UnsafeMutableBufferPointer(rebasing: block[start..<(start + 32)])
+                defer {
+                    bytes.update(repeating: 0)
+                    position = start + 32
+                }
+                return body(UnsafeBufferPointer(bytes))
             }
-            let bytes = Array(block[position..<(position + 32)])
-            for index in position..<(position + 32) { block[index] = 0 }
-            position += 32
-            return bytes
         }
     }
 }

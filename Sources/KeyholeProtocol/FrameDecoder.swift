@@ -57,8 +57,16 @@ public struct FrameDecoder: Sendable {
         }
         guard buffer.readableBytes >= 4 + Int(length) else { return nil }
         buffer.moveReaderIndex(forwardBy: 4)
-        return buffer.readSlice(length: Int(length))
+        let frame = buffer.readSlice(length: Int(length))
+        if buffer.readableBytes == 0 {
+            // Let go of the read buffer once it is used up: the channel reuses its receive buffer
+            // only when nobody else holds it, and otherwise allocates a new one for every read.
+            buffer = Self.empty
+        }
+        return frame
     }
+
+    private static let empty = ByteBuffer()
 
     private mutating func fail(_ error: ProtocolError) throws(ProtocolError) -> ByteBuffer? {
         failed = true

@@ -12,7 +12,7 @@ extension JSONValue {
         case .bool(let value):
             buffer.writeStaticString(value ? "true" : "false")
         case .int(let value):
-            buffer.writeString(String(value))
+            Self.writeInteger(value, to: &buffer)
         case .double(let value):
             if value.isFinite {
                 // Swift's shortest round-trip form ("2.0", "1e+20") is valid JSON and reads back as a double.
@@ -79,6 +79,25 @@ extension JSONValue {
             }
         }
         buffer.writeInteger(UInt8(ascii: "\""))
+    }
+
+    /// Writes an integer in decimal, without making a `String` of it first.
+    public static func writeInteger(_ value: Int64, to buffer: inout ByteBuffer) {
+        // 20 bytes hold any Int64 with its sign; digits are written from the end.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var magnitude = value.magnitude
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude != 0
+            if value < 0 {
+                start -= 1
+                digits[start] = UInt8(ascii: "-")
+            }
+            buffer.writeBytes(UnsafeBufferPointer(rebasing: digits[start...]))
+        }
     }
 
     private static func hexDigit(_ nibble: UInt8) -> UInt8 {

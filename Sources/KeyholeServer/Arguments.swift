@@ -2,16 +2,35 @@ import KeyholeProtocol
 
 /// A request's `args`, read member by member with types and bounds checked; `finish()` refuses any
 /// member nobody read, so a misspelt argument never passes silently.
+///
+/// Each name is read at most once: `finish()` compares how many members were found with how many
+/// were sent. The names read are kept inline, not in an array: this runs on every request.
 struct Arguments {
     private let args: [String: JSONValue]
-    private var read: [String] = []
+    /// How many of the names read were present.
+    private var found = 0
+    /// The names read, for the error that names an unknown member.
+    private var names = InlineArray<8, String>(repeating: "")
+    private var nameCount = 0
 
     init(_ request: Request) { args = request.args }
 
+    /// The member `name`, counted as read.
+    private mutating func member(_ name: String) -> JSONValue? {
+        precondition(nameCount < names.count, "an operation reads at most 8 arguments")
+        #if DEBUG
+        for index in 0..<nameCount { precondition(names[index] != name, "argument '\(name)' read twice") }
+        #endif
+        names[nameCount] = name
+        nameCount += 1
+        guard !args.isEmpty, let value = args[name] else { return nil }
+        found += 1
+        return value
+    }
+
     /// A string of 1 to `maxBytes` UTF-8 bytes.
     mutating func string(_ name: String, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> String? {
-        read.append(name)
-        switch args[name] {
+        switch member(name) {
         case .string(let value)?:
             guard !value.isEmpty, value.utf8.count <= maxBytes else {
                 throw .badRequest("'\(name)' must be 1 to \(maxBytes) bytes long")
@@ -27,8 +46,7 @@ struct Arguments {
 
     /// An integer within `range`.
     mutating func int(_ name: String, in range: ClosedRange<Int64>) throws(ProtocolError) -> Int64? {
-        read.append(name)
-        switch args[name] {
+        switch member(name) {
         case .int(let value)?:
             guard range.contains(value) else {
                 throw .badRequest("'\(name)' must be from \(range.lowerBound) to \(range.upperBound)")
@@ -43,14 +61,15 @@ struct Arguments {
 
     /// The member as sent, JSON `null` included (`.some(.null)`), or `nil` when absent.
     mutating func value(_ name: String) -> JSONValue? {
-        read.append(name)
-        return args[name]
+        return member(name)
     }
 
     /// Refuses members not read.
     func finish() throws(ProtocolError) {
-        if let unknown = args.keys.sorted().first(where: { !read.contains($0) }) {
-            throw .badRequest("unknown argument '\(unknown)'")
-        }
+        guard found < args.count else { return }
+        // For the error only: the first member in sorted order that was not read.
+        let read = (0..<nameCount).map { names[$0] }
+        let unknown = args.keys.sorted().first { !read.contains($0) }!
+        throw .badRequest("unknown argument '\(unknown)'")
     }
 }

@@ -99,12 +99,13 @@ extension StoreOperations {
         var buffer = ByteBuffer()
         buffer.reserveCapacity(128)
         buffer.writeStaticString("{\"expires_at\":")
-        buffer.writeString(String(session.expiresAt))
-        buffer.writeStaticString(",\"id\":")
-        JSONValue.writeString(session.id.description, to: &buffer)
-        buffer.writeStaticString(",\"session\":")
-        JSONValue.writeString(token, to: &buffer)
-        buffer.writeStaticString("}")
+        JSONValue.writeInteger(session.expiresAt, to: &buffer)
+        buffer.writeStaticString(",\"id\":\"")
+        _ = session.id.withText { buffer.writeBytes($0) }
+        // A token is base64url behind a fixed prefix: nothing in it needs escaping.
+        buffer.writeStaticString("\",\"session\":\"")
+        buffer.writeString(token)
+        buffer.writeStaticString("\"}")
         return buffer
     }
 
@@ -114,21 +115,21 @@ extension StoreOperations {
         var buffer = ByteBuffer()
         buffer.reserveCapacity(320 + (session.data?.count ?? 0))
         buffer.writeStaticString("{\"created_at\":")
-        buffer.writeString(String(session.createdAt))
+        JSONValue.writeInteger(session.createdAt, to: &buffer)
         buffer.writeStaticString(",\"data\":")
         if let data = session.data { buffer.writeBytes(data) } else { buffer.writeStaticString("{}") }
         buffer.writeStaticString(",\"expires_at\":")
-        buffer.writeString(String(session.expiresAt))
+        JSONValue.writeInteger(session.expiresAt, to: &buffer)
         buffer.writeStaticString(",\"id\":\"")
-        buffer.writeString(session.id.description)
+        _ = session.id.withText { buffer.writeBytes($0) }
         buffer.writeStaticString("\",\"idle_timeout_s\":")
-        buffer.writeString(String(session.idleSeconds))
+        JSONValue.writeInteger(Int64(session.idleSeconds), to: &buffer)
         buffer.writeStaticString(",\"issuer\":")
-        JSONValue.string(session.principal.issuer).write(to: &buffer)
+        JSONValue.writeString(session.principal.issuer, to: &buffer)
         buffer.writeStaticString(",\"last_seen_at\":")
-        buffer.writeString(String(session.lastSeenAt))
+        JSONValue.writeInteger(session.lastSeenAt, to: &buffer)
         buffer.writeStaticString(",\"sub\":")
-        JSONValue.string(session.principal.sub).write(to: &buffer)
+        JSONValue.writeString(session.principal.sub, to: &buffer)
         buffer.writeStaticString(",\"user\":")
         if let user { user.writePublicJSON(to: &buffer) } else { buffer.writeStaticString("null") }
         buffer.writeStaticString("}")

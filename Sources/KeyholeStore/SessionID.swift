@@ -37,7 +37,19 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The text form: base64url without padding, 22 characters.
-    public var description: String { Base64URL.encode(bytes) }
+    public var description: String {
+        withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { Base64URL.encode($0) }
+    }
+
+    /// Calls `body` with the text form's UTF-8, kept on the stack: answers write it without a `String`.
+    public func withText<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { bytes in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 22) { text in
+                let count = Base64URL.encode(bytes, into: text)
+                return body(UnsafeBufferPointer(rebasing: text[..<count]))
+            }
+        }
+    }
 
     /// Spreads ids over the table: they are uniformly distributed already.
     public func hash(into hasher: inout Hasher) { hasher.combine(high) }

@@ -11,8 +11,7 @@ public enum SessionToken {
 
     /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
     static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
-        guard let random = SecureRandom.bytes32() else { return nil }
-        let token = prefix + Base64URL.encode(random)
+        guard let token = SecureRandom.withBytes32({ Base64URL.encode($0, prefix: "kh_") }) else { return nil }
         guard let (id, check) = digest(token) else { return nil }
         return (token, id, check)
     }
@@ -30,7 +29,12 @@ public enum SessionToken {
 
     /// Whether `text` has the form of a token (it may still name no session).
     public static func isWellFormed(_ text: String) -> Bool {
-        text.utf8.count == length && text.hasPrefix(prefix)
-            && text.utf8.dropFirst(prefix.utf8.count).allSatisfy(Base64URL.isAlphabet)
+        let utf8 = text.utf8
+        guard utf8.count == length else { return false }
+        // Byte comparisons: `hasPrefix` compares by Unicode rules, which a fixed ASCII prefix does not need.
+        func check(_ bytes: some Collection<UInt8>) -> Bool {
+            bytes.starts(with: prefix.utf8) && bytes.dropFirst(prefix.utf8.count).allSatisfy(Base64URL.isAlphabet)
+        }
+        return utf8.withContiguousStorageIfAvailable(check) ?? check(utf8)
     }
 }

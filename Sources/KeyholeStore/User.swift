@@ -69,29 +69,40 @@ public struct User: Sendable, Equatable {
         let names = fields.isEmpty ? [] : fields.keys.filter { $0 != "ext" && !Self.fixedMembers.contains($0) }.sorted()
         var next = 0
         var first = true
-        func member(_ key: String, _ value: JSONValue) {
+        func separator() {
             buffer.writeStaticString(first ? "{" : ",")
             first = false
-            JSONValue.string(key).write(to: &buffer)
-            buffer.writeStaticString(":")
-            value.write(to: &buffer)
         }
         func fieldsBefore(_ key: String?) {
             while next < names.count, key.map({ names[next] < $0 }) ?? true {
-                member(names[next], fields[names[next]]!)
+                separator()
+                JSONValue.writeString(names[next], to: &buffer)
+                buffer.writeStaticString(":")
+                fields[names[next]]!.write(to: &buffer)
                 next += 1
             }
         }
+        // The fixed members' names are written as they are: none needs escaping.
         fieldsBefore("created_at")
-        member("created_at", .int(createdAt))
+        separator()
+        buffer.writeStaticString("\"created_at\":")
+        JSONValue.writeInteger(createdAt, to: &buffer)
         fieldsBefore("issuer")
-        member("issuer", .string(principal.issuer))
+        separator()
+        buffer.writeStaticString("\"issuer\":")
+        JSONValue.writeString(principal.issuer, to: &buffer)
         fieldsBefore("last_login_at")
-        member("last_login_at", lastLoginAt.map { .int($0) } ?? .null)
+        separator()
+        buffer.writeStaticString("\"last_login_at\":")
+        if let lastLoginAt { JSONValue.writeInteger(lastLoginAt, to: &buffer) } else { buffer.writeStaticString("null") }
         fieldsBefore("sub")
-        member("sub", .string(principal.sub))
+        separator()
+        buffer.writeStaticString("\"sub\":")
+        JSONValue.writeString(principal.sub, to: &buffer)
         fieldsBefore("updated_at")
-        member("updated_at", .int(updatedAt))
+        separator()
+        buffer.writeStaticString("\"updated_at\":")
+        JSONValue.writeInteger(updatedAt, to: &buffer)
         fieldsBefore(nil)
         buffer.writeStaticString("}")
     }

@@ -176,7 +176,7 @@ struct Load: AsyncParsableCommand {
                 + "\(String(format: secondsElapsed)) s = \(Int(rate)) per second, \(failed) failed")
         }
         if let serverCPU, answered > 0 {
-            print("server CPU: \(Int((serverCPU / Double(answered) * 1e8).rounded()) / 100) µs per answered request")
+            print("server CPU: \(Double(Int((serverCPU / Double(answered) * 1e8).rounded())) / 100) µs per answered request")
         }
         if failed > 0 { throw ExitCode(1) }
     }

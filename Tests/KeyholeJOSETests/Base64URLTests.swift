@@ -113,4 +113,24 @@ struct Base64URLTests {
         #expect(Base64URL.decode("Zm9") == nil)  // "fo" is "Zm8"
         #expect(Base64URL.decode("Zm9vYmF") == nil)  // "fooba" is "Zm9vYmE"
     }
+
+    @Test("encoding with a prefix, and into a buffer, give the same characters as plain encoding")
+    func prefixAndBuffer() {
+        var generator = SystemRandomNumberGenerator()
+        for count in 0...40 {
+            let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let plain = Base64URL.encode(bytes)
+            #expect(plain == Self.reference(bytes))
+            #expect(Base64URL.encode(bytes, prefix: "kh_") == "kh_" + plain)
+            #expect(Base64URL.encode(bytes[...], prefix: "") == plain)
+            #expect(Base64URL.encodedCount(count) == plain.utf8.count)
+            var output = [UInt8](repeating: 0, count: Base64URL.encodedCount(count) + 2)
+            let written = bytes.withUnsafeBytes { input in
+                output.withUnsafeMutableBufferPointer { Base64URL.encode(input, into: $0) }
+            }
+            #expect(written == plain.utf8.count)
+            #expect(Array(output[..<written]) == Array(plain.utf8))
+            #expect(output[written...].allSatisfy { $0 == 0 })
+        }
+    }
 }

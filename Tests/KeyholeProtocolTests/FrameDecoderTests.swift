@@ -96,4 +96,28 @@ struct FrameDecoderTests {
         #expect(frames == 10_000)
         #expect(decoder.bufferedBytes == 0)
     }
+
+    @Test("once its frames are taken, the decoder lets go of the read buffer, so the channel can reuse it")
+    func releasesReadBuffer() throws {
+        var decoder = FrameDecoder(maxFrameBytes: 1024)
+        var read = ByteBuffer()
+        FrameEncoder.writeFrame(into: &read) { $0.writeString("{\"op\":\"ping\"}") }
+        FrameEncoder.writeFrame(into: &read) { $0.writeString("{\"op\":\"stats\"}") }
+        // A partial frame is kept: the buffer is still shared.
+        var partial = ByteBuffer()
+        FrameEncoder.writeFrame(into: &partial) { $0.writeString("{\"op\":\"ping\"}") }
+        partial.moveWriterIndex(to: 6)
+        decoder.append(partial)
+        #expect(try decoder.next() == nil)
+        #expect(partial.modifyIfUniquelyOwned { _ in true } == nil)
+
+        var whole = FrameDecoder(maxFrameBytes: 1024)
+        whole.append(read)
+        #expect(try whole.next().map { String(buffer: $0) } == "{\"op\":\"ping\"}")
+        #expect(read.modifyIfUniquelyOwned { _ in true } == nil)
+        #expect(try whole.next().map { String(buffer: $0) } == "{\"op\":\"stats\"}")
+        #expect(read.modifyIfUniquelyOwned { _ in true } == true)
+        #expect(try whole.next() == nil)
+        #expect(whole.bufferedBytes == 0)
+    }
 }

@@ -50,4 +50,14 @@ struct JSONValueTests {
             #expect(throws: ProtocolError.badRequest("")) { try JSONValue.parse(ByteBuffer(bytes: bytes)) }
         }
     }
+
+    @Test("integers are written in decimal exactly as Swift prints them", arguments: [
+        0, 7, -7, 9, 10, -10, 99, 100, 1_234_567_890, 1_800_000_000_000, Int64.max, Int64.min, Int64.min + 1,
+    ] as [Int64])
+    func integers(value: Int64) {
+        var buffer = ByteBuffer()
+        JSONValue.writeInteger(value, to: &buffer)
+        #expect(String(buffer: buffer) == String(value))
+        #expect(JSONValue.int(value).jsonText == String(value))
+    }
 }
