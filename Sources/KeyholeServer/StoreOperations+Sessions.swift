@@ -96,8 +96,8 @@ extension StoreOperations {
 
     /// The `session.create` result as compact JSON, members sorted as `JSONValue` writes them.
     static func encodeCreated(token: String, session: Session) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(128)
+        // Sized at once: an empty buffer grown later costs a second allocation.
+        var buffer = ByteBufferAllocator().buffer(capacity: 128)
         buffer.writeStaticString("{\"expires_at\":")
         JSONValue.writeInteger(session.expiresAt, to: &buffer)
         buffer.writeStaticString(",\"id\":\"")
@@ -112,8 +112,7 @@ extension StoreOperations {
     /// The `session.get` result as compact JSON, members sorted as `JSONValue` writes them; `data` is
     /// copied as stored, not parsed again.
     static func encode(_ session: Session, user: User?) -> ByteBuffer {
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(320 + (session.data?.count ?? 0))
+        var buffer = ByteBufferAllocator().buffer(capacity: 320 + (session.data?.count ?? 0))
         buffer.writeStaticString("{\"created_at\":")
         JSONValue.writeInteger(session.createdAt, to: &buffer)
         buffer.writeStaticString(",\"data\":")

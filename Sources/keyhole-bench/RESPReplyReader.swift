@@ -14,6 +14,8 @@ struct RESPReplyReader {
     private var buffer = ByteBuffer()
 
     mutating func append(_ bytes: ByteBuffer) {
+        // Replies read are dropped first, so the buffer is reused instead of growing for the whole run.
+        if buffer.readableBytes == 0 { buffer.clear() }
         var bytes = bytes
         buffer.writeBuffer(&bytes)
     }
