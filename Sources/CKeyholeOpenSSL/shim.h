@@ -2,7 +2,8 @@
 #define CKEYHOLE_OPENSSL_SHIM_H
 
 // libcrypto (OpenSSL 3) for KeyholeJOSE only: the EVP signature API, key construction from
-// parameters, ECDSA signature conversion and digests.
+// parameters, ECDSA signature conversion, digests, PEM private keys and AES-GCM.
+#include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -11,6 +12,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
 
@@ -19,5 +21,10 @@ static inline int ckeyhole_rsa_pkcs1_padding(void) { return RSA_PKCS1_PADDING; }
 static inline int ckeyhole_rsa_pkcs1_pss_padding(void) { return RSA_PKCS1_PSS_PADDING; }
 static inline int ckeyhole_rsa_pss_saltlen_digest(void) { return RSA_PSS_SALTLEN_DIGEST; }
 static inline int ckeyhole_evp_pkey_public_key(void) { return EVP_PKEY_PUBLIC_KEY; }
+static inline int ckeyhole_evp_ctrl_gcm_get_tag(void) { return EVP_CTRL_GCM_GET_TAG; }
+static inline int ckeyhole_evp_ctrl_gcm_set_tag(void) { return EVP_CTRL_GCM_SET_TAG; }
+static inline long ckeyhole_bio_get_mem_data(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
+// EVP_EC_gen is a macro over the variadic EVP_PKEY_Q_keygen.
+static inline EVP_PKEY *ckeyhole_ec_p256_generate(void) { return EVP_EC_gen("P-256"); }
 
 #endif

@@ -1,0 +1,91 @@
+internal import CKeyholeOpenSSL
+
+/// A 256-bit key that seals secrets at rest with AES-256-GCM (libcrypto), such as Apple refresh tokens
+/// in the WAL and snapshots.
+///
+/// A sealed box is `0x01 ‖ nonce (12 bytes) ‖ ciphertext ‖ tag (16 bytes)`: the version byte names the
+/// format, the nonce is random for every seal (with 2^32 seals per key the chance of a repeat stays
+/// below 2^-32, NIST SP 800-38D 8.3), and the associated data (who the secret belongs to) is
+/// authenticated but not stored, so a box copied to another user's record does not open.
+public struct SealingKey: Sendable {
+    /// The key's length in bytes.
+    public static let keyBytes = 32
+    /// What sealing adds to the plaintext's length.
+    public static let overhead = 1 + nonceBytes + tagBytes
+    static let version: UInt8 = 1
+    static let nonceBytes = 12
+    static let tagBytes = 16
+
+    private let key: [UInt8]
+
+    /// A key from its 32 bytes.
+    ///
+    /// - Throws: `key_invalid` for any other length.
+    public init(bytes: [UInt8]) throws(JOSEError) {
+        guard bytes.count == Self.keyBytes else { throw .keyInvalid("a sealing key is \(Self.keyBytes) bytes, not \(bytes.count)") }
+        key = bytes
+    }
+
+    /// `plaintext` sealed, bound to `associatedData`; `nil` only if the random generator or libcrypto
+    /// fails.
+    public func seal(_ plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
+        guard let nonce = SecureRandom.bytes(Self.nonceBytes) else { return nil }
+        guard let context = EVP_CIPHER_CTX_new() else { return nil }
+        defer {
+            EVP_CIPHER_CTX_free(context)
+            ERR_clear_error()
+        }
+        var box = [Self.version] + nonce
+        var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
+        var length: Int32 = 0
+        var total = 0
+        guard EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce) == 1,
+            associatedData.isEmpty || EVP_EncryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
+            plaintext.isEmpty || EVP_EncryptUpdate(context, &ciphertext, &length, plaintext, Int32(plaintext.count)) == 1
+        else { return nil }
+        total = plaintext.isEmpty ? 0 : Int(length)
+        let finished = ciphertext.withUnsafeMutableBufferPointer { out in
+            EVP_EncryptFinal_ex(context, out.baseAddress! + total, &length) == 1
+        }
+        guard finished else { return nil }
+        total += Int(length)
+        var tag = [UInt8](repeating: 0, count: Self.tagBytes)
+        guard EVP_CIPHER_CTX_ctrl(context, ckeyhole_evp_ctrl_gcm_get_tag(), Int32(Self.tagBytes), &tag) == 1 else { return nil }
+        box += ciphertext[..<total]
+        box += tag
+        return box
+    }
+
+    /// The plaintext of `box`, or `nil` when it was not sealed by this key with this associated data,
+    /// or was altered.
+    public func open(_ box: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
+        guard box.count >= Self.overhead, box[0] == Self.version else { return nil }
+        let nonce = Array(box[1...Self.nonceBytes])
+        let ciphertext = Array(box[(1 + Self.nonceBytes)..<(box.count - Self.tagBytes)])
+        var tag = Array(box[(box.count - Self.tagBytes)...])
+        guard let context = EVP_CIPHER_CTX_new() else { return nil }
+        defer {
+            EVP_CIPHER_CTX_free(context)
+            ERR_clear_error()
+        }
+        var plaintext = [UInt8](repeating: 0, count: ciphertext.count + 16)
+        var length: Int32 = 0
+        var total = 0
+        guard EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce) == 1,
+            associatedData.isEmpty || EVP_DecryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
+            ciphertext.isEmpty || EVP_DecryptUpdate(context, &plaintext, &length, ciphertext, Int32(ciphertext.count)) == 1
+        else { return nil }
+        total = ciphertext.isEmpty ? 0 : Int(length)
+        guard EVP_CIPHER_CTX_ctrl(context, ckeyhole_evp_ctrl_gcm_set_tag(), Int32(Self.tagBytes), &tag) == 1 else { return nil }
+        // The tag is checked here: nothing decrypted is returned unless it matches.
+        let verified = plaintext.withUnsafeMutableBufferPointer { out in
+            EVP_DecryptFinal_ex(context, out.baseAddress! + total, &length) == 1
+        }
+        guard verified else {
+            plaintext.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+            return nil
+        }
+        total += Int(length)
+        return Array(plaintext[..<total])
+    }
+}
