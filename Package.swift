@@ -56,6 +56,12 @@ let package = Package(
             exclude: ["WAL.md", "WALRecordTypes.md", "SNAPSHOT.md"]
         ),
         .target(
+            name: "KeyholeApple",
+            dependencies: [
+                "KeyholeIssuers", "KeyholeJOSE", "KeyholeProtocol",
+            ]
+        ),
+        .target(
             name: "KeyholeProtocol",
             dependencies: [.product(name: "NIOCore", package: "swift-nio")]
         ),
@@ -117,7 +123,7 @@ let package = Package(
         .target(
             name: "KeyholeTestSupport",
             dependencies: [
-                "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio"),
+                "KeyholeProtocol", "KeyholeIssuers", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             path: "Tests/KeyholeTestSupport"
@@ -138,6 +144,10 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        .testTarget(
+            name: "KeyholeAppleTests",
+            dependencies: ["KeyholeApple", "KeyholeJOSE", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "KeyholeStoreTests",

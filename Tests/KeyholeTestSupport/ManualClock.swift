@@ -2,7 +2,7 @@ import KeyholeIssuers
 import Synchronization
 
 /// A clock that moves only when the test says so; sleepers wake when it passes their deadline.
-final class ManualClock: KeySetClock {
+package final class ManualClock: KeySetClock {
     private struct Sleeper {
         let id: Int
         let deadline: Double
@@ -18,11 +18,11 @@ final class ManualClock: KeySetClock {
 
     private let state: Mutex<State>
 
-    init(now: Double) { state = Mutex(State(now: now)) }
+    package init(now: Double) { state = Mutex(State(now: now)) }
 
-    func now() -> Double { state.withLock { $0.now } }
+    package func now() -> Double { state.withLock { $0.now } }
 
-    func sleep(until deadline: Double) async throws {
+    package func sleep(until deadline: Double) async throws {
         let id = state.withLock { state in
             defer { state.nextID += 1 }
             return state.nextID
@@ -48,7 +48,7 @@ final class ManualClock: KeySetClock {
     }
 
     /// Moves the clock to `time` and wakes every sleeper whose deadline it reached.
-    func advance(to time: Double) {
+    package func advance(to time: Double) {
         let ready = state.withLock { state -> [Sleeper] in
             state.now = max(state.now, time)
             let now = state.now
@@ -60,10 +60,10 @@ final class ManualClock: KeySetClock {
     }
 
     /// Moves the clock on by `seconds`.
-    func advance(by seconds: Double) { advance(to: now() + seconds) }
+    package func advance(by seconds: Double) { advance(to: now() + seconds) }
 
     /// Returns once the deadlines of the tasks asleep satisfy `predicate` (say, a timer armed for a time).
-    func waitForSleepers(_ predicate: @escaping @Sendable ([Double]) -> Bool) async {
+    package func waitForSleepers(_ predicate: @escaping @Sendable ([Double]) -> Bool) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let holds = state.withLock { state -> Bool in
                 if predicate(state.sleepers.map(\.deadline)) { return true }
