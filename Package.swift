@@ -156,7 +156,7 @@ let package = Package(
         .testTarget(
             name: "KeyholeServerTests",
             dependencies: [
-                "KeyholeServer", "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE",
+                "KeyholeServer", "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE", "KeyholeStore",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),

@@ -58,6 +58,7 @@ public final class ClientSecrets: Sendable {
     }
 
     /// The secret for `clientID`: the cached one while it is not due for renewal, else a new one.
+    /// One is cached per client id asked for: callers pass configured client ids only.
     ///
     /// - Throws: `key_invalid` if the key cannot sign, which a key that loaded never does.
     public func secret(for clientID: String) throws(JOSEError) -> String {
@@ -81,7 +82,7 @@ public final class ClientSecrets: Sendable {
             "sub": .string(clientID),
         ]
         let secret = try key.signJWT(claims: claims, kid: configuration.keyID)
-        let renewBefore = min(configuration.renewBefore, lifetime / 2)
+        let renewBefore = max(0, min(configuration.renewBefore, lifetime / 2))
         return Cached(secret: secret, expiresAt: expiresAt, renewAt: expiresAt - renewBefore)
     }
 }

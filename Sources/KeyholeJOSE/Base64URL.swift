@@ -103,11 +103,11 @@ public enum Base64URL {
     }
 
     private static func encode(_ bytes: UnsafeRawBufferPointer, prefix: StaticString) -> String {
-        let prefixCount = prefix.utf8CodeUnitCount
-        return String(unsafeUninitializedCapacity: prefixCount + encodedCount(bytes.count)) { output in
-            UnsafeMutableRawBufferPointer(output).copyMemory(
-                from: UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefixCount))
-            return prefixCount + encode(bytes, into: UnsafeMutableBufferPointer(rebasing: output[prefixCount...]))
+        prefix.withUTF8Buffer { prefix in
+            String(unsafeUninitializedCapacity: prefix.count + encodedCount(bytes.count)) { output in
+                _ = output.initialize(from: prefix)
+                return prefix.count + encode(bytes, into: UnsafeMutableBufferPointer(rebasing: output[prefix.count...]))
+            }
         }
     }
 

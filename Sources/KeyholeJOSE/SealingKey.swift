@@ -7,7 +7,8 @@ internal import CKeyholeOpenSSL
 /// format, the nonce is random for every seal (with 2^32 seals per key the chance of a repeat stays
 /// below 2^-32, NIST SP 800-38D 8.3), and the associated data (who the secret belongs to) is
 /// authenticated but not stored, so a box copied to another user's record does not open.
-public struct SealingKey: Sendable {
+/// Printing, dumping or reflecting a key shows nothing of it.
+public struct SealingKey: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The key's length in bytes.
     public static let keyBytes = 32
     /// What sealing adds to the plaintext's length.
@@ -16,7 +17,17 @@ public struct SealingKey: Sendable {
     static let nonceBytes = 12
     static let tagBytes = 16
 
+    /// The most one seal takes: secrets are tokens, not files.
+    public static let maximumPlaintextBytes = 1 << 20
+
     private let key: [UInt8]
+
+    /// Names the type only.
+    public var description: String { "AES-256-GCM key" }
+    /// Names the type only.
+    public var debugDescription: String { description }
+    /// No children: the key bytes are not reflected.
+    public var customMirror: Mirror { Mirror(self, children: []) }
 
     /// A key from its 32 bytes.
     ///
@@ -26,9 +37,10 @@ public struct SealingKey: Sendable {
         key = bytes
     }
 
-    /// `plaintext` sealed, bound to `associatedData`; `nil` only if the random generator or libcrypto
-    /// fails.
+    /// `plaintext` sealed, bound to `associatedData`; `nil` if either is over `maximumPlaintextBytes`,
+    /// or the random generator or libcrypto fails.
     public func seal(_ plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
+        guard plaintext.count <= Self.maximumPlaintextBytes, associatedData.count <= Self.maximumPlaintextBytes else { return nil }
         guard let nonce = SecureRandom.bytes(Self.nonceBytes) else { return nil }
         guard let context = EVP_CIPHER_CTX_new() else { return nil }
         defer {
@@ -59,7 +71,9 @@ public struct SealingKey: Sendable {
     /// The plaintext of `box`, or `nil` when it was not sealed by this key with this associated data,
     /// or was altered.
     public func open(_ box: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
-        guard box.count >= Self.overhead, box[0] == Self.version else { return nil }
+        guard box.count >= Self.overhead, box[0] == Self.version,
+            box.count <= Self.maximumPlaintextBytes + Self.overhead, associatedData.count <= Self.maximumPlaintextBytes
+        else { return nil }
         let nonce = Array(box[1...Self.nonceBytes])
         let ciphertext = Array(box[(1 + Self.nonceBytes)..<(box.count - Self.tagBytes)])
         var tag = Array(box[(box.count - Self.tagBytes)...])
@@ -86,6 +100,8 @@ public struct SealingKey: Sendable {
             return nil
         }
         total += Int(length)
-        return Array(plaintext[..<total])
+        // Cut in place rather than copy, so no second copy of the secret is left behind unzeroed.
+        plaintext.removeSubrange(total...)
+        return plaintext
     }
 }

@@ -17,17 +17,23 @@ public final class SigningKey: Sendable, CustomStringConvertible {
     /// - Throws: `key_invalid` for anything else, without quoting the file.
     public init(pem: [UInt8]) throws(JOSEError) {
         guard !pem.isEmpty, pem.count < 64 * 1024 else { throw .keyInvalid("not a PEM private key") }
+        defer { ERR_clear_error() }
         let parsed: OpaquePointer? = pem.withUnsafeBytes { bytes in
             guard let bio = BIO_new_mem_buf(bytes.baseAddress, Int32(bytes.count)) else { return nil }
             defer { BIO_free(bio) }
             // No password callback: an encrypted key fails instead of prompting on a terminal.
             return PEM_read_bio_PrivateKey(bio, nil, { _, _, _, _ in -1 }, nil)
         }
-        ERR_clear_error()
         guard let parsed else { throw .keyInvalid("not an unencrypted PEM private key") }
         guard Self.isP256(parsed) else {
             EVP_PKEY_free(parsed)
             throw .keyInvalid("the private key is not an EC key on P-256 (ES256)")
+        }
+        // A file whose public point does not belong to its private scalar would publish a JWK that
+        // verifies none of the signatures made.
+        guard Self.isPairConsistent(parsed) else {
+            EVP_PKEY_free(parsed)
+            throw .keyInvalid("the private key's public point does not match it")
         }
         pkey = parsed
     }
@@ -50,6 +56,12 @@ public final class SigningKey: Sendable, CustomStringConvertible {
         guard EVP_PKEY_get_utf8_string_param(pkey, "group", &name, name.count, &length) == 1 else { return false }
         let group = String(decoding: name[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         return group == "prime256v1" || group == "P-256"
+    }
+
+    private static func isPairConsistent(_ pkey: OpaquePointer) -> Bool {
+        guard let context = EVP_PKEY_CTX_new_from_pkey(nil, pkey, nil) else { return false }
+        defer { EVP_PKEY_CTX_free(context) }
+        return EVP_PKEY_pairwise_check(context) == 1
     }
 
     /// The ES256 signature of `message`: SHA-256, ECDSA, as raw r‖s (64 bytes, RFC 7518 3.4).
@@ -101,8 +113,9 @@ public final class SigningKey: Sendable, CustomStringConvertible {
         return jwk
     }
 
-    /// The private key as PKCS#8 PEM, as Apple's `.p8` files hold it: for tests that write key files.
-    public func pkcs8PEM() -> [UInt8] {
+    /// The private key as PKCS#8 PEM, as Apple's `.p8` files hold it: for tests that write key files
+    /// (package-only: keyholed itself never exports a key).
+    package func pkcs8PEM() -> [UInt8] {
         guard let bio = BIO_new(BIO_s_mem()) else { fatalError("out of memory") }
         defer { BIO_free(bio) }
         guard PEM_write_bio_PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1 else { fatalError("cannot write the key") }

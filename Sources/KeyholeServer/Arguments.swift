@@ -3,29 +3,37 @@ import KeyholeProtocol
 /// A request's `args`, read member by member with types and bounds checked; `finish()` refuses any
 /// member nobody read, so a misspelt argument never passes silently.
 ///
-/// Each name is read at most once: `finish()` compares how many members were found with how many
-/// were sent. The names read are kept inline, not in an array: this runs on every request.
+/// `finish()` compares how many distinct members were found with how many were sent. The names read
+/// are kept inline (8 of them; more spill into an array), not in an array: this runs on every request.
 struct Arguments {
     private let args: [String: JSONValue]
-    /// How many of the names read were present.
+    /// How many distinct names read were present.
     private var found = 0
-    /// The names read, for the error that names an unknown member.
+    /// The names read, for `finish()` and for counting each name once.
     private var names = InlineArray<8, String>(repeating: "")
     private var nameCount = 0
+    private var moreNames: [String] = []
 
     init(_ request: Request) { args = request.args }
 
     /// The member `name`, counted as read.
     private mutating func member(_ name: String) -> JSONValue? {
-        precondition(nameCount < names.count, "an operation reads at most 8 arguments")
-        #if DEBUG
-        for index in 0..<nameCount { precondition(names[index] != name, "argument '\(name)' read twice") }
-        #endif
-        names[nameCount] = name
-        nameCount += 1
-        guard !args.isEmpty, let value = args[name] else { return nil }
-        found += 1
+        let value = args.isEmpty ? nil : args[name]
+        if !wasRead(name) {
+            if nameCount < names.count {
+                names[nameCount] = name
+                nameCount += 1
+            } else {
+                moreNames.append(name)
+            }
+            if value != nil { found += 1 }
+        }
         return value
+    }
+
+    private func wasRead(_ name: String) -> Bool {
+        for index in 0..<nameCount where names[index] == name { return true }
+        return moreNames.contains(name)
     }
 
     /// A string of 1 to `maxBytes` UTF-8 bytes.
@@ -68,8 +76,7 @@ struct Arguments {
     func finish() throws(ProtocolError) {
         guard found < args.count else { return }
         // For the error only: the first member in sorted order that was not read.
-        let read = (0..<nameCount).map { names[$0] }
-        let unknown = args.keys.sorted().first { !read.contains($0) }!
+        let unknown = args.keys.sorted().first { !wasRead($0) }!
         throw .badRequest("unknown argument '\(unknown)'")
     }
 }

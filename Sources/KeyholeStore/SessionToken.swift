@@ -5,13 +5,15 @@ import KeyholeJOSE
 /// keyholed hands a token out once, when the session is created, and keeps only its SHA-256.
 public enum SessionToken {
     /// The prefix every token has, so that a leaked one is easy to recognise in logs and code.
-    public static let prefix = "kh_"
+    public static let prefix = prefixLiteral.description
+    /// The prefix as a literal, which `Base64URL.encode(_:prefix:)` writes without a `String`.
+    static let prefixLiteral: StaticString = "kh_"
     /// The length of a token's text.
     public static let length = 46
 
     /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
     static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
-        guard let token = SecureRandom.withBytes32({ Base64URL.encode($0, prefix: "kh_") }) else { return nil }
+        guard let token = SecureRandom.withBytes32({ Base64URL.encode($0, prefix: prefixLiteral) }) else { return nil }
         guard let (id, check) = digest(token) else { return nil }
         return (token, id, check)
     }

@@ -11,9 +11,10 @@ struct ClientSecretsTests {
     static let start = 1_800_000_000.0
     static let key = SigningKey()
 
-    static func secrets(_ clock: ManualClock, lifetime: Int64? = nil) -> ClientSecrets {
+    static func secrets(_ clock: ManualClock, lifetime: Int64? = nil, renewBefore: Int64? = nil) -> ClientSecrets {
         var configuration = ClientSecrets.Configuration(teamID: "TEAM123456", keyID: "KEY1234567")
         if let lifetime { configuration.lifetime = lifetime }
+        if let renewBefore { configuration.renewBefore = renewBefore }
         return ClientSecrets(configuration: configuration, key: key, clock: clock)
     }
 
@@ -83,5 +84,22 @@ struct ClientSecretsTests {
         #expect(try secrets.secret(for: "com.example.web") == first)
         clock.advance(by: 100)
         #expect(try secrets.secret(for: "com.example.web") != first)
+    }
+
+    @Test("with no renewal margin (or a negative one) a secret is still never served past its exp", arguments: [0, -86_400] as [Int64])
+    func noMargin(renewBefore: Int64) throws {
+        let clock = ManualClock(now: Self.start)
+        let secrets = Self.secrets(clock, lifetime: 3_600, renewBefore: renewBefore)
+        let first = try secrets.secret(for: "com.example.web")
+        clock.advance(by: 3_600 - 61)
+        #expect(try secrets.secret(for: "com.example.web") == first)
+        clock.advance(by: 1)
+        let second = try secrets.secret(for: "com.example.web")
+        #expect(second != first)
+        guard case .int(let exp)? = try Self.claims(second)["exp"] else {
+            Issue.record("exp is an integer")
+            return
+        }
+        #expect(exp > Int64(clock.now()))
     }
 }

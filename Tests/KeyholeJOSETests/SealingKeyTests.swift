@@ -65,4 +65,29 @@ struct SealingKeyTests {
         let error = #expect(throws: JOSEError.self) { try SealingKey(bytes: [UInt8](repeating: 1, count: count)) }
         #expect(error?.code == .keyInvalid)
     }
+
+    @Test("an empty secret with no associated data seals and opens")
+    func emptyEverything() throws {
+        let box = try #require(Self.key.seal([], associatedData: []))
+        #expect(box.count == SealingKey.overhead)
+        #expect(Self.key.open(box, associatedData: []) == [])
+        #expect(Self.key.open(box, associatedData: [0]) == nil)
+    }
+
+    @Test("printing or dumping a key shows none of its bytes")
+    func redacted() throws {
+        let key = try SealingKey(bytes: [UInt8](repeating: 0xAB, count: 32))
+        var dumped = ""
+        dump(key, to: &dumped)
+        for text in ["\(key)", String(reflecting: key), dumped] {
+            #expect(!text.contains("171"))
+            #expect(!text.lowercased().contains("ab, "))
+        }
+        #expect("\(key)" == "AES-256-GCM key")
+    }
+
+    @Test("a secret over the limit is not sealed")
+    func oversized() {
+        #expect(Self.key.seal([UInt8](repeating: 1, count: SealingKey.maximumPlaintextBytes + 1), associatedData: []) == nil)
+    }
 }

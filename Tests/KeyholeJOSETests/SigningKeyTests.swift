@@ -72,7 +72,7 @@ struct SigningKeyTests {
     }
 
     @Test("anything but an unencrypted P-256 private key is key_invalid", arguments: [
-        "p384.pem", "rsa2048.pem", "p256-encrypted.p8", "p256-public-point.hex", "README.md",
+        "p384.pem", "rsa2048.pem", "p256-encrypted.p8", "p256-public.pem", "p256-public-point.hex", "README.md",
     ])
     func refused(name: String) throws {
         let bytes = try Self.fixture(name)

@@ -56,4 +56,28 @@ struct ArgumentsTests {
         let empty = #expect(throws: ProtocolError.self) { try arguments.string("name", maxBytes: 10) }
         #expect(empty?.message == "'name' must be 1 to 10 bytes long")
     }
+
+    @Test("a name read twice counts once, so it cannot hide an unknown member")
+    func readTwice() throws {
+        var arguments = Self.arguments(["sub": .string("u1"), "typo": .int(1)])
+        _ = try arguments.string("sub")
+        _ = try arguments.string("sub")
+        let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
+        #expect(error?.message == "unknown argument 'typo'")
+    }
+
+    @Test("more than eight names are tracked too")
+    func manyNames() throws {
+        let names = (0..<12).map { "n\($0)" }
+        var members: [String: JSONValue] = [:]
+        for name in names { members[name] = .int(1) }
+        var all = Self.arguments(members)
+        for name in names { _ = all.value(name) }
+        try all.finish()
+        members["zz"] = .int(2)
+        var oneUnknown = Self.arguments(members)
+        for name in names { _ = oneUnknown.value(name) }
+        let error = #expect(throws: ProtocolError.self) { try oneUnknown.finish() }
+        #expect(error?.message == "unknown argument 'zz'")
+    }
 }
