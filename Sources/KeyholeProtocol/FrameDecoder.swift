@@ -61,12 +61,11 @@ public struct FrameDecoder: Sendable {
         if buffer.readableBytes == 0 {
             // Let go of the read buffer once it is used up: the channel reuses its receive buffer
             // only when nobody else holds it, and otherwise allocates a new one for every read.
-            buffer = Self.empty
+            // (An empty `ByteBuffer()` is NIO's shared zero-capacity buffer: no allocation.)
+            buffer = ByteBuffer()
         }
         return frame
     }
-
-    private static let empty = ByteBuffer()
 
     private mutating func fail(_ error: ProtocolError) throws(ProtocolError) -> ByteBuffer? {
         failed = true
