@@ -42,30 +42,11 @@ public struct SealingKey: Sendable, CustomStringConvertible, CustomDebugStringCo
     public func seal(_ plaintext: [UInt8], associatedData: [UInt8]) -> [UInt8]? {
         guard plaintext.count <= Self.maximumPlaintextBytes, associatedData.count <= Self.maximumPlaintextBytes else { return nil }
         guard let nonce = SecureRandom.bytes(Self.nonceBytes) else { return nil }
-        guard let context = EVP_CIPHER_CTX_new() else { return nil }
-        defer {
-            EVP_CIPHER_CTX_free(context)
-            ERR_clear_error()
-        }
-        var box = [Self.version] + nonce
-        var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
-        var length: Int32 = 0
-        var total = 0
-        guard EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce) == 1,
-            associatedData.isEmpty || EVP_EncryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
-            plaintext.isEmpty || EVP_EncryptUpdate(context, &ciphertext, &length, plaintext, Int32(plaintext.count)) == 1
-        else { return nil }
-        total = plaintext.isEmpty ? 0 : Int(length)
-        let finished = ciphertext.withUnsafeMutableBufferPointer { out in
-            EVP_EncryptFinal_ex(context, out.baseAddress! + total, &length) == 1
-        }
-        guard finished else { return nil }
-        total += Int(length)
         var tag = [UInt8](repeating: 0, count: Self.tagBytes)
-        guard EVP_CIPHER_CTX_ctrl(context, ckeyhole_evp_ctrl_gcm_get_tag(), Int32(Self.tagBytes), &tag) == 1 else { return nil }
-        box += ciphertext[..<total]
-        box += tag
-        return box
+        guard let ciphertext = crypt(encrypting: true, nonce: nonce, input: plaintext[...], associatedData: associatedData, tag: &tag) else {
+            return nil
+        }
+        return [Self.version] + nonce + ciphertext + tag
     }
 
     /// The plaintext of `box`, or `nil` when it was not sealed by this key with this associated data,
@@ -74,34 +55,41 @@ public struct SealingKey: Sendable, CustomStringConvertible, CustomDebugStringCo
         guard box.count >= Self.overhead, box[0] == Self.version,
             box.count <= Self.maximumPlaintextBytes + Self.overhead, associatedData.count <= Self.maximumPlaintextBytes
         else { return nil }
-        let nonce = Array(box[1...Self.nonceBytes])
-        let ciphertext = Array(box[(1 + Self.nonceBytes)..<(box.count - Self.tagBytes)])
         var tag = Array(box[(box.count - Self.tagBytes)...])
+        return crypt(
+            encrypting: false, nonce: Array(box[1...Self.nonceBytes]),
+            input: box[(1 + Self.nonceBytes)..<(box.count - Self.tagBytes)], associatedData: associatedData, tag: &tag)
+    }
+
+    /// AES-256-GCM in either direction (`EVP_Cipher*`): encrypting fills `tag`; decrypting checks it
+    /// and returns nothing unless it matches.
+    private func crypt(
+        encrypting: Bool, nonce: [UInt8], input: ArraySlice<UInt8>, associatedData: [UInt8], tag: inout [UInt8]
+    ) -> [UInt8]? {
         guard let context = EVP_CIPHER_CTX_new() else { return nil }
         defer {
             EVP_CIPHER_CTX_free(context)
             ERR_clear_error()
         }
-        var plaintext = [UInt8](repeating: 0, count: ciphertext.count + 16)
+        // GCM is a stream mode: the output is as long as the input, and finishing adds nothing.
+        var output = [UInt8](repeating: 0, count: input.count + 16)
         var length: Int32 = 0
-        var total = 0
-        guard EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce) == 1,
-            associatedData.isEmpty || EVP_DecryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1,
-            ciphertext.isEmpty || EVP_DecryptUpdate(context, &plaintext, &length, ciphertext, Int32(ciphertext.count)) == 1
-        else { return nil }
-        total = ciphertext.isEmpty ? 0 : Int(length)
-        guard EVP_CIPHER_CTX_ctrl(context, ckeyhole_evp_ctrl_gcm_set_tag(), Int32(Self.tagBytes), &tag) == 1 else { return nil }
-        // The tag is checked here: nothing decrypted is returned unless it matches.
-        let verified = plaintext.withUnsafeMutableBufferPointer { out in
-            EVP_DecryptFinal_ex(context, out.baseAddress! + total, &length) == 1
-        }
-        guard verified else {
-            plaintext.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
+        let started = EVP_CipherInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce, encrypting ? 1 : 0) == 1
+            && (associatedData.isEmpty
+                || EVP_CipherUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1)
+            && (input.isEmpty
+                || input.withUnsafeBufferPointer { EVP_CipherUpdate(context, &output, &length, $0.baseAddress, Int32($0.count)) } == 1)
+            && (encrypting || EVP_CIPHER_CTX_ctrl(context, ckeyhole_evp_ctrl_gcm_set_tag(), Int32(Self.tagBytes), &tag) == 1)
+        guard started else { return nil }
+        let total = input.isEmpty ? 0 : Int(length)
+        // Decrypting, the tag is checked here.
+        let finished = output.withUnsafeMutableBufferPointer { EVP_CipherFinal_ex(context, $0.baseAddress! + total, &length) == 1 }
+        guard finished, !encrypting || EVP_CIPHER_CTX_ctrl(context, ckeyhole_evp_ctrl_gcm_get_tag(), Int32(Self.tagBytes), &tag) == 1 else {
+            output.withUnsafeMutableBufferPointer { $0.update(repeating: 0) }
             return nil
         }
-        total += Int(length)
-        // Cut in place rather than copy, so no second copy of the secret is left behind unzeroed.
-        plaintext.removeSubrange(total...)
-        return plaintext
+        // Cut in place rather than copy, so no second copy of a plaintext is left behind unzeroed.
+        output.removeSubrange((total + Int(length))...)
+        return output
     }
 }

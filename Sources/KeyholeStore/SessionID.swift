@@ -37,9 +37,7 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The text form: base64url without padding, 22 characters.
-    public var description: String {
-        withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { Base64URL.encode($0) }
-    }
+    public var description: String { withText { String(decoding: $0, as: UTF8.self) } }
 
     /// Calls `body` with the text form's UTF-8, kept on the stack: answers write it without a `String`.
     public func withText<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {

@@ -82,26 +82,23 @@ public struct User: Sendable, Equatable {
                 next += 1
             }
         }
-        // The fixed members' names are written as they are: none needs escaping.
-        fieldsBefore("created_at")
-        separator()
-        buffer.writeStaticString("\"created_at\":")
+        /// The fields sorting before `name`, then `name`'s key (written as it is: none needs escaping).
+        func fixed(_ name: StaticString) {
+            fieldsBefore(name.description)
+            separator()
+            buffer.writeStaticString("\"")
+            buffer.writeStaticString(name)
+            buffer.writeStaticString("\":")
+        }
+        fixed("created_at")
         JSONValue.writeInteger(createdAt, to: &buffer)
-        fieldsBefore("issuer")
-        separator()
-        buffer.writeStaticString("\"issuer\":")
+        fixed("issuer")
         JSONValue.writeString(principal.issuer, to: &buffer)
-        fieldsBefore("last_login_at")
-        separator()
-        buffer.writeStaticString("\"last_login_at\":")
+        fixed("last_login_at")
         if let lastLoginAt { JSONValue.writeInteger(lastLoginAt, to: &buffer) } else { buffer.writeStaticString("null") }
-        fieldsBefore("sub")
-        separator()
-        buffer.writeStaticString("\"sub\":")
+        fixed("sub")
         JSONValue.writeString(principal.sub, to: &buffer)
-        fieldsBefore("updated_at")
-        separator()
-        buffer.writeStaticString("\"updated_at\":")
+        fixed("updated_at")
         JSONValue.writeInteger(updatedAt, to: &buffer)
         fieldsBefore(nil)
         buffer.writeStaticString("}")

@@ -35,8 +35,8 @@ struct SessionTokenTests {
         #expect(SessionToken.digest(text) == nil)
     }
 
-    @Test("a substring-backed token is checked like a native one")
-    func bridgedForms() {
+    @Test("a token cut from a longer string is well formed")
+    func cutToken() {
         let token = "xx" + "kh_" + String(repeating: "a", count: 43)
         #expect(SessionToken.isWellFormed(String(token.dropFirst(2))))
     }
