@@ -59,6 +59,8 @@ let package = Package(
             name: "KeyholeApple",
             dependencies: [
                 "KeyholeIssuers", "KeyholeJOSE", "KeyholeProtocol",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .target(
@@ -123,7 +125,7 @@ let package = Package(
         .target(
             name: "KeyholeTestSupport",
             dependencies: [
-                "KeyholeProtocol", "KeyholeIssuers", .product(name: "NIOCore", package: "swift-nio"),
+                "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             path: "Tests/KeyholeTestSupport"

@@ -90,38 +90,16 @@ public struct KeySetFetcher: Sendable {
         return keySetURL
     }
 
-    /// A GET bounded as a whole by `totalTimeout`: AsyncHTTPClient's deadline covers the response
-    /// head only, and a server trickling its body a byte at a time must not hold a fetch (and every
-    /// request waiting on it) for longer.
-    ///
-    /// On timeout the answer comes at once; the request is cancelled, but collecting a body does not
-    /// notice cancellation promptly, so its task may linger until the server or the read timeout ends it.
+    /// A GET bounded as a whole by `totalTimeout` (see `withDeadline`).
     private func get(_ url: String, accept: String) async throws(Failure) -> (ByteBuffer, HTTPHeaders) {
         let timeout = configuration.totalTimeout
-        typealias Outcome = Result<(ByteBuffer, HTTPHeaders), Failure>
-        // The first outcome wins: the fetch's, the timer's or cancellation's.
-        let race = FirstOutcome<Outcome>()
-        let finish = race.finish
-        let work = Task {
-            do throws(Failure) {
-                finish(.success(try await unboundedGet(url, accept: accept)))
-            } catch {
-                finish(.failure(error))
-            }
+        return try await withDeadline(timeout) {
+            Failure(description: "fetching \(url) took longer than \(timeout.nanoseconds / 1_000_000) ms")
+        } cancelled: {
+            Failure(description: "fetching \(url) was cancelled")
+        } _: { () async throws(Failure) in
+            try await unboundedGet(url, accept: accept)
         }
-        let timer = Task {
-            guard (try? await Task.sleep(for: .nanoseconds(timeout.nanoseconds))) != nil else { return }
-            finish(.failure(Failure(description: "fetching \(url) took longer than \(timeout.nanoseconds / 1_000_000) ms")))
-            work.cancel()
-        }
-        let result = await withTaskCancellationHandler {
-            await race.wait()
-        } onCancel: {
-            work.cancel()
-            finish(.failure(Failure(description: "fetching \(url) was cancelled")))
-        }
-        timer.cancel()
-        return try result.get()
     }
 
     private func unboundedGet(_ url: String, accept: String) async throws(Failure) -> (ByteBuffer, HTTPHeaders) {
@@ -157,31 +135,5 @@ public struct KeySetFetcher: Sendable {
             if rest.isEmpty || rest.hasPrefix(":") || rest.hasPrefix("/") { return true }
         }
         return false
-    }
-}
-
-/// The first of several outcomes, handed to one waiter.
-private final class FirstOutcome<Value: Sendable>: Sendable {
-    private let state = Mutex<(continuation: CheckedContinuation<Value, Never>?, value: Value?)>((nil, nil))
-
-    /// Records `value` unless an outcome came first, and resumes the waiter if there is one.
-    @Sendable func finish(_ value: Value) {
-        state.withLock { state -> CheckedContinuation<Value, Never>? in
-            guard state.value == nil else { return nil }
-            state.value = value
-            defer { state.continuation = nil }
-            return state.continuation
-        }?.resume(returning: value)
-    }
-
-    /// The first outcome, once there is one.
-    func wait() async -> Value {
-        await withCheckedContinuation { continuation in
-            let early = state.withLock { state -> Value? in
-                if state.value == nil { state.continuation = continuation }
-                return state.value
-            }
-            if let early { continuation.resume(returning: early) }
-        }
     }
 }

@@ -29,6 +29,9 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
             case userNotFound = "user_not_found"
             case storageUnavailable = "storage_unavailable"
             case dataTooLarge = "data_too_large"
+            case upstreamRejected = "upstream_rejected"
+            case upstreamUnavailable = "upstream_unavailable"
+            case notConfigured = "not_configured"
         }
 
         fileprivate let base: Base
@@ -98,6 +101,12 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let storageUnavailable = Code(.storageUnavailable)
         /// A session's `data` is larger than the configured maximum.
         public static let dataTooLarge = Code(.dataTooLarge)
+        /// An upstream service (Apple) refused the request; `apple_error` says how.
+        public static let upstreamRejected = Code(.upstreamRejected)
+        /// An upstream service (Apple) could not be reached or failed; retry after `retry_after_ms`.
+        public static let upstreamUnavailable = Code(.upstreamUnavailable)
+        /// The operation needs configuration keyholed does not have (such as `[apple]`).
+        public static let notConfigured = Code(.notConfigured)
     }
 
     /// The stable code.
@@ -106,12 +115,15 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
     public let message: String
     /// How long the client should wait before retrying, when the server suggests it.
     public let retryAfterMs: Int?
+    /// With `upstream_rejected` from Apple: Apple's `error` (`invalid_grant`, `invalid_client`, ...).
+    public let appleError: String?
 
     /// Creates an error; prefer the static factories.
-    public init(code: Code, message: String, retryAfterMs: Int? = nil) {
+    public init(code: Code, message: String, retryAfterMs: Int? = nil, appleError: String? = nil) {
         self.code = code
         self.message = message
         self.retryAfterMs = retryAfterMs
+        self.appleError = appleError
     }
 
     /// Equality by code only.
@@ -177,5 +189,20 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
     /// `data` of `size` bytes is over `limit`.
     public static func dataTooLarge(size: Int, limit: Int) -> ProtocolError {
         ProtocolError(code: .dataTooLarge, message: "'data' is \(size) bytes as compact JSON; the limit is \(limit)")
+    }
+
+    /// Apple refused a request with the OAuth error `appleError`.
+    public static func upstreamRejected(_ message: String, appleError: String) -> ProtocolError {
+        ProtocolError(code: .upstreamRejected, message: message, appleError: appleError)
+    }
+
+    /// Apple could not be reached or failed; worth retrying after `retryAfterMs`.
+    public static func upstreamUnavailable(_ message: String, retryAfterMs: Int) -> ProtocolError {
+        ProtocolError(code: .upstreamUnavailable, message: message, retryAfterMs: retryAfterMs)
+    }
+
+    /// The operation needs configuration that is missing.
+    public static func notConfigured(_ message: String) -> ProtocolError {
+        ProtocolError(code: .notConfigured, message: message)
     }
 }

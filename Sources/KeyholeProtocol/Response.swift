@@ -45,6 +45,10 @@ public struct Response: Sendable, Hashable {
                 buffer.writeStaticString(",\"retry_after_ms\":")
                 buffer.writeString(String(retryAfterMs))
             }
+            if let appleError = error.appleError {
+                buffer.writeStaticString(",\"apple_error\":")
+                JSONValue.writeString(appleError, to: &buffer)
+            }
             buffer.writeInteger(UInt8(ascii: "}"))
         }
         buffer.writeInteger(UInt8(ascii: "}"))
@@ -68,7 +72,8 @@ public struct Response: Sendable, Hashable {
             let code = ProtocolError.Code(rawValue: rawCode) ?? .internal
             let retry = error["retry_after_ms"]?.intValue.map { Int($0) }
             let text = code.rawValue == rawCode ? message : "\(rawCode): \(message)"
-            return Response(id: id, outcome: .failure(ProtocolError(code: code, message: text, retryAfterMs: retry)))
+            let appleError = error["apple_error"]?.stringValue
+            return Response(id: id, outcome: .failure(ProtocolError(code: code, message: text, retryAfterMs: retry, appleError: appleError)))
         default:
             throw .badRequest("response has neither a result object nor an error object")
         }

@@ -31,11 +31,17 @@ package final class LocalHTTPServer: Sendable {
         package var method: HTTPMethod
         package var uri: String
         package var headers: HTTPHeaders
+        /// The request body (at most 1 MiB is kept).
+        package var body: [UInt8] = []
     }
+
+    /// Makes the reply to a request from the request itself (a fake service with state).
+    package typealias Responder = @Sendable (Received) -> Reply
 
     struct State {
         var reply: Reply
         var paths: [String: Reply] = [:]
+        var responders: [String: Responder] = [:]
         var received: [Received] = []
         var holding = false
         var held: [@Sendable () -> Void] = []
@@ -45,8 +51,8 @@ package final class LocalHTTPServer: Sendable {
     private let channel: any Channel
     private let state: NIOLockedValueBox<State>
 
-    /// The port it listens on.
-    package var port: Int { channel.localAddress!.port! }
+    /// The port it listens on (or listened on, once closed).
+    package let port: Int
     /// Its base URL, `http://127.0.0.1:PORT`.
     package var url: String { "http://127.0.0.1:\(port)" }
 
@@ -62,6 +68,7 @@ package final class LocalHTTPServer: Sendable {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
+        port = channel.localAddress!.port!
     }
 
     /// Changes what later requests get.
@@ -69,6 +76,11 @@ package final class LocalHTTPServer: Sendable {
 
     /// Changes what later requests for `path` get (other paths get the general reply).
     package func setReply(_ reply: Reply, forPath path: String) { state.withLockedValue { $0.paths[path] = reply } }
+
+    /// Requests for `path` are answered by `responder`, called once the whole request is in.
+    package func setResponder(forPath path: String, _ responder: @escaping Responder) {
+        state.withLockedValue { $0.responders[path] = responder }
+    }
 
     /// Every request so far.
     package var received: [Received] { state.withLockedValue { $0.received } }
@@ -107,6 +119,8 @@ package final class LocalHTTPServer: Sendable {
         let state: NIOLockedValueBox<State>
         /// The path of the request being read on this connection.
         var path = "/"
+        /// The request being read on this connection.
+        var request: Received?
 
         init(state: NIOLockedValueBox<State>) { self.state = state }
 
@@ -114,6 +128,7 @@ package final class LocalHTTPServer: Sendable {
             switch Self.unwrapInboundIn(data) {
             case .head(let head):
                 path = String(head.uri.prefix { $0 != "?" })
+                request = Received(method: head.method, uri: head.uri, headers: head.headers)
                 let ready = state.withLockedValue { state in
                     state.received.append(Received(method: head.method, uri: head.uri, headers: head.headers))
                     let count = state.received.count
@@ -126,16 +141,20 @@ package final class LocalHTTPServer: Sendable {
                     return ready
                 }
                 for continuation in ready { continuation.resume() }
-            case .body:
-                break
+            case .body(let bytes):
+                if let count = request?.body.count, count + bytes.readableBytes <= 1 << 20 {
+                    request?.body += bytes.readableBytesView
+                }
             case .end:
                 let path = self.path
+                let request = self.request
                 let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
                 let eventLoop = context.eventLoop
                 let send: @Sendable () -> Void = { [state] in
                     eventLoop.execute {
-                        let reply = state.withLockedValue { $0.paths[path] ?? $0.reply }
-                        Self.write(reply, context: loopBound.value)
+                        let (reply, responder) = state.withLockedValue { ($0.paths[path] ?? $0.reply, $0.responders[path]) }
+                        let answer = request.flatMap { request in responder.map { $0(request) } } ?? reply
+                        Self.write(answer, context: loopBound.value)
                     }
                 }
                 let holding = state.withLockedValue { state in

@@ -44,7 +44,8 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
                          "token_key_unknown", "token_signature_invalid", "token_expired",
                          "token_not_yet_valid", "token_issuer_unknown", "token_audience_invalid",
                          "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable",
-                         "session_not_found", "user_not_found", "storage_unavailable", "data_too_large"})
+                         "session_not_found", "user_not_found", "storage_unavailable", "data_too_large",
+                         "upstream_rejected", "upstream_unavailable", "not_configured"})
 _HEADER = struct.Struct(">I")
 
 
@@ -54,11 +55,13 @@ def _args(**members):
 
 
 class KeyholeError(Exception):
-    """keyholed answered with an error: code (str), message (str), retry_after_ms (int or None)."""
+    """keyholed answered with an error: code (str), message (str), retry_after_ms (int or None),
+    apple_error (str or None: Apple's OAuth error with upstream_rejected)."""
 
-    def __init__(self, code, message, retry_after_ms=None):
+    def __init__(self, code, message, retry_after_ms=None, apple_error=None):
         super().__init__(code, message, retry_after_ms)
         self.code, self.message, self.retry_after_ms = code, message, retry_after_ms
+        self.apple_error = apple_error
 
     def __str__(self):
         retry = "" if self.retry_after_ms is None else f" (retry after {self.retry_after_ms} ms)"
@@ -99,7 +102,9 @@ def decode_response(payload):
 
 
 def _error(err):
-    return KeyholeError(err["code"], err.get("message", ""), err.get("retry_after_ms"))
+    apple_error = err.get("apple_error")
+    return KeyholeError(err["code"], err.get("message", ""), err.get("retry_after_ms"),
+                        apple_error if isinstance(apple_error, str) else None)
 
 
 class _NotSent(Exception):

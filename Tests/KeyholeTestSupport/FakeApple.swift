@@ -1,0 +1,132 @@
+import Foundation
+import KeyholeJOSE
+import KeyholeProtocol
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// A fake of Apple's Sign in with Apple service on a real loopback HTTP server, as strict as Apple:
+/// client secrets are verified with the public part of the team's key (signature, header, every claim,
+/// the six-month limit); authorization codes are single use, live 5 minutes and are bound to a client
+/// id and redirect URI; identity tokens are signed with its own key set, served at `/auth/keys`.
+/// It fails on demand.
+package final class FakeApple: Sendable {
+    /// The team and key whose client secrets it accepts.
+    package let teamID: String
+    package let keyID: String
+    /// The `.p8` key of the team, for keyholed's configuration (`teamKey.pkcs8PEM()`).
+    package let teamKey: SigningKey
+    /// The key it signs identity tokens with, published at `/auth/keys` under `identityKeyID`.
+    package let identityKey = SigningKey()
+    package let identityKeyID = "fake-apple-es256"
+    /// The `iss` of its identity tokens: Apple's.
+    package static let issuer = "https://appleid.apple.com"
+
+    private let server: LocalHTTPServer
+    let state = Mutex(State())
+    let clock: @Sendable () -> Int64
+
+    /// A code handed out, waiting to be exchanged.
+    struct Code {
+        var sub: String
+        var clientID: String
+        var redirectURI: String?
+        var issuedAt: Int64
+        var claims: [String: JSONValue]
+        var used = false
+    }
+
+    /// A refresh token handed out.
+    struct Grant {
+        var sub: String
+        var clientID: String
+        var valid = true
+    }
+
+    struct State {
+        var codes: [String: Code] = [:]
+        var grants: [String: Grant] = [:]
+        /// Answer every request with this status (fail on demand), `count` times (nil: until cleared).
+        var failure: (status: HTTPResponseStatus, remaining: Int?)?
+        var revoked: [String] = []
+        var tokenRequests: [[String: String]] = []
+        var refusals: [String] = []
+        var serial = 0
+    }
+
+    /// Starts the fake on a free loopback port; `now` is its clock (seconds since 1970).
+    package init(teamID: String = "TEAM123456", keyID: String = "KEY1234567", now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) async throws {
+        self.teamID = teamID
+        self.keyID = keyID
+        self.teamKey = SigningKey()
+        self.clock = now
+        server = try await LocalHTTPServer()
+        let keys = JSONValue.object(["keys": .array([.object(identityKey.publicJWK(kid: identityKeyID))])]).jsonText
+        server.setReply(LocalHTTPServer.Reply(body: Array(keys.utf8)), forPath: "/auth/keys")
+        server.setResponder(forPath: "/auth/token") { [self] request in self.token(request) }
+        server.setResponder(forPath: "/auth/revoke") { [self] request in self.revoke(request) }
+    }
+
+    /// Its base URL, for `[apple] endpoint`.
+    package var url: String { server.url }
+    /// Its key set's URL, for the apple issuer's `jwks_uri`.
+    package var keySetURL: String { server.url + "/auth/keys" }
+
+    package func close() async throws { try await server.close() }
+
+    // MARK: - What tests do
+
+    /// An identity token as Apple signs them, for `audience`.
+    package func identityToken(
+        sub: String, audience: String, nonce: String? = nil, email: String? = nil,
+        emailVerified: JSONValue? = nil, isPrivateEmail: JSONValue? = nil, lifetime: Int64 = 600,
+        extra: [String: JSONValue] = [:]
+    ) -> String {
+        let now = clock()
+        var claims: [String: JSONValue] = [
+            "iss": .string(Self.issuer), "aud": .string(audience), "sub": .string(sub),
+            "iat": .int(now), "exp": .int(now + lifetime), "auth_time": .int(now), "nonce_supported": .bool(true),
+        ]
+        if let nonce { claims["nonce"] = .string(nonce) }
+        if let email { claims["email"] = .string(email) }
+        if let emailVerified { claims["email_verified"] = emailVerified }
+        if let isPrivateEmail { claims["is_private_email"] = isPrivateEmail }
+        claims.merge(extra) { $1 }
+        return try! identityKey.signJWT(claims: claims, kid: identityKeyID)
+    }
+
+    /// An authorization code for `sub`, as the app's front end receives it, bound to `clientID` and
+    /// (for web clients) `redirectURI`; its exchange returns an id_token with `claims` added.
+    package func issueCode(sub: String, clientID: String, redirectURI: String? = nil, claims: [String: JSONValue] = [:]) -> String {
+        state.withLock { state in
+            state.serial += 1
+            let code = "c\(state.serial).\(UUID().uuidString.lowercased())"
+            state.codes[code] = Code(sub: sub, clientID: clientID, redirectURI: redirectURI, issuedAt: clock(), claims: claims)
+            return code
+        }
+    }
+
+    /// The user withdraws consent: their refresh tokens stop working.
+    package func withdrawConsent(sub: String) {
+        state.withLock { state in
+            for (token, grant) in state.grants where grant.sub == sub { state.grants[token]?.valid = false }
+        }
+    }
+
+    /// Answers every request with `status` (`count` times, or until `recover()`).
+    package func fail(with status: HTTPResponseStatus = .serviceUnavailable, count: Int? = nil) {
+        state.withLock { $0.failure = (status, count) }
+    }
+
+    /// Stops failing.
+    package func recover() { state.withLock { $0.failure = nil } }
+
+    /// The tokens revoked so far.
+    package var revoked: [String] { state.withLock { $0.revoked } }
+    /// The forms of the token requests so far (client secrets included).
+    package var tokenRequests: [[String: String]] { state.withLock { $0.tokenRequests } }
+    /// Why requests were refused so far (for test failure messages).
+    package var refusals: [String] { state.withLock { $0.refusals } }
+    /// The refresh tokens handed out and whether each still works.
+    package var refreshTokens: [String: Bool] { state.withLock { $0.grants.mapValues(\.valid) } }
+}
