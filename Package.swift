@@ -70,6 +70,7 @@ let package = Package(
         .target(
             name: "KeyholeServer",
             dependencies: [
+                "KeyholeApple",
                 "KeyholeProtocol",
                 "KeyholeIssuers",
                 "KeyholeJOSE",
@@ -92,6 +93,7 @@ let package = Package(
         .executableTarget(
             name: "keyholed",
             dependencies: [
+                "KeyholeApple",
                 "KeyholeServer",
                 "KeyholeStore",
                 "KeyholeIssuers",
@@ -101,6 +103,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
         .executableTarget(

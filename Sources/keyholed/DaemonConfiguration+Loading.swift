@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens"], arrays: ["issuer"])
+        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple"], arrays: ["issuer"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -106,6 +106,7 @@ extension DaemonConfiguration {
             configuration.verifiedTokenCacheEntries = entries
         }
         configuration.issuers = try issuers(file)
+        configuration.apple = try apple(file, issuers: configuration.issuers)
         return configuration
     }
 }

@@ -20,6 +20,8 @@ struct DaemonConfiguration {
     var stateDirectory = "/var/lib/keyhole"
     var logLevel = Logger.Level.info
     var issuers: [IssuerConfiguration] = []
+    /// Sign in with Apple (`[apple]`); `nil` without the section.
+    var apple: AppleSettings?
     /// The key-set cache's rules (`[jwks]`).
     var keySetCache = KeySetCacheState.Configuration()
     /// How the store writes (`[storage] fsync`, `batch_interval`).

@@ -1,5 +1,7 @@
 import NIOCore
 import ArgumentParser
+import AsyncHTTPClient
+import KeyholeApple
 import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
@@ -94,9 +96,19 @@ struct Keyholed: AsyncParsableCommand {
             encoder: TokenOperations.encode)
         var sessionConfiguration = configuration.sessions
         sessionConfiguration.issuers = configuration.issuers.map(\.name)
+        let apple: (configuration: AppleOperations.Configuration, http: HTTPClient?)?
+        do {
+            apple = try configuration.apple.map { settings throws(ConfigError) in try Self.apple(settings) }
+        } catch {
+            printError("keyholed: configuration error: \(error)")
+            throw ExitCode(78)
+        }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
             .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, now: seconds)) { $1 }
+            .merging(AppleOperations.make(
+                configuration: apple?.configuration, registry: registry, store: sessionStore,
+                sessions: sessionConfiguration, now: clock)) { $1 }
 
         let socketPath = configuration.socketPath
         let server = KeyholeServer(
@@ -122,16 +134,40 @@ struct Keyholed: AsyncParsableCommand {
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: lifecycleLogger
         ))
+        var failure: (any Error)?
         do {
             try await group.run()
-        } catch let error as ServerError {
+        } catch {
+            failure = error
+        }
+        if let http = apple?.http { try? await http.shutdown() }
+        if let error = failure as? ServerError {
             logger.critical("keyholed.listen_failed", metadata: ["error": "\(error)"])
             throw ExitCode(1)
-        } catch {
-            logger.critical("keyholed.failed", metadata: ["error": "\(error)"])
+        } else if let failure {
+            logger.critical("keyholed.failed", metadata: ["error": "\(failure)"])
             throw ExitCode(1)
         }
         logger.info("keyholed.stopped")
+    }
+
+    /// The `[apple]` operations' configuration, its keys read; an HTTP client for Apple when codes
+    /// can be exchanged.
+    private static func apple(_ settings: AppleSettings) throws(ConfigError) -> (configuration: AppleOperations.Configuration, http: HTTPClient?) {
+        let keys = try settings.loadKeys(credentialsDirectory: getenv("CREDENTIALS_DIRECTORY").map { String(cString: $0) })
+        var configuration = AppleOperations.Configuration(clientIDs: Set(settings.clientIDs))
+        configuration.issuer = settings.issuer
+        configuration.redirectURIs = settings.redirectURIs
+        guard let signingKey = keys.signingKey, let sealingKey = keys.sealingKey, let teamID = settings.teamID,
+            let keyID = settings.keyID
+        else { return (configuration, nil) }
+        var clientConfiguration = AppleClient.Configuration()
+        clientConfiguration.endpoint = settings.endpoint
+        let http = AppleClient.makeHTTPClient(configuration: clientConfiguration)
+        let secrets = ClientSecrets(configuration: .init(teamID: teamID, keyID: keyID), key: signingKey)
+        configuration.exchange = .init(
+            client: AppleClient(client: http, secrets: secrets, configuration: clientConfiguration), sealingKey: sealingKey)
+        return (configuration, http)
     }
 
     /// Opens (or with `--repair`, repairs) the users and sessions; `nil` after logging why it cannot.

@@ -105,4 +105,25 @@ struct CommandLineEndToEndTests {
         #expect(result.status == 2)
         #expect(result.stderr.contains("cannot connect"))
     }
+
+    @Test("keygen writes 32 random bytes with mode 0600 and never overwrites a key")
+    func keygen() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let first = directory.appendingPathComponent("store.key").path
+        let second = directory.appendingPathComponent("other.key").path
+        #expect(try ChildProcess.run([cli, "keygen", first]).status == 0)
+        #expect(try ChildProcess.run([cli, "keygen", second]).status == 0)
+        let a = try Data(contentsOf: URL(fileURLWithPath: first))
+        let b = try Data(contentsOf: URL(fileURLWithPath: second))
+        #expect(a.count == 32 && b.count == 32)
+        #expect(a != b)
+        var status = stat()
+        #expect(stat(first, &status) == 0)
+        #expect(status.st_mode & 0o777 == 0o600)
+        let again = try ChildProcess.run([cli, "keygen", first])
+        #expect(again.status == 1)
+        #expect(again.stderr.contains("File exists"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: first)) == a)
+    }
 }

@@ -143,7 +143,56 @@ struct ConfigurationTests {
         ("[storage]\nsnapshot_wal_bytes = \"1KiB\"\n", "storage.snapshot_wal_bytes", 2),
         ("[storage]\nfsync = \"always\"\nsnapshot_wal_bytes = \"lots\"\n", "storage.snapshot_wal_bytes", 3),
         ("[server\n", "", 1),
+        ("[apple]\nteam_id = \"TEAM123456\"\n", "apple.issuer", nil),
+        (appleIssuer + "[apple]\nteam_id = \"team\"\n", "apple.team_id", 7),
+        (appleIssuer + "[apple]\nteam_id = \"TEAM123456\"\n", "apple.key_id", nil),
+        (appleIssuer + "[apple]\nteam_id = \"TEAM123456\"\nkey_id = \"KEY1234567\"\nprivate_key_file = \"/k.p8\"\n", "apple.store_key_file", nil),
+        (appleIssuer + "[apple]\nprivate_key_file = \"k.p8\"\n", "apple.private_key_file", 7),
+        (appleIssuer + "[apple]\nstore_key_file = \"/s\"\nstore_key_credential = \"s\"\n", "apple.store_key_credential", 8),
+        (appleIssuer + "[apple]\nstore_key_credential = \"../s\"\n", "apple.store_key_credential", 7),
+        (appleIssuer + "[apple]\nclient_ids = [\"com.other\"]\n", "apple.client_ids", 7),
+        (appleIssuer + "[apple]\nredirect_uris = { \"com.other\" = \"https://x\" }\n", "apple.redirect_uris", 7),
+        (appleIssuer + "[apple]\nredirect_uris = { \"com.example.web\" = \"http://example.com/cb\" }\n", "apple.redirect_uris", 7),
+        (appleIssuer + "[apple]\nendpoint = \"http://appleid.apple.com\"\n", "apple.endpoint", 7),
+        (appleIssuer + "[apple]\nsecret = 1\n", "apple.secret", 7),
     ]
+
+    static let appleIssuer = """
+        [[issuer]]
+        name = "apple"
+        preset = "apple"
+        audiences = ["com.example.app", "com.example.web"]
+
+
+        """
+
+    @Test("[apple]: client ids default to the issuer's audiences; redirect URIs per web client")
+    func apple() throws {
+        let parsed = try DaemonConfiguration.parse(Self.appleIssuer + """
+            [apple]
+            team_id = "TEAM123456"
+            key_id = "KEY1234567"
+            private_key_credential = "apple-key"
+            store_key_file = "/etc/keyhole/store.key"
+            redirect_uris = { "com.example.web" = "https://example.com/auth/apple" }
+            """)
+        let apple = try #require(parsed.apple)
+        #expect(apple.clientIDs == ["com.example.app", "com.example.web"])
+        #expect(apple.privateKey == .credential("apple-key"))
+        #expect(apple.storeKey == .file("/etc/keyhole/store.key"))
+        #expect(apple.redirectURIs == ["com.example.web": "https://example.com/auth/apple"])
+        #expect(apple.endpoint == "https://appleid.apple.com")
+        // Verification-only Apple: no team key, no exchange, no store key needed.
+        let plain = try #require(try DaemonConfiguration.parse(Self.appleIssuer + "[apple]\nclient_ids = [\"com.example.app\"]\n").apple)
+        #expect(!plain.exchanges)
+        #expect(plain.clientIDs == ["com.example.app"])
+        #expect(try DaemonConfiguration.parse("").apple == nil)
+        // The store key: 32 raw bytes or 64 hex digits.
+        #expect(AppleSettings.storeKeyBytes(Array(repeating: 7, count: 32)) == Array(repeating: 7, count: 32))
+        #expect(AppleSettings.storeKeyBytes(Array((String(repeating: "0a", count: 32) + "\n").utf8)) == Array(repeating: 10, count: 32))
+        #expect(AppleSettings.storeKeyBytes(Array(repeating: 7, count: 31)) == nil)
+        #expect(AppleSettings.storeKeyBytes(Array(String(repeating: "zz", count: 32).utf8)) == nil)
+    }
 
     @Test("a bad file is refused with the key and its line", arguments: badFiles)
     func badFile(text: String, key: String, line: Int?) {

@@ -1,0 +1,194 @@
+import KeyholeApple
+import KeyholeIssuers
+import KeyholeJOSE
+import KeyholeProtocol
+import KeyholeStore
+
+extension AppleOperations {
+    /// One `apple.sign_in`: verify, exchange the code, upsert the user, create the session.
+    struct SignIn: Sendable {
+        let configuration: Configuration
+        let registry: IssuerRegistry
+        let store: Store
+        let sessions: StoreOperations.Configuration
+        let now: @Sendable () -> Double
+
+        /// What the app passes from Apple's first authorization (web flows get it once).
+        struct GivenUser {
+            var email: String?
+            var name: [String: JSONValue] = [:]
+        }
+
+        func run(_ request: Request) async throws(ProtocolError) -> [String: JSONValue] {
+            var arguments = Arguments(request)
+            let identityToken = try arguments.string("identity_token", required: true, maxBytes: CompactJWS.maximumLength)!
+            let code = try arguments.string("authorization_code", maxBytes: 4096)
+            let clientID = try arguments.string("client_id", maxBytes: 255)
+            let nonce = try arguments.string("nonce", maxBytes: 1024)
+            let given = try Self.givenUser(arguments.value("user"))
+            let (ttl, idle, data) = try sessionArguments(arguments.value("session"))
+            try arguments.finish()
+            if let clientID, !configuration.clientIDs.contains(clientID) {
+                throw .badRequest("client_id '\(clientID)' is not among [apple] client_ids")
+            }
+
+            let verified = try await verify(identityToken, audience: clientID, nonce: nonce).token
+            // The client the token was issued to: the code was issued to the same one, and must be
+            // exchanged under it (never simply the first configured client).
+            let audiences = verified.audiences.filter(configuration.clientIDs.contains)
+            let client: String
+            if let clientID {
+                client = clientID
+            } else if audiences.count == 1 {
+                client = audiences[0]
+            } else if audiences.isEmpty {
+                throw ProtocolError(code: .tokenAudienceInvalid, message: "the token's aud names none of [apple] client_ids")
+            } else {
+                throw .badRequest("the token is for several of [apple] client_ids: give client_id")
+            }
+            let principal = Principal(issuer: configuration.issuer, sub: verified.subject)
+
+            var sealed: [UInt8]?
+            if let code {
+                guard let exchange = configuration.exchange else {
+                    throw .notConfigured("exchanging an authorization code needs [apple] team_id, key_id, private_key_file and store_key_file")
+                }
+                sealed = try await self.exchange(code, client: client, principal: principal, with: exchange)
+            }
+
+            let time = Int64(now().rounded(.down))
+            let upsert = try await StoreCommit.awaiting { done throws(StoreError) in
+                try store.updateUser(principal, now: time, completion: done) { user in
+                    Self.apply(verified, given: given, to: &user)
+                    if let sealed {
+                        user.fields["ext", default: .object([:])].setMember("apple", .object([
+                            "refresh_token": .string(Base64URL.encode(sealed)),
+                            "client_id": .string(client),
+                            "refresh_checked_at": .int(time),
+                        ]))
+                    }
+                }
+            }
+            let created = try await StoreCommit.awaiting { done throws(StoreError) in
+                try store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data, completion: done)
+            }
+            var user = upsert.user
+            user.lastLoginAt = max(user.lastLoginAt ?? time, time)
+            return [
+                "created": .bool(upsert.created),
+                "user": .object(user.publicJSON),
+                "session": .object([
+                    "session": .string(created.token),
+                    "id": .string(created.session.id.description),
+                    "expires_at": .int(created.session.expiresAt),
+                ]),
+            ]
+        }
+
+        /// Verifies an Apple identity token, waiting for a key-set fetch when its key is new.
+        func verify(_ token: String, audience: String?, nonce: String?) async throws(ProtocolError) -> IssuerRegistry.Verification {
+            let issuer = configuration.issuer
+            switch try registry.attempt(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now()) {
+            case .verified(let verification):
+                return verification
+            case .needsKeys(let keys, _):
+                return try await registry.verifyAfterFetch(of: keys, token: token, issuer: issuer, audience: audience, nonce: nonce, now: now)
+            }
+        }
+
+        /// Exchanges `code` under `client`, checks the id_token Apple returns is the same user's, and
+        /// returns the refresh token sealed (nil if Apple gave none).
+        func exchange(_ code: String, client: String, principal: Principal, with exchange: Exchange) async throws(ProtocolError) -> [UInt8]? {
+            let tokens: AppleClient.TokenResponse
+            do {
+                tokens = try await exchange.client.exchangeCode(code, clientID: client, redirectURI: configuration.redirectURIs[client])
+            } catch {
+                throw error.protocolError
+            }
+            let returned: VerifiedToken
+            do {
+                returned = try await verify(tokens.idToken!, audience: client, nonce: nil).token
+            } catch {
+                throw .upstreamUnavailable("the id_token Apple returned for the code does not verify: \(error.message)", retryAfterMs: 1000)
+            }
+            guard returned.subject == principal.sub else {
+                throw .badRequest("the authorization code is another user's than the identity token's")
+            }
+            guard let refreshToken = tokens.refreshToken else { return nil }
+            guard let sealed = exchange.sealingKey.seal(Array(refreshToken.utf8), associatedData: AppleOperations.associatedData(principal)) else {
+                throw .internal("could not seal the refresh token")
+            }
+            return sealed
+        }
+
+        /// Updates `user` from a verified token and what the app passed: the token's email and flags
+        /// when present; the given name and email only where they add something. Nothing is erased.
+        static func apply(_ token: VerifiedToken, given: GivenUser, to user: inout User) {
+            if let email = token.email {
+                user.fields["email"] = .string(email)
+            } else if let email = given.email, user.fields["email"] == nil {
+                user.fields["email"] = .string(email)
+            }
+            if let verified = token.emailVerified { user.fields["email_verified"] = .bool(verified) }
+            if let isPrivate = token.isPrivateEmail { user.fields["is_private_email"] = .bool(isPrivate) }
+            if !given.name.isEmpty {
+                var name: [String: JSONValue] = [:]
+                if case .object(let stored)? = user.fields["name"] { name = stored }
+                name.merge(given.name) { $1 }
+                user.fields["name"] = .object(name)
+            }
+        }
+
+        /// `user`: `{email?, name?: {given?, family?}}`.
+        static func givenUser(_ value: JSONValue?) throws(ProtocolError) -> GivenUser {
+            var given = GivenUser()
+            switch value {
+            case nil, .null?:
+                return given
+            case .object(let members)?:
+                for (key, member) in members {
+                    switch key {
+                    case "email":
+                        if case .string(let email)? = try StoreOperations.optionalString(member, name: "user.email", maxBytes: 320) {
+                            given.email = email
+                        }
+                    case "name":
+                        if case .object(let name)? = try StoreOperations.nameChange(member) { given.name = name }
+                    default:
+                        throw .badRequest("'user' has an unknown member '\(key)'")
+                    }
+                }
+                return given
+            default:
+                throw .badRequest("'user' must be an object {email?, name?}")
+            }
+        }
+
+        /// `session`: `{ttl_s?, idle_s?, data?}`, with session.create's limits and defaults.
+        func sessionArguments(_ value: JSONValue?) throws(ProtocolError) -> (ttl: Int64, idle: Int64, data: [UInt8]?) {
+            switch value {
+            case nil, .null?:
+                return (sessions.defaultTTL, min(sessions.defaultIdle, sessions.defaultTTL), nil)
+            case .object(let members)?:
+                var arguments = Arguments(Request(id: nil, op: "session", args: members))
+                let ttl = try arguments.int("ttl_s", in: 60...sessions.maxTTL) ?? sessions.defaultTTL
+                let idle = try arguments.int("idle_s", in: 60...sessions.maxTTL) ?? min(sessions.defaultIdle, ttl)
+                let data = try StoreOperations.sessionData(arguments.value("data"), limit: sessions.maxDataBytes)
+                try arguments.finish()
+                return (ttl, idle, data)
+            default:
+                throw .badRequest("'session' must be an object {ttl_s?, idle_s?, data?}")
+            }
+        }
+    }
+}
+
+extension JSONValue {
+    /// Sets `name` in an object (a non-object becomes one).
+    mutating func setMember(_ name: String, _ value: JSONValue) {
+        var members: [String: JSONValue] = [:]
+        if case .object(let existing) = self { members = existing }
+        members[name] = value
+        self = .object(members)
+    }
+}

@@ -1,0 +1,60 @@
+import KeyholeApple
+import KeyholeIssuers
+import KeyholeJOSE
+import KeyholeProtocol
+import KeyholeStore
+
+/// Sign in with Apple's server side (issue 5): `apple.sign_in`.
+public enum AppleOperations {
+    /// Which issuer and clients are Apple's, and how to reach Apple.
+    public struct Configuration: Sendable {
+        /// The name of the `[[issuer]]` whose tokens are Sign in with Apple's.
+        public var issuer = "apple"
+        /// The bundle IDs and Services IDs keyholed signs in for.
+        public var clientIDs: Set<String>
+        /// The redirect URI of each web client (Services ID), sent with its code exchanges.
+        public var redirectURIs: [String: String] = [:]
+        /// Apple's endpoints and the key that seals refresh tokens; without them, no code exchange.
+        public var exchange: Exchange?
+
+        /// A configuration for `clientIDs`.
+        public init(clientIDs: Set<String>) {
+            self.clientIDs = clientIDs
+        }
+    }
+
+    /// What code exchange needs.
+    public struct Exchange: Sendable {
+        /// Apple's REST endpoints, with the team's client secrets.
+        public var client: AppleClient
+        /// Seals refresh tokens before they are stored.
+        public var sealingKey: SealingKey
+
+        /// Code exchange through `client`, refresh tokens sealed with `sealingKey`.
+        public init(client: AppleClient, sealingKey: SealingKey) {
+            self.client = client
+            self.sealingKey = sealingKey
+        }
+    }
+
+    /// The operations. Without `configuration` (no `[apple]` section) they answer `not_configured`.
+    public static func make(
+        configuration: Configuration?, registry: IssuerRegistry, store: Store, sessions: StoreOperations.Configuration,
+        now: @escaping @Sendable () -> Double
+    ) -> [String: Operation] {
+        [
+            "apple.sign_in": .async { request, _ throws(ProtocolError) in
+                guard let configuration else {
+                    throw .notConfigured("apple.sign_in needs an [apple] section in keyholed.toml")
+                }
+                let signIn = SignIn(configuration: configuration, registry: registry, store: store, sessions: sessions, now: now)
+                return try await signIn.run(request)
+            },
+        ]
+    }
+
+    /// The associated data a refresh token is sealed with: it opens only as this user's.
+    static func associatedData(_ principal: Principal) -> [UInt8] {
+        Array("keyhole.apple.refresh_token\u{0}\(principal.issuer)\u{0}\(principal.sub)".utf8)
+    }
+}

@@ -1,0 +1,124 @@
+import KeyholeIssuers
+
+/// The `[apple]` section as read from the file: names and paths; the keys themselves are read at
+/// start-up (`AppleSettings+Keys.swift`), so a missing key is a start-up error naming its file.
+struct AppleSettings: Equatable {
+    /// Where a key comes from.
+    enum KeySource: Equatable, CustomStringConvertible {
+        /// A file path.
+        case file(String)
+        /// A name under `$CREDENTIALS_DIRECTORY` (systemd's `LoadCredential=`).
+        case credential(String)
+
+        var description: String {
+            switch self {
+            case .file(let path): path
+            case .credential(let name): "credential '\(name)'"
+            }
+        }
+    }
+
+    /// The `[[issuer]]` whose tokens are Apple's.
+    var issuer = "apple"
+    var teamID: String?
+    var keyID: String?
+    var privateKey: KeySource?
+    var storeKey: KeySource?
+    /// Empty until resolved: the issuer's audiences by default.
+    var clientIDs: [String] = []
+    var redirectURIs: [String: String] = [:]
+    var endpoint = "https://appleid.apple.com"
+
+    /// Whether codes can be exchanged (and refresh tokens stored).
+    var exchanges: Bool { privateKey != nil }
+
+    static let keys: Set<String> = [
+        "issuer", "team_id", "key_id", "private_key_file", "private_key_credential", "client_ids", "redirect_uris",
+        "endpoint", "store_key_file", "store_key_credential",
+    ]
+}
+
+extension DaemonConfiguration {
+    /// Reads `[apple]`, checked against the issuers already read.
+    static func apple(_ file: ConfigFile, issuers: [IssuerConfiguration]) throws(ConfigError) -> AppleSettings? {
+        guard let section = try file.section("apple", keys: AppleSettings.keys) else { return nil }
+        var apple = AppleSettings()
+        if let name = try section.string("issuer") { apple.issuer = name }
+        guard let issuer = issuers.first(where: { $0.name == apple.issuer }) else {
+            throw section.error("issuer", "names no [[issuer]] '\(apple.issuer)': add one with preset = \"apple\" and your client IDs as audiences")
+        }
+        apple.teamID = try appleIdentifier(section, "team_id")
+        apple.keyID = try appleIdentifier(section, "key_id")
+        apple.privateKey = try keySource(section, file: "private_key_file", credential: "private_key_credential")
+        apple.storeKey = try keySource(section, file: "store_key_file", credential: "store_key_credential")
+        let exchangeParts = [apple.teamID != nil, apple.keyID != nil, apple.privateKey != nil]
+        if exchangeParts.contains(true) && exchangeParts.contains(false) {
+            throw section.error(apple.teamID == nil ? "team_id" : apple.keyID == nil ? "key_id" : "private_key_file",
+                "team_id, key_id and private_key_file (or private_key_credential) go together: code exchange needs all three")
+        }
+        if apple.exchanges && apple.storeKey == nil {
+            throw section.error("store_key_file",
+                "is required with a private key (or give store_key_credential): refresh tokens are stored encrypted with it; `keyhole keygen FILE` makes one")
+        }
+
+        let audiences = issuer.audiences.sorted()
+        if let ids = try section.stringArray("client_ids") {
+            guard !ids.isEmpty else { throw section.error("client_ids", "must name at least one client ID") }
+            for id in ids where !issuer.audiences.contains(id) {
+                throw section.error("client_ids", "'\(id.prefix(64))' is not among the audiences of [[issuer]] '\(issuer.name)': tokens for it would never verify")
+            }
+            apple.clientIDs = ids
+        } else {
+            apple.clientIDs = audiences
+        }
+        if let value = section.table["redirect_uris"] {
+            guard let table = value.table else {
+                throw section.error("redirect_uris", "must be a table of client ID = \"https://...\", such as { \"com.example.web\" = \"https://example.com/auth/apple\" }")
+            }
+            for (client, uri) in table {
+                guard apple.clientIDs.contains(client) else {
+                    throw section.error("redirect_uris", "'\(client.prefix(64))' is not among client_ids")
+                }
+                guard let uri = uri.string, uri.hasPrefix("https://") || KeySetFetcher.isAllowed(uri), uri.utf8.count <= 2048 else {
+                    throw section.error("redirect_uris", "the redirect URI of '\(client.prefix(64))' must be an https:// URL")
+                }
+                apple.redirectURIs[client] = uri
+            }
+        }
+        if let endpoint = try section.string("endpoint") {
+            guard KeySetFetcher.isAllowed(endpoint), !endpoint.hasSuffix("/") else {
+                throw section.error("endpoint", "must be https:// (or http:// to a loopback host, for tests), without a trailing /")
+            }
+            apple.endpoint = endpoint
+        }
+        return apple
+    }
+
+    /// Apple's team and key ids: ten capital letters and digits.
+    private static func appleIdentifier(_ section: ConfigFile.Section, _ key: String) throws(ConfigError) -> String? {
+        guard let text = try section.string(key) else { return nil }
+        guard text.utf8.count == 10, text.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }) else {
+            throw section.error(key, "must be Apple's 10-character id (capital letters and digits), as shown in the developer account")
+        }
+        return text
+    }
+
+    private static func keySource(_ section: ConfigFile.Section, file: String, credential: String) throws(ConfigError) -> AppleSettings.KeySource? {
+        let path = try section.string(file)
+        let name = try section.string(credential)
+        switch (path, name) {
+        case (nil, nil):
+            return nil
+        case (let path?, nil):
+            guard path.hasPrefix("/") else { throw section.error(file, "must be an absolute path") }
+            return .file(path)
+        case (nil, let name?):
+            guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), name.utf8.count <= 255 else {
+                throw section.error(credential, "must be a credential name (no '/'), as given to LoadCredential=")
+            }
+            return .credential(name)
+        case (_?, _?):
+            throw section.error(credential, "give either \(file) or \(credential), not both")
+        }
+    }
+}
