@@ -23,7 +23,7 @@ extension AppleClient {
             switch members[name] {
             case nil, .null?: return nil
             case .string(let value)? where !value.isEmpty: return value
-            default: throw .unavailable("Apple's token endpoint answered a '\(name)' that is not a string", retryAfterMs: retryAfterMs(nil))
+            default: throw .unavailable("Apple's token endpoint answered a '\(name)' that is not a non-empty string", retryAfterMs: retryAfterMs(nil))
             }
         }
         return TokenResponse(
@@ -42,7 +42,9 @@ extension AppleClient {
         {
             return .rejected(error, Self.explanation(of: error, clientID: clientID, grant: grant))
         }
-        return .unavailable("Apple answered HTTP \(status) to a \(grant) request", retryAfterMs: retryAfterMs(answer.headers))
+        // A 4xx without an OAuth error is not Apple's API speaking (a proxy, a wrong endpoint): say so.
+        let hint = (400..<500).contains(status) && status != 429 ? " without an OAuth error: check [apple] endpoint" : ""
+        return .unavailable("Apple answered HTTP \(status) to a \(grant) request\(hint)", retryAfterMs: retryAfterMs(answer.headers))
     }
 
     /// What to check, for Apple's OAuth errors (RFC 6749 section 5.2, as Apple uses them).

@@ -28,7 +28,7 @@ public struct AppleClient: Sendable {
     }
 
     /// What the token endpoint answers. Holds tokens: it never prints them.
-    public struct TokenResponse: Sendable, CustomStringConvertible {
+    public struct TokenResponse: Sendable, CustomStringConvertible, CustomReflectable {
         /// `access_token`.
         public var accessToken: String?
         /// `refresh_token` (code exchange only).
@@ -44,6 +44,9 @@ public struct AppleClient: Sendable {
                 .filter { $0.1 != nil }.map(\.0)
             return "TokenResponse(\(present.joined(separator: ", ")))"
         }
+
+        /// No children: `dump` must not print the tokens either.
+        public var customMirror: Mirror { Mirror(self, children: []) }
     }
 
     /// What a token is, for revocation (`token_type_hint`).

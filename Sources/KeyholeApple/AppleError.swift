@@ -3,7 +3,7 @@ import KeyholeProtocol
 /// Why a request to Apple failed: Apple refused it (`rejected`, with Apple's OAuth error), or it did
 /// not get a usable answer (`unavailable`, worth retrying). Never contains a token or a secret.
 ///
-/// Two errors are equal when their codes are.
+/// Two errors are equal when their codes, and Apple's errors, are.
 public struct AppleError: Error, Sendable, Equatable, CustomStringConvertible {
     private enum Code: Sendable, Equatable {
         case rejected

@@ -3,6 +3,7 @@ import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeStore
+import Logging
 
 extension AppleOperations {
     /// One `apple.sign_in`: verify, exchange the code, upsert the user, create the session.
@@ -12,6 +13,7 @@ extension AppleOperations {
         let store: Store
         let sessions: StoreOperations.Configuration
         let now: @Sendable () -> Double
+        let logger: Logger
 
         /// What the app passes from Apple's first authorization (web flows get it once).
         struct GivenUser {
@@ -33,6 +35,11 @@ extension AppleOperations {
             }
 
             let verified = try await verify(identityToken, audience: clientID, nonce: nonce).token
+            // A token that carries a nonce was asked for with one: signing in with it and no nonce
+            // would let a captured token open sessions until it expires.
+            if nonce == nil, verified.nonce != nil {
+                throw ProtocolError(code: .tokenNonceMismatch, message: "the token carries a nonce: pass the raw nonce the sign-in was started with")
+            }
             // The client the token was issued to: the code was issued to the same one, and must be
             // exchanged under it (never simply the first configured client).
             let audiences = verified.audiences.filter(configuration.clientIDs.contains)
@@ -103,15 +110,29 @@ extension AppleOperations {
             do {
                 tokens = try await exchange.client.exchangeCode(code, clientID: client, redirectURI: configuration.redirectURIs[client])
             } catch {
+                if error.isRejected && !error.isInvalidGrant {
+                    // invalid_client, invalid_request, unauthorized_client: keyholed's own
+                    // configuration is wrong, and every sign-in with a code will fail until it is fixed.
+                    logger.error("apple.exchange_refused", metadata: [
+                        "apple_error": "\(error.appleError ?? "")", "client_id": "\(client)", "error": "\(error.message)",
+                    ])
+                } else if !error.isRejected {
+                    logger.warning("apple.unavailable", metadata: ["client_id": "\(client)", "error": "\(error.message)"])
+                }
                 throw error.protocolError
             }
+            // From here the code is spent: a retry with it can only get invalid_grant.
             let returned: VerifiedToken
             do {
                 returned = try await verify(tokens.idToken!, audience: client, nonce: nil).token
             } catch {
-                throw .upstreamUnavailable("the id_token Apple returned for the code does not verify: \(error.message)", retryAfterMs: 1000)
+                await discard(tokens.refreshToken, client: client, with: exchange)
+                throw .upstreamUnavailable(
+                    "the id_token Apple returned for the code does not verify (\(error.code): \(error.message)); the code is spent: start a new authorization",
+                    retryAfterMs: 1000)
             }
             guard returned.subject == principal.sub else {
+                await discard(tokens.refreshToken, client: client, with: exchange)
                 throw .badRequest("the authorization code is another user's than the identity token's")
             }
             guard let refreshToken = tokens.refreshToken else { return nil }
@@ -121,13 +142,27 @@ extension AppleOperations {
             return sealed
         }
 
+        /// Revokes a refresh token that will not be stored (best effort: Apple would otherwise keep a
+        /// grant nobody holds).
+        func discard(_ refreshToken: String?, client: String, with exchange: Exchange) async {
+            guard let refreshToken else { return }
+            do {
+                try await exchange.client.revoke(refreshToken, kind: .refreshToken, clientID: client)
+            } catch {
+                logger.warning("apple.discarded_token_not_revoked", metadata: ["client_id": "\(client)", "error": "\(error.message)"])
+            }
+        }
+
         /// Updates `user` from a verified token and what the app passed: the token's email and flags
         /// when present; the given name and email only where they add something. Nothing is erased.
         static func apply(_ token: VerifiedToken, given: GivenUser, to user: inout User) {
             if let email = token.email {
                 user.fields["email"] = .string(email)
             } else if let email = given.email, user.fields["email"] == nil {
+                // Only the app vouches for it: flags left from an earlier token must not cover it.
                 user.fields["email"] = .string(email)
+                user.fields["email_verified"] = .bool(false)
+                user.fields["is_private_email"] = nil
             }
             if let verified = token.emailVerified { user.fields["email_verified"] = .bool(verified) }
             if let isPrivate = token.isPrivateEmail { user.fields["is_private_email"] = .bool(isPrivate) }

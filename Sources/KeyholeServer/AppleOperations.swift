@@ -3,6 +3,7 @@ import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeStore
+import Logging
 
 /// Sign in with Apple's server side (issue 5): `apple.sign_in`.
 public enum AppleOperations {
@@ -43,11 +44,13 @@ public enum AppleOperations {
         now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
         [
-            "apple.sign_in": .async { request, _ throws(ProtocolError) in
+            "apple.sign_in": .async { request, context throws(ProtocolError) in
                 guard let configuration else {
                     throw .notConfigured("apple.sign_in needs an [apple] section in keyholed.toml")
                 }
-                let signIn = SignIn(configuration: configuration, registry: registry, store: store, sessions: sessions, now: now)
+                let signIn = SignIn(
+                    configuration: configuration, registry: registry, store: store, sessions: sessions, now: now,
+                    logger: context.logger)
                 return try await signIn.run(request)
             },
         ]

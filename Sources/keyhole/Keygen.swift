@@ -26,7 +26,15 @@ struct Keygen: ParsableCommand {
             Output.error("keyhole keygen: the random number generator failed: \(String(cString: strerror(errno)))")
             throw ExitCode(1)
         }
-        defer { key.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, $0.count) } }
+        defer {
+            key.withUnsafeMutableBytes { bytes in
+                #if canImport(Glibc)
+                explicit_bzero(bytes.baseAddress!, bytes.count)
+                #else
+                _ = memset_s(bytes.baseAddress!, bytes.count, 0, bytes.count)
+                #endif
+            }
+        }
         // O_EXCL: never replace a key that may already protect stored tokens.
         let descriptor = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else {
@@ -40,6 +48,13 @@ struct Keygen: ParsableCommand {
             unlink(file)
             Output.error("keyhole keygen: cannot write \(file)")
             throw ExitCode(1)
+        }
+        // The new name durable too, not only its bytes.
+        let parent = String(file.utf8.contains(UInt8(ascii: "/")) ? file[..<file.lastIndex(of: "/")!] : ".")
+        let directory = open(parent.isEmpty ? "/" : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
         }
         print("wrote a 32-byte store key to \(file) (mode 0600); give it to keyholed as [apple] store_key_file")
     }

@@ -37,7 +37,11 @@ extension AppleSettings {
                     message: "\(storeKey) must hold exactly 32 bytes, or 64 hexadecimal digits (`keyhole keygen FILE` writes one)")
             }
             defer { Self.wipe(&raw) }
-            keys.sealingKey = try? SealingKey(bytes: raw)
+            do {
+                keys.sealingKey = try SealingKey(bytes: raw)
+            } catch {
+                throw ConfigError(key: "apple.store_key", line: nil, message: "\(storeKey) is not usable: \(error.message)")
+            }
         }
         return keys
     }
@@ -68,7 +72,8 @@ extension AppleSettings {
         }
     }
 
-    /// The bytes of a key file: a regular file of at most 64 KiB that other users cannot read.
+    /// The bytes of a key file: a regular file of at most 64 KiB with no access for "other" (a group
+    /// may read it, as with root:keyhole 0640 under /etc/keyhole).
     static func readKey(_ source: KeySource, key: String, credentialsDirectory: String?) throws(ConfigError) -> [UInt8] {
         let path: String
         switch source {
@@ -81,7 +86,8 @@ extension AppleSettings {
             }
             path = directory + "/" + name
         }
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: a FIFO at the path must not hang start-up before it is found not to be a file.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
             let reason = String(cString: strerror(errno))
             throw ConfigError(key: key, line: nil, message: "cannot read \(path): \(reason)")

@@ -158,9 +158,13 @@ struct Keyholed: AsyncParsableCommand {
         var configuration = AppleOperations.Configuration(clientIDs: Set(settings.clientIDs))
         configuration.issuer = settings.issuer
         configuration.redirectURIs = settings.redirectURIs
+        guard settings.exchanges else { return (configuration, nil) }
         guard let signingKey = keys.signingKey, let sealingKey = keys.sealingKey, let teamID = settings.teamID,
             let keyID = settings.keyID
-        else { return (configuration, nil) }
+        else {
+            // The parser requires all of them together; never run without what the file asks for.
+            throw ConfigError(key: "apple", line: nil, message: "code exchange needs team_id, key_id, a private key and a store key")
+        }
         var clientConfiguration = AppleClient.Configuration()
         clientConfiguration.endpoint = settings.endpoint
         let http = AppleClient.makeHTTPClient(configuration: clientConfiguration)

@@ -131,6 +131,14 @@ struct AppleSignInEndToEndTests {
         let rawToken = apple.identityToken(sub: "001.b", audience: Self.app, nonce: raw)
         #expect(try connection.result("apple.sign_in", ["identity_token": .string(rawToken), "nonce": .string(raw)])["created"] == true)
         #expect(try connection.errorCode("apple.sign_in", ["identity_token": .string(rawToken), "nonce": "other"]) == "token_nonce_mismatch")
+        // A token that carries a nonce does not sign in without it: a captured token is not enough.
+        #expect(try connection.errorCode("apple.sign_in", ["identity_token": .string(rawToken)]) == "token_nonce_mismatch")
+
+        // An email only the app gives (the token has none) is stored as unverified.
+        let noEmail = apple.identityToken(sub: "001.f", audience: Self.app)
+        let given = try connection.result("apple.sign_in", ["identity_token": .string(noEmail), "user": ["email": "f@example.com"]])
+        #expect(given["user"]?["email"] == "f@example.com")
+        #expect(given["user"]?["email_verified"] == false)
 
         let foreign = apple.identityToken(sub: "001.c", audience: "com.other.app")
         #expect(try connection.errorCode("apple.sign_in", ["identity_token": .string(foreign)]) == "token_audience_invalid")
