@@ -39,12 +39,14 @@ package func withDeadline<Value: Sendable, Failure: Error>(
     return try result.get()
 }
 
-/// The first of several outcomes, handed to one waiter.
-private final class FirstOutcome<Value: Sendable>: Sendable {
+/// The first of several outcomes, handed to one waiter; the outcome may come before or after the wait.
+package final class FirstOutcome<Value: Sendable>: Sendable {
     private let state = Mutex<(continuation: CheckedContinuation<Value, Never>?, value: Value?)>((nil, nil))
 
+    package init() {}
+
     /// Records `value` unless an outcome came first, and resumes the waiter if there is one.
-    @Sendable func finish(_ value: Value) {
+    @Sendable package func finish(_ value: Value) {
         state.withLock { state -> CheckedContinuation<Value, Never>? in
             guard state.value == nil else { return nil }
             state.value = value
@@ -54,7 +56,7 @@ private final class FirstOutcome<Value: Sendable>: Sendable {
     }
 
     /// The first outcome, once there is one.
-    func wait() async -> Value {
+    package func wait() async -> Value {
         await withCheckedContinuation { continuation in
             let early = state.withLock { state -> Value? in
                 if state.value == nil { state.continuation = continuation }
