@@ -15,8 +15,12 @@ public enum LocalFile {
     }
 
     /// The bytes of `path`, refusing files larger than `maximumBytes` without reading further.
-    public static func contents(of path: String, maximumBytes: Int) throws(Failure) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+    ///
+    /// With `secret` (a private key, a store key) the file must also be a regular file with no access
+    /// for "other" (a group may read it, as with root:keyhole 0640), a FIFO is refused instead of
+    /// waited on, and the read buffer is zeroed afterwards.
+    public static func contents(of path: String, maximumBytes: Int, secret: Bool = false) throws(Failure) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | (secret ? O_NONBLOCK : 0))
         guard fd >= 0 else {
             let error = errno
             throw Failure(description: "cannot read \(path): \(String(cString: strerror(error)))", isMissing: error == ENOENT)
@@ -24,6 +28,22 @@ public enum LocalFile {
         defer { close(fd) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        if secret {
+            var status = stat()
+            guard fstat(fd, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else {
+                throw Failure(description: "\(path) is not a regular file", isMissing: false)
+            }
+            guard status.st_mode & 0o007 == 0 else {
+                throw Failure(
+                    description: "\(path) is accessible to every user (mode 0\(String(status.st_mode & 0o777, radix: 8))): a secret key must not be; chmod o-rwx it",
+                    isMissing: false)
+            }
+            // Sized at once, so no copy of the secret is left behind in a freed, grown buffer.
+            bytes.reserveCapacity(min(Int(status.st_size), maximumBytes) + 1)
+        }
+        defer {
+            if secret { chunk.withUnsafeMutableBytes { wipe($0) } }
+        }
         while true {
             let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
@@ -36,5 +56,15 @@ public enum LocalFile {
                 throw Failure(description: "\(path) is larger than \(maximumBytes) bytes", isMissing: false)
             }
         }
+    }
+
+    /// Zeroes memory that held a secret, in a way the optimiser may not remove.
+    public static func wipe(_ bytes: UnsafeMutableRawBufferPointer) {
+        guard let base = bytes.baseAddress else { return }
+        #if canImport(Glibc)
+        explicit_bzero(base, bytes.count)
+        #else
+        _ = memset_s(base, bytes.count, 0, bytes.count)
+        #endif
     }
 }

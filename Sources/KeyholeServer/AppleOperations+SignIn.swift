@@ -68,11 +68,13 @@ extension AppleOperations {
                 try store.updateUser(principal, now: time, completion: done) { user in
                     Self.apply(verified, given: given, to: &user)
                     if let sealed {
-                        user.fields["ext", default: .object([:])].setMember("apple", .object([
+                        var ext = user.fields["ext"]?.objectValue ?? [:]
+                        ext["apple"] = .object([
                             "refresh_token": .string(Base64URL.encode(sealed)),
                             "client_id": .string(client),
                             "refresh_checked_at": .int(time),
-                        ]))
+                        ])
+                        user.fields["ext"] = .object(ext)
                     }
                 }
             }
@@ -202,28 +204,14 @@ extension AppleOperations {
         /// `session`: `{ttl_s?, idle_s?, data?}`, with session.create's limits and defaults.
         func sessionArguments(_ value: JSONValue?) throws(ProtocolError) -> (ttl: Int64, idle: Int64, data: [UInt8]?) {
             switch value {
-            case nil, .null?:
-                return (sessions.defaultTTL, min(sessions.defaultIdle, sessions.defaultTTL), nil)
-            case .object(let members)?:
-                var arguments = Arguments(Request(id: nil, op: "session", args: members))
-                let ttl = try arguments.int("ttl_s", in: 60...sessions.maxTTL) ?? sessions.defaultTTL
-                let idle = try arguments.int("idle_s", in: 60...sessions.maxTTL) ?? min(sessions.defaultIdle, ttl)
-                let data = try StoreOperations.sessionData(arguments.value("data"), limit: sessions.maxDataBytes)
+            case nil, .null?, .object?:
+                var arguments = Arguments(Request(id: nil, op: "session", args: value?.objectValue ?? [:]))
+                let parameters = try StoreOperations.sessionParameters(&arguments, sessions)
                 try arguments.finish()
-                return (ttl, idle, data)
+                return parameters
             default:
                 throw .badRequest("'session' must be an object {ttl_s?, idle_s?, data?}")
             }
         }
-    }
-}
-
-extension JSONValue {
-    /// Sets `name` in an object (a non-object becomes one).
-    mutating func setMember(_ name: String, _ value: JSONValue) {
-        var members: [String: JSONValue] = [:]
-        if case .object(let existing) = self { members = existing }
-        members[name] = value
-        self = .object(members)
     }
 }

@@ -11,9 +11,7 @@ extension StoreOperations {
             "session.create": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
-                let ttl = try arguments.int("ttl_s", in: 60...configuration.maxTTL) ?? configuration.defaultTTL
-                let idle = try arguments.int("idle_s", in: 60...configuration.maxTTL) ?? min(configuration.defaultIdle, ttl)
-                let data = try sessionData(arguments.value("data"), limit: configuration.maxDataBytes)
+                let (ttl, idle, data) = try sessionParameters(&arguments, configuration)
                 try arguments.finish()
                 let time = now()
                 return try StoreCommit.run { done throws(StoreError) in
@@ -76,6 +74,17 @@ extension StoreOperations {
                 ]
             },
         ]
+    }
+
+    /// A new session's `ttl_s`, `idle_s` and `data`, with the configured limits and defaults (read by
+    /// session.create and apple.sign_in alike).
+    static func sessionParameters(
+        _ arguments: inout Arguments, _ configuration: Configuration
+    ) throws(ProtocolError) -> (ttl: Int64, idle: Int64, data: [UInt8]?) {
+        let ttl = try arguments.int("ttl_s", in: 60...configuration.maxTTL) ?? configuration.defaultTTL
+        let idle = try arguments.int("idle_s", in: 60...configuration.maxTTL) ?? min(configuration.defaultIdle, ttl)
+        let data = try sessionData(arguments.value("data"), limit: configuration.maxDataBytes)
+        return (ttl, idle, data)
     }
 
     /// The compact JSON of `data` (an object or absent), within `limit` bytes; an empty object is none.

@@ -1,3 +1,4 @@
+import KeyholeIssuers
 import KeyholeJOSE
 
 #if canImport(Glibc)
@@ -72,8 +73,7 @@ extension AppleSettings {
         }
     }
 
-    /// The bytes of a key file: a regular file of at most 64 KiB with no access for "other" (a group
-    /// may read it, as with root:keyhole 0640 under /etc/keyhole).
+    /// The bytes of a key file (`LocalFile`'s checks for secrets), at most 64 KiB.
     static func readKey(_ source: KeySource, key: String, credentialsDirectory: String?) throws(ConfigError) -> [UInt8] {
         let path: String
         switch source {
@@ -86,55 +86,18 @@ extension AppleSettings {
             }
             path = directory + "/" + name
         }
-        // O_NONBLOCK: a FIFO at the path must not hang start-up before it is found not to be a file.
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else {
-            let reason = String(cString: strerror(errno))
-            throw ConfigError(key: key, line: nil, message: "cannot read \(path): \(reason)")
+        let bytes: [UInt8]
+        do {
+            bytes = try LocalFile.contents(of: path, maximumBytes: 64 << 10, secret: true)
+        } catch {
+            throw ConfigError(key: key, line: nil, message: error.description)
         }
-        defer { close(descriptor) }
-        var status = stat()
-        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else {
-            throw ConfigError(key: key, line: nil, message: "\(path) is not a regular file")
-        }
-        guard status.st_mode & 0o007 == 0 else {
-            throw ConfigError(key: key, line: nil,
-                message: "\(path) is accessible to every user (mode 0\(String(status.st_mode & 0o777, radix: 8))): a secret key must not be; chmod o-rwx it")
-        }
-        let limit = 64 << 10
-        guard status.st_size <= limit else { throw ConfigError(key: key, line: nil, message: "\(path) is larger than 64 KiB: not a key") }
-        var bytes = [UInt8](repeating: 0, count: limit + 1)
-        var count = 0
-        while count < bytes.count {
-            let got = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + count, $0.count - count) }
-            if got < 0 && errno == EINTR { continue }
-            guard got >= 0 else {
-                throw ConfigError(key: key, line: nil, message: "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
-            if got == 0 { break }
-            count += got
-        }
-        guard count <= limit else { throw ConfigError(key: key, line: nil, message: "\(path) is larger than 64 KiB: not a key") }
-        guard count > 0 else { throw ConfigError(key: key, line: nil, message: "\(path) is empty") }
-        let key = Array(bytes[..<count])
-        wipe(&bytes)
-        return key
+        guard !bytes.isEmpty else { throw ConfigError(key: key, line: nil, message: "\(path) is empty") }
+        return bytes
     }
 
     /// Overwrites a copy of key material that is no longer needed.
     static func wipe(_ bytes: inout [UInt8]) {
-        bytes.withUnsafeMutableBytes { buffer in
-            guard let base = buffer.baseAddress else { return }
-            zeroise(base, buffer.count)
-        }
+        bytes.withUnsafeMutableBytes { LocalFile.wipe($0) }
     }
-}
-
-/// Zeroes memory in a way the optimiser may not remove.
-private func zeroise(_ pointer: UnsafeMutableRawPointer, _ count: Int) {
-    #if canImport(Glibc)
-    explicit_bzero(pointer, count)
-    #else
-    memset_s(pointer, count, 0, count)
-    #endif
 }
