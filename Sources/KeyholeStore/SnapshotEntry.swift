@@ -14,10 +14,19 @@ enum SnapshotEntry: Equatable {
 
     case principal(Principal, User?)
     case session(SessionState)
+    /// An outbox entry (format 2); they come before the first principal.
+    case outbox(OutboxEntry)
 
     enum Kind: UInt8 {
         case principal = 0x21
         case session = 0x30
+        case outbox = 0x40
+    }
+
+    /// Appends an outbox entry's body.
+    static func appendOutbox(_ entry: OutboxEntry, to bytes: inout [UInt8]) {
+        bytes.append(Kind.outbox.rawValue)
+        entry.appendFields(to: &bytes)
     }
 
     /// Appends a principal entry's body; `userJSON` is the user record as stored, if there is one.
@@ -63,6 +72,9 @@ enum SnapshotEntry: Equatable {
             self = .session(SessionState(
                 id: id, check: check, createdAt: createdAt,
                 expiresAt: expiresAt, idleSeconds: idle, lastSeenAt: lastSeenAt, data: data))
+        case .outbox:
+            guard let entry = OutboxEntry(reading: &reader) else { return nil }
+            self = .outbox(entry)
         }
         guard reader.isAtEnd else { return nil }
     }

@@ -16,11 +16,12 @@ final class SnapshotWriter {
     private(set) var size = SnapshotHeader.size
     private(set) var principals: UInt64 = 0
     private(set) var sessions: UInt64 = 0
+    private(set) var outbox: UInt64 = 0
     /// Principals with a user record (for the report only).
     private(set) var users = 0
 
     /// The index the next entry's CRC covers.
-    var nextIndex: UInt64 { principals + sessions }
+    var nextIndex: UInt64 { principals + sessions + outbox }
 
     init(directory: SnapshotDirectory, startLSN: UInt64) throws(StoreError) {
         self.directory = directory
@@ -39,12 +40,13 @@ final class SnapshotWriter {
         size += bytes.count
         principals += UInt64(count.principals)
         sessions += UInt64(count.sessions)
+        outbox += UInt64(count.outbox)
         users += count.users
     }
 
     /// Writes the header and makes the snapshot durable under its name. Returns its size in bytes.
     func finish(createdAt: Int64) throws(StoreError) -> Int {
-        let header = SnapshotHeader(startLSN: startLSN, createdAt: createdAt, principals: principals, sessions: sessions)
+        let header = SnapshotHeader(startLSN: startLSN, createdAt: createdAt, principals: principals, sessions: sessions, outbox: outbox)
         try write(header.encoded, at: 0)
         guard fsync(fd) == 0 else { throw .io("cannot sync \(temporaryPath): \(WALDirectory.error())") }
         close(fd)
@@ -104,9 +106,10 @@ enum SnapshotReader {
         case .failure(let failure): throw corrupt(failure)
         }
         tables.reserve(sessions: Int(clamping: min(header.sessions, 1 << 26)), principals: Int(clamping: min(header.principals, 1 << 26)))
-        var position = SnapshotHeader.size
+        var position = header.entriesOffset
         var principals: UInt64 = 0
         var sessions: UInt64 = 0
+        var outbox: UInt64 = 0
         /// The slot of the principal the next session entries belong to, and whether one did yet.
         var current: UInt32?
         var currentHasSessions = true
@@ -133,7 +136,7 @@ enum SnapshotReader {
             let end = position + WALRecord.headerBytes + length
             let body = buffer[(position + WALRecord.headerBytes)..<end]
             var crc = CRC32C()
-            crc.update(bigEndian: principals + sessions)
+            crc.update(bigEndian: principals + sessions + outbox)
             crc.update(body)
             guard crc.value == buffer.bigEndianUInt32(at: position + 4) else {
                 throw corrupt(.init(offset: offset, "an entry's CRC does not match"))
@@ -152,8 +155,12 @@ enum SnapshotReader {
                 sessions += 1
                 current = tables.loadSession(session, principal: principal)
                 currentHasSessions = true
+            case .outbox(let entry):
+                guard current == nil else { throw corrupt(.init(offset: offset, "an outbox entry after a principal")) }
+                outbox += 1
+                tables.outbox[entry.id] = entry
             }
-            guard principals <= header.principals, sessions <= header.sessions else {
+            guard principals <= header.principals, sessions <= header.sessions, outbox <= header.outbox else {
                 throw corrupt(.init(offset: offset, "more entries than the header counts"))
             }
             position = end
@@ -161,9 +168,10 @@ enum SnapshotReader {
         guard currentHasSessions else {
             throw corrupt(.init(offset: base + position, "a principal with neither user nor sessions at the end"))
         }
-        guard principals == header.principals, sessions == header.sessions else {
+        guard principals == header.principals, sessions == header.sessions, outbox == header.outbox else {
             throw corrupt(.init(offset: base + position,
-                "\(principals) principals and \(sessions) sessions where the header counts \(header.principals) and \(header.sessions)"))
+                "\(principals) principals, \(sessions) sessions and \(outbox) outbox entries where the header counts "
+                    + "\(header.principals), \(header.sessions) and \(header.outbox)"))
         }
         return header
     }

@@ -110,6 +110,8 @@ extension Store {
             let writer = try SnapshotWriter(directory: snapshots, startLSN: plan.lastLSN + 1)
             var index: UInt64 = 0
             var bytes: [UInt8] = []
+            try writer.write(bytes, tables.appendOutbox(index: &index, to: &bytes))
+            bytes.removeAll()
             let (_, count) = tables.appendEntries(from: 0, limit: Int.max, index: &index, to: &bytes)
             try writer.write(bytes, count)
             _ = try writer.finish(createdAt: now)

@@ -79,10 +79,16 @@ extension Store {
         try snapshots.create()
         let writer = try SnapshotWriter(directory: snapshots, startLSN: cut.firstLSN)
 
-        // 2. The tables, a chunk per hold of the lock.
+        // 2. The outbox, then the tables, a chunk per hold of the lock.
         var bytes: [UInt8] = []
         var cursor = 0
         var longestPause = Duration.zero
+        var outboxIndex = writer.nextIndex
+        let outbox = try state.withLock { state throws(StoreError) in
+            try state.checkSnapshotAllowed()
+            return state.tables.appendOutbox(index: &outboxIndex, to: &bytes)
+        }
+        try writer.write(bytes, outbox)
         repeat {
             bytes.removeAll(keepingCapacity: true)
             var index = writer.nextIndex

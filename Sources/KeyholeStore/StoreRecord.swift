@@ -27,6 +27,9 @@ enum StoreRecord: Equatable, Sendable {
     /// The user's whole record as compact JSON.
     case userPut(Principal, [UInt8])
     case userDelete(Principal)
+    /// Work owed outside (an Apple revocation), kept until done.
+    case outboxPut(OutboxEntry)
+    case outboxDone(UInt64)
 
     enum Kind: UInt8 {
         case noop = 0x01
@@ -36,6 +39,8 @@ enum StoreRecord: Equatable, Sendable {
         case sessionRevokeAll = 0x13
         case userPut = 0x20
         case userDelete = 0x21
+        case outboxPut = 0x40
+        case outboxDone = 0x41
     }
 
     var kind: Kind {
@@ -47,6 +52,8 @@ enum StoreRecord: Equatable, Sendable {
         case .sessionRevokeAll: .sessionRevokeAll
         case .userPut: .userPut
         case .userDelete: .userDelete
+        case .outboxPut: .outboxPut
+        case .outboxDone: .outboxDone
         }
     }
 
@@ -77,6 +84,10 @@ enum StoreRecord: Equatable, Sendable {
             bytes.appendString(principal.issuer)
             bytes.appendString(principal.sub)
             bytes.appendBlob(json)
+        case .outboxPut(let entry):
+            entry.appendFields(to: &bytes)
+        case .outboxDone(let id):
+            bytes.appendBigEndian(id)
         }
     }
 
@@ -117,6 +128,12 @@ enum StoreRecord: Equatable, Sendable {
             } else {
                 self = kind == .userDelete ? .userDelete(principal) : .sessionRevokeAll(principal)
             }
+        case .outboxPut:
+            guard let entry = OutboxEntry(reading: &reader) else { return nil }
+            self = .outboxPut(entry)
+        case .outboxDone:
+            guard let id = reader.uint64() else { return nil }
+            self = .outboxDone(id)
         }
         guard reader.isAtEnd else { return nil }
     }

@@ -19,6 +19,8 @@ public struct StoreStatistics: Sendable, Equatable {
     /// Snapshots taken since start-up, and the last one.
     public var snapshots: Int
     public var lastSnapshot: SnapshotReport?
+    /// Outbox entries: work owed outside, not yet done.
+    public var outbox: Int
 }
 
 extension Store {
@@ -31,7 +33,7 @@ extension Store {
                 records: counters.records, syncs: counters.syncs,
                 recordsPerSync: counters.syncs > 0 ? Double(counters.syncedRecords) / Double(counters.syncs) : 0,
                 failure: state.failure, failures: counters.failures, snapshots: counters.snapshots,
-                lastSnapshot: state.lastSnapshot)
+                lastSnapshot: state.lastSnapshot, outbox: state.tables.outbox.count)
         }
     }
 }

@@ -4,6 +4,18 @@ extension StoreTables {
         var principals = 0
         var sessions = 0
         var users = 0
+        var outbox = 0
+    }
+
+    /// Appends an entry for every outbox entry, numbered from `index` (SNAPSHOT.md: they come first).
+    func appendOutbox(index: inout UInt64, to bytes: inout [UInt8]) -> ChunkCount {
+        var count = ChunkCount()
+        for entry in outbox.values.sorted(by: { $0.id < $1.id }) {
+            bytes.appendFramed(sequence: index) { SnapshotEntry.appendOutbox(entry, to: &$0) }
+            index += 1
+            count.outbox += 1
+        }
+        return count
     }
 
     /// Appends entries (SNAPSHOT.md, "Entries") for the principals in slots from `cursor` on, each

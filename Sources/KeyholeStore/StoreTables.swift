@@ -48,6 +48,7 @@ struct StoreTables {
         case restoreSession(StoreRecord.NewSession, lastSeenAt: Int64, loggedSeenAt: Int64)
         case restoreLoggedSeen(SessionID, Int64)
         case restoreUser(Principal, UserState?)
+        case restoreOutbox(UInt64, OutboxEntry?)
     }
 
     // Internal rather than private for StoreTables+Snapshot.swift only.
@@ -56,6 +57,8 @@ struct StoreTables {
     var principalIndex = SlotIndex<Principal>()
     var principalSlots = SlotArray<PrincipalSlot>()
     private(set) var userCount = 0
+    /// Work owed outside, by id: a handful at most, so a plain dictionary.
+    var outbox: [UInt64: OutboxEntry] = [:]
 
     var sessionCount: Int { sessionIndex.count }
 
@@ -216,6 +219,8 @@ struct StoreTables {
                 if let slot = slot(of: id) { sessionSlots[slot].loggedSeenAt = loggedSeenAt }
             case .restoreUser(let principal, let user):
                 setUser(principal, user, undo: &none)
+            case .restoreOutbox(let id, let entry):
+                outbox[id] = entry
             }
         }
     }
@@ -245,6 +250,10 @@ struct StoreTables {
         case .userDelete(let principal):
             _ = removeAll(of: principal, undo: &none)
             setUser(principal, nil, undo: &none)
+        case .outboxPut(let entry):
+            outbox[entry.id] = entry
+        case .outboxDone(let id):
+            outbox[id] = nil
         }
     }
 
@@ -264,6 +273,12 @@ struct StoreTables {
             slot += 1
         }
         return (removed, slot >= sessionSlots.count ? 0 : slot)
+    }
+
+    /// Adds or replaces an outbox entry (`nil` removes it).
+    mutating func setOutbox(_ id: UInt64, _ entry: OutboxEntry?, undo: inout [Undo]?) {
+        undo?.append(.restoreOutbox(id, outbox[id]))
+        outbox[id] = entry
     }
 
     // MARK: Principals

@@ -22,6 +22,10 @@ struct StoreRecordTests {
         .sessionRevokeAll(principal),
         .userPut(principal, User(principal: principal, createdAt: 1, updatedAt: 2, lastLoginAt: 3, fields: ["email": "a@b.c"]).recordJSON),
         .userDelete(principal),
+        .outboxPut(OutboxEntry(
+            id: 0xFEDC_BA98_7654_3210, kind: "apple.revoke", createdAt: 1_700_000_000,
+            payload: ["sub": "001234.abcdef.0042", "token": "c2VhbGVk", "n": .int(3)])),
+        .outboxDone(0xFEDC_BA98_7654_3210),
     ]
 
     @Test("every type round-trips through a WAL record", arguments: all)
@@ -69,6 +73,15 @@ struct StoreRecordTests {
         var user: [UInt8] = []
         StoreRecord.userPut(Self.principal, Array(#"{"created_at":"yesterday","updated_at":1}"#.utf8)).appendBody(to: &user)
         #expect(StoreRecord(WALRecord(type: user[0], payload: Array(user[1...]))) == nil)
+        // An outbox entry's payload is an object, never absent.
+        for json in ["", "[1]", "\"text\""] {
+            var payload: [UInt8] = []
+            payload.appendBigEndian(UInt64(1))
+            payload.appendString("apple.revoke")
+            payload.appendBigEndian(Int64(0))
+            payload.appendBlob(json.isEmpty ? nil : Array(json.utf8))
+            #expect(StoreRecord(WALRecord(type: 0x40, payload: payload)) == nil, "\(json)")
+        }
     }
 }
 
