@@ -67,15 +67,7 @@ extension AppleOperations {
             let upsert = try await StoreCommit.awaiting { done throws(StoreError) in
                 try store.updateUser(principal, now: time, completion: done) { user in
                     Self.apply(verified, given: given, to: &user)
-                    if let sealed {
-                        var ext = user.fields["ext"]?.objectValue ?? [:]
-                        ext["apple"] = .object([
-                            "refresh_token": .string(Base64URL.encode(sealed)),
-                            "client_id": .string(client),
-                            "refresh_checked_at": .int(time),
-                        ])
-                        user.fields["ext"] = .object(ext)
-                    }
+                    if let sealed { AppleGrant(sealedToken: sealed, clientID: client, checkedAt: time).store(in: &user) }
                 }
             }
             let created = try await StoreCommit.awaiting { done throws(StoreError) in
@@ -138,7 +130,7 @@ extension AppleOperations {
                 throw .badRequest("the authorization code is another user's than the identity token's")
             }
             guard let refreshToken = tokens.refreshToken else { return nil }
-            guard let sealed = exchange.sealingKey.seal(Array(refreshToken.utf8), associatedData: AppleOperations.associatedData(principal)) else {
+            guard let sealed = AppleGrant.seal(refreshToken, for: principal, with: exchange.sealingKey) else {
                 throw .internal("could not seal the refresh token")
             }
             return sealed

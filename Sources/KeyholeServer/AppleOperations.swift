@@ -5,7 +5,7 @@ import KeyholeProtocol
 import KeyholeStore
 import Logging
 
-/// Sign in with Apple's server side (issue 5): `apple.sign_in`.
+/// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.pending`.
 public enum AppleOperations {
     /// Which issuer and clients are Apple's, and how to reach Apple.
     public struct Configuration: Sendable {
@@ -38,12 +38,19 @@ public enum AppleOperations {
         }
     }
 
-    /// The operations. Without `configuration` (no `[apple]` section) they answer `not_configured`.
+    /// The operations. Without `configuration` (no `[apple]` section) they answer `not_configured`;
+    /// `revocations` lists what is owed to Apple.
     public static func make(
         configuration: Configuration?, registry: IssuerRegistry, store: Store, sessions: StoreOperations.Configuration,
-        now: @escaping @Sendable () -> Double
+        revocations: AppleRevocations? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
         [
+            "apple.pending": .sync { request, _ throws(ProtocolError) in
+                try Arguments(request).finish()
+                guard configuration != nil else { throw .notConfigured("apple.pending needs an [apple] section in keyholed.toml") }
+                let pending = revocations?.pending() ?? []
+                return ["pending": .array(pending), "count": .int(Int64(pending.count))]
+            },
             "apple.sign_in": .async { request, context throws(ProtocolError) in
                 guard let configuration else {
                     throw .notConfigured("apple.sign_in needs an [apple] section in keyholed.toml")
@@ -56,8 +63,8 @@ public enum AppleOperations {
         ]
     }
 
-    /// The associated data a refresh token is sealed with: it opens only as this user's.
-    static func associatedData(_ principal: Principal) -> [UInt8] {
-        Array("keyhole.apple.refresh_token\u{0}\(principal.issuer)\u{0}\(principal.sub)".utf8)
+    /// The `apple` member of `stats`.
+    public static func statistics(revocations: AppleRevocations) -> [String: JSONValue] {
+        ["revocations": .object(revocations.statistics)]
     }
 }

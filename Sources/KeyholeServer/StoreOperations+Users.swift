@@ -36,6 +36,11 @@ extension StoreOperations {
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
                 let time = now()
+                if let revocations = context.revocations, principal.issuer == revocations.issuer {
+                    return .later { () async throws(ProtocolError) in
+                        try await deleteAppleUser(principal, now: time, store: store, revocations: revocations)
+                    }
+                }
                 return try StoreCommit.run { done throws(StoreError) in
                     try store.deleteUser(principal, now: time, completion: done)
                 } answer: { deleted in
@@ -43,6 +48,24 @@ extension StoreOperations {
                 }
             },
         ]
+    }
+
+    /// Deletes one of Apple's users with, in the same change, the revocation of their refresh token
+    /// queued in the outbox; then tries it. Apple unreachable does not hold the deletion back: the
+    /// revocation stays queued, across restarts, until Apple accepts it.
+    static func deleteAppleUser(
+        _ principal: Principal, now time: Int64, store: Store, revocations: AppleRevocations
+    ) async throws(ProtocolError) -> [String: JSONValue] {
+        let deleted = try await StoreCommit.awaiting { done throws(StoreError) in
+            try store.deleteUser(principal, now: time, completion: done, outbox: AppleRevocations.work)
+        }
+        var answer: [String: JSONValue] = ["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))]
+        if let entry = deleted.outbox {
+            let revoked = await revocations.attempt(entry)
+            if !revoked { revocations.wake() }
+            answer["apple_revocation"] = .string(revoked ? "done" : "pending")
+        }
+        return answer
     }
 
     /// A string member that may be `null` (remove it); `nil` when absent.

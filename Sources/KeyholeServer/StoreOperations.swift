@@ -27,15 +27,19 @@ public enum StoreOperations {
     /// The issuer for an application's own sign-ins (passwords, magic links), always accepted.
     public static let localIssuer = "local"
 
-    /// The operations, with `now` the wall clock in seconds (injected for tests).
-    public static func make(store: Store, configuration: Configuration, now: @escaping @Sendable () -> Int64) -> [String: Operation] {
-        let context = Context(store: store, configuration: configuration, now: now)
+    /// The operations, with `now` the wall clock in seconds (injected for tests). With `revocations`,
+    /// deleting one of Apple's users also takes their refresh token back at Apple.
+    public static func make(
+        store: Store, configuration: Configuration, revocations: AppleRevocations? = nil, now: @escaping @Sendable () -> Int64
+    ) -> [String: Operation] {
+        let context = Context(store: store, configuration: configuration, revocations: revocations, now: now)
         return sessionOperations(context).merging(userOperations(context)) { $1 }.merging(adminOperations(context)) { $1 }
     }
 
     struct Context: Sendable {
         let store: Store
         let configuration: Configuration
+        let revocations: AppleRevocations?
         let now: @Sendable () -> Int64
 
         /// The principal named by `sub` and `issuer`. Without `issuer`: the only configured issuer, or

@@ -103,18 +103,25 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        let revocations = (apple?.configuration).flatMap { configuration in
+            configuration.exchange.map { AppleRevocations(issuer: configuration.issuer, store: sessionStore, exchange: $0, now: clock, logger: logger) }
+        }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
-            .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, now: seconds)) { $1 }
+            .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, revocations: revocations, now: seconds)) { $1 }
             .merging(AppleOperations.make(
                 configuration: apple?.configuration, registry: registry, store: sessionStore,
-                sessions: sessionConfiguration, now: clock)) { $1 }
+                sessions: sessionConfiguration, revocations: revocations, now: clock)) { $1 }
 
         let socketPath = configuration.socketPath
         let server = KeyholeServer(
             configuration: configuration.serverConfiguration,
             operations: operations,
-            statistics: { StoreOperations.statistics(sessionStore) },
+            statistics: {
+                var figures = StoreOperations.statistics(sessionStore)
+                if let revocations { figures["apple"] = .object(AppleOperations.statistics(revocations: revocations)) }
+                return figures
+            },
             logger: logger
         ) {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
@@ -129,6 +136,7 @@ struct Keyholed: AsyncParsableCommand {
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
+            ] + (revocations.map { [ServiceGroupConfiguration.ServiceConfiguration(service: $0)] } ?? []) + [
                 .init(service: server),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],
