@@ -80,6 +80,7 @@ extension StoreOperations {
         ]
         if let failure = figures.failure { members["failure"] = .string(failure) }
         members["snapshots"] = .int(Int64(figures.snapshots))
+        members["outbox"] = .int(Int64(figures.outbox))
         if let last = figures.lastSnapshot { members["last_snapshot"] = .object(last.json) }
         return ["store": .object(members)]
     }
