@@ -161,7 +161,8 @@ let package = Package(
         .testTarget(
             name: "KeyholeServerTests",
             dependencies: [
-                "KeyholeServer", "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE", "KeyholeStore",
+                "KeyholeServer", "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE", "KeyholeStore", "KeyholeApple",
+                "KeyholeTestSupport", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
@@ -176,7 +177,7 @@ let package = Package(
         .testTarget(
             name: "KeyholedTests",
             dependencies: [
-                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeJOSE", "KeyholeTestSupport",
+                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeJOSE", "KeyholeServer", "KeyholeTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),

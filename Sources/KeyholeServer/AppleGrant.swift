@@ -28,8 +28,10 @@ struct AppleGrant: Sendable, Equatable {
         self.checkedAt = checkedAt
     }
 
-    /// Stores the grant in `user`'s record, keeping what else `ext.apple` holds.
+    /// Stores the grant in `user`'s record, keeping what else `ext.apple` holds. A new grant is new
+    /// consent: a `consent_revoked_at` from before goes.
     func store(in user: inout User) {
+        user.fields["consent_revoked_at"] = nil
         var ext = user.fields["ext"]?.objectValue ?? [:]
         var apple = ext["apple"]?.objectValue ?? [:]
         apple["refresh_token"] = .string(Base64URL.encode(sealedToken))
@@ -39,15 +41,16 @@ struct AppleGrant: Sendable, Equatable {
         user.fields["ext"] = .object(ext)
     }
 
-    /// Drops the grant from `user`'s record (consent withdrawn), noting when in `consent_revoked_at`.
+    /// Drops the grant from `user`'s record (consent withdrawn), noting when in `consent_revoked_at`,
+    /// which `user.get` and `session.get` show: with `on_revoked = "flag"` the application acts on it.
     static func remove(from user: inout User, revokedAt time: Int64) {
         var ext = user.fields["ext"]?.objectValue ?? [:]
         var apple = ext["apple"]?.objectValue ?? [:]
         apple["refresh_token"] = nil
         apple["refresh_checked_at"] = nil
-        apple["consent_revoked_at"] = .int(time)
         ext["apple"] = .object(apple)
         user.fields["ext"] = .object(ext)
+        user.fields["consent_revoked_at"] = .int(time)
     }
 
     /// The associated data a refresh token is sealed with: it opens only as this user's.

@@ -5,7 +5,8 @@ import KeyholeProtocol
 import KeyholeStore
 import Logging
 
-/// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.pending`.
+/// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.pending`,
+/// `apple.refresh_check`.
 public enum AppleOperations {
     /// Which issuer and clients are Apple's, and how to reach Apple.
     public struct Configuration: Sendable {
@@ -42,9 +43,32 @@ public enum AppleOperations {
     /// `revocations` lists what is owed to Apple.
     public static func make(
         configuration: Configuration?, registry: IssuerRegistry, store: Store, sessions: StoreOperations.Configuration,
-        revocations: AppleRevocations? = nil, now: @escaping @Sendable () -> Double
+        revocations: AppleRevocations? = nil, refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
         [
+            "apple.refresh_check": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let sub = try arguments.string("sub", required: true, maxBytes: Principal.maximumFieldBytes)!
+                try arguments.finish()
+                guard let configuration else { throw .notConfigured("apple.refresh_check needs an [apple] section in keyholed.toml") }
+                guard let refreshChecks else {
+                    throw .notConfigured("refresh tokens are checked only with [apple] team_id, key_id, private_key_file and store_key_file")
+                }
+                let principal = Principal(issuer: configuration.issuer, sub: sub)
+                switch await refreshChecks.check(principal) {
+                case .valid:
+                    return ["result": "valid"]
+                case .consentRevoked(let sessions):
+                    return ["result": "consent_revoked", "sessions_revoked": .int(Int64(sessions))]
+                case .noToken:
+                    guard store.user(principal) != nil else { throw .userNotFound(principal.description) }
+                    return ["result": "no_token"]
+                case .failed(let error):
+                    throw error.protocolError
+                case .unreadable:
+                    throw .internal("the user's refresh token does not open with the store key: was store_key_file replaced?")
+                }
+            },
             "apple.pending": .sync { request, _ throws(ProtocolError) in
                 try Arguments(request).finish()
                 guard configuration != nil else { throw .notConfigured("apple.pending needs an [apple] section in keyholed.toml") }
@@ -64,7 +88,7 @@ public enum AppleOperations {
     }
 
     /// The `apple` member of `stats`.
-    public static func statistics(revocations: AppleRevocations) -> [String: JSONValue] {
-        ["revocations": .object(revocations.statistics)]
+    public static func statistics(revocations: AppleRevocations, refreshChecks: AppleRefreshChecks) -> [String: JSONValue] {
+        ["revocations": .object(revocations.statistics), "refresh_checks": .object(refreshChecks.statistics)]
     }
 }

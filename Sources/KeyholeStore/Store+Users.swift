@@ -32,4 +32,51 @@ extension Store {
             return ((true, live), [.userDelete(principal)])
         }
     }
+
+    /// Changes `principal`'s record with `update` when they have one (never creating it), and with
+    /// `revokeSessions` removes every session of theirs in the same change. Returns the record as
+    /// changed (`nil` when there was none: nothing is done then) and how many live sessions went.
+    public func modifyUser(
+        _ principal: Principal, now: Int64, revokeSessions: Bool = false, completion: @escaping Completion,
+        _ update: (inout User) -> Void
+    ) throws(StoreError) -> (user: User, sessions: Int)? {
+        try change(completion) { tables, undo throws(StoreError) -> ((User, Int)?, [StoreRecord]) in
+            guard let before = tables.user(principal) else { return (nil, []) }
+            var user = before
+            update(&user)
+            var records: [StoreRecord] = []
+            var live = 0
+            if revokeSessions {
+                live = tables.liveSessionCount(of: principal, now: now)
+                if tables.removeAll(of: principal, undo: &undo) > 0 { records.append(.sessionRevokeAll(principal)) }
+            }
+            if user != before {
+                user.updatedAt = max(now, user.createdAt)
+                tables.setUser(principal, StoreTables.UserState(user), undo: &undo)
+                records.append(.userPut(principal, user.recordJSON))
+            }
+            return ((user, live), records)
+        }
+    }
+
+    /// The users in principal slots from `cursor` on (`limit` slots at most, under one hold of the
+    /// lock) that `include` accepts, and where to go on (0 after the last slot): a background task
+    /// walks every user a slice at a time without holding up requests.
+    public func users(from cursor: Int, limit: Int, where include: (User) -> Bool) -> (users: [User], next: Int) {
+        state.withLock { state in
+            let tables = state.tables
+            var found: [User] = []
+            let end = min(tables.principalSlots.count, cursor + limit)
+            var slot = cursor
+            while slot < end {
+                let entry = tables.principalSlots[UInt32(slot)]
+                if let user = entry.user {
+                    let candidate = User(entry.key, user)
+                    if include(candidate) { found.append(candidate) }
+                }
+                slot += 1
+            }
+            return (found, slot >= tables.principalSlots.count ? 0 : slot)
+        }
+    }
 }

@@ -1,4 +1,5 @@
 import KeyholeIssuers
+import KeyholeServer
 
 /// The `[apple]` section as read from the file: names and paths; the keys themselves are read at
 /// start-up (`AppleSettings+Keys.swift`), so a missing key is a start-up error naming its file.
@@ -28,13 +29,16 @@ struct AppleSettings: Equatable {
     var clientIDs: [String] = []
     var redirectURIs: [String: String] = [:]
     var endpoint = "https://appleid.apple.com"
+    /// How stored refresh tokens are checked.
+    var refreshChecks = AppleRefreshChecks.Configuration()
 
     /// Whether codes can be exchanged (and refresh tokens stored).
     var exchanges: Bool { privateKey != nil }
 
     static let keys: Set<String> = [
         "issuer", "team_id", "key_id", "private_key_file", "private_key_credential", "client_ids", "redirect_uris",
-        "endpoint", "store_key_file", "store_key_credential",
+        "endpoint", "store_key_file", "store_key_credential", "refresh_check_interval", "refresh_checks_per_minute",
+        "on_revoked",
     ]
 }
 
@@ -90,6 +94,23 @@ extension DaemonConfiguration {
                 throw section.error("endpoint", "must be https:// (or http:// to a loopback host, for tests), without a trailing /")
             }
             apple.endpoint = endpoint
+        }
+        if let text = try section.string("refresh_check_interval") {
+            guard let interval = ConfigParsing.duration(text), interval.nanoseconds >= 86_400 * 1_000_000_000,
+                interval.nanoseconds <= 90 * 86_400 * 1_000_000_000
+            else {
+                throw section.error("refresh_check_interval", "must be a duration from \"24h\" to \"90d\": Apple allows one check a day at most")
+            }
+            apple.refreshChecks.interval = interval.nanoseconds / 1_000_000_000
+        }
+        if let perMinute = try section.integer("refresh_checks_per_minute", in: 1...600) {
+            apple.refreshChecks.perMinute = perMinute
+        }
+        if let text = try section.string("on_revoked") {
+            guard let policy = AppleRefreshChecks.Configuration.OnRevoked(rawValue: text) else {
+                throw section.error("on_revoked", "must be \"revoke_sessions\" or \"flag\"")
+            }
+            apple.refreshChecks.onRevoked = policy
         }
         return apple
     }

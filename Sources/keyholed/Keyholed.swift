@@ -103,15 +103,22 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
-        let revocations = (apple?.configuration).flatMap { configuration in
-            configuration.exchange.map { AppleRevocations(issuer: configuration.issuer, store: sessionStore, exchange: $0, now: clock, logger: logger) }
-        }
+        // Revocations owed and refresh-token checks: only with code exchange, which stores tokens.
+        let background: (revocations: AppleRevocations, refreshChecks: AppleRefreshChecks)? =
+            if let settings = configuration.apple, let issuer = apple?.configuration.issuer, let exchange = apple?.configuration.exchange {
+                (AppleRevocations(issuer: issuer, store: sessionStore, exchange: exchange, now: clock, logger: logger),
+                 AppleRefreshChecks(
+                    issuer: issuer, store: sessionStore, exchange: exchange, configuration: settings.refreshChecks, now: clock, logger: logger))
+            } else {
+                nil
+            }
+        let revocations = background?.revocations
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
             .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, revocations: revocations, now: seconds)) { $1 }
             .merging(AppleOperations.make(
                 configuration: apple?.configuration, registry: registry, store: sessionStore,
-                sessions: sessionConfiguration, revocations: revocations, now: clock)) { $1 }
+                sessions: sessionConfiguration, revocations: revocations, refreshChecks: background?.refreshChecks, now: clock)) { $1 }
 
         let socketPath = configuration.socketPath
         let server = KeyholeServer(
@@ -119,7 +126,9 @@ struct Keyholed: AsyncParsableCommand {
             operations: operations,
             statistics: {
                 var figures = StoreOperations.statistics(sessionStore)
-                if let revocations { figures["apple"] = .object(AppleOperations.statistics(revocations: revocations)) }
+                if let background {
+                    figures["apple"] = .object(AppleOperations.statistics(revocations: background.revocations, refreshChecks: background.refreshChecks))
+                }
                 return figures
             },
             logger: logger
@@ -136,7 +145,7 @@ struct Keyholed: AsyncParsableCommand {
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
-            ] + (revocations.map { [ServiceGroupConfiguration.ServiceConfiguration(service: $0)] } ?? []) + [
+            ] + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],

@@ -129,4 +129,13 @@ package final class FakeApple: Sendable {
     package var refusals: [String] { state.withLock { $0.refusals } }
     /// The refresh tokens handed out and whether each still works.
     package var refreshTokens: [String: Bool] { state.withLock { $0.grants.mapValues(\.valid) } }
+
+    /// How many HTTP requests reached the fake so far, on any path.
+    package var requestCount: Int { server.received.count }
+
+    /// The paths of the HTTP requests so far, in order of arrival.
+    package var requestPaths: [String] { server.received.map(\.uri) }
+
+    /// Returns once at least `count` HTTP requests in all reached the fake.
+    package func waitForRequests(_ count: Int) async { await server.waitForRequests(count) }
 }

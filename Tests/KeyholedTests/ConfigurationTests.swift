@@ -1,4 +1,5 @@
 import Foundation
+import KeyholeServer
 import KeyholeTestSupport
 import NIOCore
 import Testing
@@ -155,6 +156,9 @@ struct ConfigurationTests {
         (appleIssuer + "[apple]\nredirect_uris = { \"com.example.web\" = \"http://example.com/cb\" }\n", "apple.redirect_uris", 7),
         (appleIssuer + "[apple]\nendpoint = \"http://appleid.apple.com\"\n", "apple.endpoint", 7),
         (appleIssuer + "[apple]\nsecret = 1\n", "apple.secret", 7),
+        (appleIssuer + "[apple]\nrefresh_check_interval = \"12h\"\n", "apple.refresh_check_interval", 7),
+        (appleIssuer + "[apple]\nrefresh_checks_per_minute = 0\n", "apple.refresh_checks_per_minute", 7),
+        (appleIssuer + "[apple]\non_revoked = \"delete\"\n", "apple.on_revoked", 7),
     ]
 
     static let appleIssuer = """
@@ -182,6 +186,15 @@ struct ConfigurationTests {
         #expect(apple.storeKey == .file("/etc/keyhole/store.key"))
         #expect(apple.redirectURIs == ["com.example.web": "https://example.com/auth/apple"])
         #expect(apple.endpoint == "https://appleid.apple.com")
+        #expect(apple.refreshChecks == AppleRefreshChecks.Configuration())
+        #expect(apple.refreshChecks.interval == 86_400 && apple.refreshChecks.perMinute == 60 && apple.refreshChecks.onRevoked == .revokeSessions)
+        let tuned = try #require(try DaemonConfiguration.parse(Self.appleIssuer + """
+            [apple]
+            refresh_check_interval = "2d"
+            refresh_checks_per_minute = 10
+            on_revoked = "flag"
+            """).apple)
+        #expect(tuned.refreshChecks.interval == 2 * 86_400 && tuned.refreshChecks.perMinute == 10 && tuned.refreshChecks.onRevoked == .flag)
         // Verification-only Apple: no team key, no exchange, no store key needed.
         let plain = try #require(try DaemonConfiguration.parse(Self.appleIssuer + "[apple]\nclient_ids = [\"com.example.app\"]\n").apple)
         #expect(!plain.exchanges)

@@ -1,0 +1,210 @@
+import KeyholeApple
+import KeyholeProtocol
+import KeyholeStore
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Checks the refresh token of every Apple user who has one (`/auth/token`, grant_type
+/// refresh_token) once a day at most, as Apple asks: Apple answers `invalid_grant` once the user has
+/// withdrawn consent (Settings > Apple ID > Sign in with Apple), and keyholed then revokes their
+/// sessions (or only flags them, by configuration) and drops the token. Apple unreachable revokes
+/// nothing: the checks wait and go on later.
+public final class AppleRefreshChecks: Service, Sendable {
+    /// How often, how fast, and what a withdrawn consent does.
+    public struct Configuration: Sendable, Equatable {
+        /// What happens to the sessions of a user whose consent is withdrawn.
+        public enum OnRevoked: String, Sendable, Equatable {
+            /// Every session of theirs is revoked.
+            case revokeSessions = "revoke_sessions"
+            /// Their sessions stay; the record says `consent_revoked_at` for the application to act.
+            case flag
+        }
+
+        /// The shortest time between two checks of one user's token; never less than a day, which is
+        /// as often as Apple allows.
+        public var interval: Int64 = 86_400 {
+            didSet { interval = max(interval, 86_400) }
+        }
+        /// Checks per minute at most, across all users.
+        public var perMinute = 60
+        public var onRevoked = OnRevoked.revokeSessions
+        /// How often the users are looked through for checks that fell due.
+        public var scanInterval: Duration = .seconds(60)
+        /// The pause after Apple failed or refused a check, at least (Apple's Retry-After when longer).
+        public var pauseAfterFailure: Duration = .seconds(900)
+
+        /// The defaults.
+        public init() {}
+    }
+
+    /// What one check found.
+    public enum Outcome: Sendable, Equatable {
+        /// Apple still honours the token; the check's time is recorded.
+        case valid
+        /// Apple answered invalid_grant: the token is dropped and, by policy, `sessions` were revoked.
+        case consentRevoked(sessions: Int)
+        /// The user has no token to check (or no record).
+        case noToken
+        /// Apple did not answer usably, or refused keyholed's credentials: nothing changed.
+        case failed(AppleError)
+        /// The token does not open with the store key: nothing changed.
+        case unreadable
+    }
+
+    private struct State {
+        var checks = 0
+        var consentRevoked = 0
+        var failures = 0
+        /// Users whose token does not open: logged once, skipped until restart.
+        var unreadable: Set<Principal> = []
+    }
+
+    let issuer: String
+    private let store: Store
+    private let exchange: AppleOperations.Exchange
+    private let configuration: Configuration
+    private let now: @Sendable () -> Double
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let doorbell = Doorbell()
+
+    /// Checks for the users of `issuer` in `store`, through `exchange`'s client and key.
+    public init(
+        issuer: String, store: Store, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
+        now: @escaping @Sendable () -> Double, logger: Logger
+    ) {
+        self.issuer = issuer
+        self.store = store
+        self.exchange = exchange
+        self.configuration = configuration
+        self.now = now
+        self.logger = logger
+    }
+
+    /// When `principal`'s token, last checked at `checkedAt`, is due: `interval` later, plus a spread
+    /// of up to an eighth of the interval fixed per user, so that checks that fell due together (many
+    /// sign-ins in one hour, keyholed stopped for a day) spread out rather than go at once.
+    func due(_ principal: Principal, checkedAt: Int64) -> Int64 {
+        // FNV-1a of the sub: stable across restarts, unlike Hasher.
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in principal.sub.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return checkedAt + configuration.interval + Int64(hash % UInt64(configuration.interval / 8))
+    }
+
+    /// The users whose check is due at `time`, most overdue first.
+    func dueUsers(at time: Int64) -> [Principal] {
+        var due: [(Int64, Principal)] = []
+        var cursor = 0
+        repeat {
+            let (users, next) = store.users(from: cursor, limit: 4096) { user in
+                user.principal.issuer == issuer && AppleGrant(user) != nil
+            }
+            for user in users {
+                let when = self.due(user.principal, checkedAt: AppleGrant(user)!.checkedAt)
+                if when <= time { due.append((when, user.principal)) }
+            }
+            cursor = next
+        } while cursor != 0
+        let skipped = state.withLock { $0.unreadable }
+        return due.sorted { $0.0 < $1.0 }.map(\.1).filter { !skipped.contains($0) }
+    }
+
+    /// Checks `principal`'s token at Apple now and acts on the answer.
+    func check(_ principal: Principal) async -> Outcome {
+        guard let user = store.user(principal), let grant = AppleGrant(user) else { return .noToken }
+        guard let token = grant.open(for: principal, with: exchange.sealingKey) else {
+            let first = state.withLock { $0.unreadable.insert(principal).inserted }
+            if first {
+                logger.error("apple.refresh_token_unreadable", metadata: [
+                    "sub": "\(principal.sub)", "error": "the stored refresh token does not open with the store key: was the key replaced?",
+                ])
+            }
+            return .unreadable
+        }
+        let answer: Result<Void, AppleError>
+        do {
+            _ = try await exchange.client.validateRefreshToken(token, clientID: grant.clientID)
+            answer = .success(())
+        } catch {
+            answer = .failure(error)
+        }
+        let time = Int64(now().rounded(.down))
+        switch answer {
+        case .success:
+            state.withLock { $0.checks += 1 }
+            // Only the grant that was checked: a sign-in meanwhile stored a newer one, checked by issue.
+            _ = try? await StoreCommit.awaiting { done throws(StoreError) in
+                try store.modifyUser(principal, now: time, completion: done) { user in
+                    guard var current = AppleGrant(user), current.sealedToken == grant.sealedToken else { return }
+                    current.checkedAt = time
+                    current.store(in: &user)
+                }
+            }
+            return .valid
+        case .failure(let error) where error.isInvalidGrant:
+            return await consentWithdrawn(principal, grant: grant, at: time)
+        case .failure(let error):
+            state.withLock { $0.failures += 1 }
+            let metadata: Logger.Metadata = ["sub": "\(principal.sub)", "client_id": "\(grant.clientID)", "error": "\(error.description)"]
+            if error.isRejected { logger.error("apple.refresh_check_refused", metadata: metadata) } else { logger.warning("apple.refresh_check_failed", metadata: metadata) }
+            return .failed(error)
+        }
+    }
+
+    private func consentWithdrawn(_ principal: Principal, grant: AppleGrant, at time: Int64) async -> Outcome {
+        let revoke = configuration.onRevoked == .revokeSessions
+        let changed: (user: User, sessions: Int)?
+        do {
+            changed = try await StoreCommit.awaiting { done throws(StoreError) in
+                try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
+                    guard AppleGrant(user)?.sealedToken == grant.sealedToken else { return }
+                    AppleGrant.remove(from: &user, revokedAt: time)
+                }
+            }
+        } catch {
+            // Not recorded: the next check finds the same and tries again.
+            logger.warning("apple.consent_revoked_not_recorded", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
+            return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+        }
+        let sessions = changed?.sessions ?? 0
+        state.withLock { state in
+            state.checks += 1
+            state.consentRevoked += 1
+        }
+        logger.notice("apple.consent_revoked", metadata: [
+            "sub": "\(principal.sub)", "client_id": "\(grant.clientID)", "on_revoked": "\(configuration.onRevoked.rawValue)",
+            "sessions_revoked": "\(sessions)",
+        ])
+        return .consentRevoked(sessions: sessions)
+    }
+
+    /// Checks what falls due, paced to `perMinute`, until graceful shutdown.
+    public func run() async {
+        await withGracefulShutdownHandler {
+            let spacing = Duration.milliseconds(max(1, 60_000 / max(1, configuration.perMinute)))
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
+                var pause = configuration.scanInterval
+                for principal in dueUsers(at: Int64(now().rounded(.down))) {
+                    guard !Task.isCancelled && !Task.isShuttingDownGracefully else { return }
+                    if case .failed(let error) = await check(principal) {
+                        // Apple down or refusing: every other check would fail the same way.
+                        pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))
+                        break
+                    }
+                    await doorbell.wait(upTo: spacing)
+                }
+                await doorbell.wait(upTo: pause)
+            }
+        } onGracefulShutdown: {
+            self.doorbell.ring()
+        }
+    }
+
+    /// The `refresh_checks` figures of `stats.apple`.
+    var statistics: [String: JSONValue] {
+        state.withLock { state in
+            ["done": .int(Int64(state.checks)), "consent_revoked": .int(Int64(state.consentRevoked)), "failures": .int(Int64(state.failures))]
+        }
+    }
+}

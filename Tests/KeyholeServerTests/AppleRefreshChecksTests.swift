@@ -1,0 +1,232 @@
+import Foundation
+import KeyholeApple
+import KeyholeJOSE
+import KeyholeProtocol
+import KeyholeTestSupport
+import Logging
+import Synchronization
+import Testing
+@testable import KeyholeServer
+@testable import KeyholeStore
+
+/// The refresh-token checks on a real store, against a fake Apple on loopback, with the wall clock
+/// injected: when checks fall due, what each answer does, and the service checking in turn.
+@Suite("Apple refresh-token checks", .serialized)
+struct AppleRefreshChecksTests {
+    static let client = "com.example.web"
+    static let http = AppleClient.makeHTTPClient()
+    let t0: Int64 = 1_800_000_000
+
+    /// A store in a temporary directory with its committer, a fake Apple, and the checks over them.
+    final class Harness: Sendable {
+        let apple: FakeApple
+        let store: Store
+        let directory: String
+        let exchange: AppleOperations.Exchange
+        let clock: ManualTime
+        let finished: AsyncStream<Void>
+        private let finish: AsyncStream<Void>.Continuation
+
+        init(now: Int64) async throws {
+            apple = try await FakeApple()
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent("kh-checks-\(UUID())").path
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            store = try Store.open(stateDirectory: directory, configuration: Store.Configuration(), repair: false, now: now).0
+            (finished, finish) = AsyncStream<Void>.makeStream()
+            let finish = self.finish
+            store.startCommitter(logger: Logger(label: "test")) { finish.finish() }
+            var configuration = AppleClient.Configuration()
+            configuration.endpoint = apple.url
+            let secrets = ClientSecrets(configuration: .init(teamID: apple.teamID, keyID: apple.keyID), key: apple.teamKey)
+            exchange = AppleOperations.Exchange(
+                client: AppleClient(client: AppleRefreshChecksTests.http, secrets: secrets, configuration: configuration),
+                sealingKey: try SealingKey(bytes: (0..<32).map { _ in UInt8.random(in: 0...255) }))
+            clock = ManualTime(Double(now))
+        }
+
+        func checks(
+            _ onRevoked: AppleRefreshChecks.Configuration.OnRevoked = .revokeSessions, perMinute: Int = 60, exchange: AppleOperations.Exchange? = nil
+        ) -> AppleRefreshChecks {
+            var configuration = AppleRefreshChecks.Configuration()
+            configuration.onRevoked = onRevoked
+            configuration.perMinute = perMinute
+            return AppleRefreshChecks(issuer: "apple", store: store, exchange: exchange ?? self.exchange, configuration: configuration, now: { [clock] in clock.now }, logger: Logger(label: "test"))
+        }
+
+        /// Signs `sub` in with a real code exchange at `time`: their sealed grant and `sessions` sessions.
+        func signIn(_ sub: String, at time: Int64, sessions: Int = 2) async throws -> String {
+            let principal = Principal(issuer: "apple", sub: sub)
+            let code = apple.issueCode(sub: sub, clientID: AppleRefreshChecksTests.client)
+            let tokens = try await exchange.client.exchangeCode(code, clientID: AppleRefreshChecksTests.client, redirectURI: nil)
+            let refreshToken = try #require(tokens.refreshToken)
+            let sealed = try #require(AppleGrant.seal(refreshToken, for: principal, with: exchange.sealingKey))
+            _ = try await StoreCommit.awaiting { done throws(StoreError) in
+                try store.updateUser(principal, now: time, completion: done) { user in
+                    AppleGrant(sealedToken: sealed, clientID: AppleRefreshChecksTests.client, checkedAt: time).store(in: &user)
+                }
+            }
+            for _ in 0..<sessions {
+                _ = try await StoreCommit.awaiting { done throws(StoreError) in
+                    try store.createSession(for: principal, now: time, ttl: 30 * 86_400, idle: 30 * 86_400, data: nil, completion: done)
+                }
+            }
+            return refreshToken
+        }
+
+        func grant(_ sub: String) -> AppleGrant? { store.user(Principal(issuer: "apple", sub: sub)).flatMap(AppleGrant.init) }
+
+        func sessions(_ sub: String) -> Int { store.sessions(of: Principal(issuer: "apple", sub: sub), now: Int64(clock.now)).count }
+
+        func close() async throws {
+            store.stop()
+            for await _ in finished {}
+            store.lock.release()
+            try? FileManager.default.removeItem(atPath: directory)
+            try await apple.close()
+        }
+    }
+
+    @Test("a check falls due a day after the last, spread by less than an eighth of a day per user, most overdue first; users without a token never")
+    func due() async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks()
+        let subs = (0..<6).map { "001.due.\($0)" }
+        for (n, sub) in subs.enumerated() { _ = try await harness.signIn(sub, at: t0 + Int64(n), sessions: 0) }
+        _ = try await StoreCommit.awaiting { done throws(StoreError) in
+            try harness.store.updateUser(Principal(issuer: "apple", sub: "001.plain"), now: t0, completion: done) { $0.fields["email"] = "p@example.com" }
+        }
+        #expect(checks.dueUsers(at: t0 + 86_399).isEmpty)
+        let all = checks.dueUsers(at: t0 + 86_400 + 10_800 + 10)
+        #expect(Set(all.map(\.sub)) == Set(subs))
+        let dues = all.map { principal in checks.due(principal, checkedAt: harness.grant(principal.sub)!.checkedAt) }
+        #expect(dues == dues.sorted())
+        for (principal, due) in zip(all, dues) {
+            let checked = harness.grant(principal.sub)!.checkedAt
+            #expect(due >= checked + 86_400 && due < checked + 86_400 + 10_800)
+        }
+        #expect(Set(dues.map { $0 - t0 }).count > 1, "spread")
+        // Stable: the same user falls due at the same offset after a restart.
+        #expect(checks.due(all[0], checkedAt: 0) == harness.checks().due(all[0], checkedAt: 0))
+        try await harness.close()
+    }
+
+    @Test("a valid token: Apple asked under the token's client, the check recorded, not due again for a day")
+    func valid() async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks()
+        let refreshToken = try await harness.signIn("001.valid", at: t0)
+        let later = t0 + 2 * 86_400
+        harness.clock.now = Double(later)
+        #expect(checks.dueUsers(at: later).map(\.sub) == ["001.valid"])
+        #expect(await checks.check(Principal(issuer: "apple", sub: "001.valid")) == .valid)
+        let request = try #require(harness.apple.tokenRequests.last)
+        #expect(request["grant_type"] == "refresh_token")
+        #expect(request["refresh_token"] == refreshToken)
+        #expect(request["client_id"] == Self.client)
+        #expect(harness.grant("001.valid")?.checkedAt == later)
+        #expect(harness.sessions("001.valid") == 2)
+        #expect(checks.dueUsers(at: later + 86_399).isEmpty)
+        #expect(checks.statistics["done"] == 1)
+        try await harness.close()
+    }
+
+    @Test("consent withdrawn: the token is dropped and the sessions revoked, or with flag kept", arguments: [
+        AppleRefreshChecks.Configuration.OnRevoked.revokeSessions, .flag,
+    ])
+    func consentWithdrawn(policy: AppleRefreshChecks.Configuration.OnRevoked) async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks(policy)
+        _ = try await harness.signIn("001.gone", at: t0)
+        _ = try await harness.signIn("001.stays", at: t0)
+        harness.apple.withdrawConsent(sub: "001.gone")
+        let later = t0 + 2 * 86_400
+        harness.clock.now = Double(later)
+        let outcome = await checks.check(Principal(issuer: "apple", sub: "001.gone"))
+        #expect(outcome == .consentRevoked(sessions: policy == .revokeSessions ? 2 : 0))
+        #expect(harness.sessions("001.gone") == (policy == .revokeSessions ? 0 : 2))
+        #expect(harness.grant("001.gone") == nil)
+        let user = try #require(harness.store.user(Principal(issuer: "apple", sub: "001.gone")))
+        #expect(user.publicJSON["consent_revoked_at"] == .int(later))
+        #expect(user.fields["ext"]?["apple"]?["refresh_token"] == nil)
+        #expect(checks.dueUsers(at: later).map(\.sub) == ["001.stays"])
+        #expect(await checks.check(Principal(issuer: "apple", sub: "001.gone")) == .noToken)
+        #expect(await checks.check(Principal(issuer: "apple", sub: "001.stays")) == .valid)
+        #expect(harness.sessions("001.stays") == 2)
+        #expect(checks.statistics["consent_revoked"] == 1)
+        try await harness.close()
+    }
+
+    @Test("Apple down or refusing keyholed: nothing is revoked or recorded, and the check stays due")
+    func failures() async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks()
+        _ = try await harness.signIn("001.wait", at: t0)
+        let later = t0 + 2 * 86_400
+        harness.clock.now = Double(later)
+        harness.apple.fail(with: .serviceUnavailable)
+        guard case .failed(let error) = await checks.check(Principal(issuer: "apple", sub: "001.wait")) else {
+            Issue.record("not a failure")
+            return
+        }
+        #expect(!error.isRejected)
+        harness.apple.recover()
+        // Client secrets signed with a key Apple does not know: invalid_client.
+        var configuration = AppleClient.Configuration()
+        configuration.endpoint = harness.apple.url
+        let wrongKey = AppleOperations.Exchange(
+            client: AppleClient(
+                client: Self.http, secrets: ClientSecrets(configuration: .init(teamID: harness.apple.teamID, keyID: harness.apple.keyID), key: SigningKey()),
+                configuration: configuration),
+            sealingKey: harness.exchange.sealingKey)
+        guard case .failed(let refused) = await harness.checks(exchange: wrongKey).check(Principal(issuer: "apple", sub: "001.wait")) else {
+            Issue.record("not a failure")
+            return
+        }
+        #expect(refused.isRejected && !refused.isInvalidGrant)
+        #expect(harness.sessions("001.wait") == 2)
+        #expect(harness.grant("001.wait")?.checkedAt == t0)
+        #expect(checks.dueUsers(at: later).map(\.sub) == ["001.wait"])
+        #expect(checks.statistics["failures"] == 1)
+        try await harness.close()
+    }
+
+    @Test("the service checks every due user in turn, most overdue first, and stops when cancelled")
+    func service() async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks(perMinute: 600)
+        var tokens: [String] = []
+        for (n, sub) in ["001.s.a", "001.s.b", "001.s.c"].enumerated() {
+            tokens.append(try await harness.signIn(sub, at: t0 + Int64(n) * 20_000, sessions: 0))
+        }
+        harness.apple.withdrawConsent(sub: "001.s.b")
+        let later = t0 + 3 * 86_400
+        harness.clock.now = Double(later)
+        let requests = harness.apple.requestCount
+        let forms = harness.apple.tokenRequests.count
+        let running = Task { await checks.run() }
+        await harness.apple.waitForRequests(requests + 3)
+        running.cancel()
+        await running.value
+        #expect(harness.apple.requestPaths.dropFirst(requests) == ["/auth/token", "/auth/token", "/auth/token"])
+        // In due order, which here is the order of the sign-ins, one request per user; the first two
+        // checks were done before the third was sent (its form may not be recorded yet).
+        let asked = harness.apple.tokenRequests.dropFirst(forms)
+        #expect(asked.prefix(2).map { $0["refresh_token"] } == Array(tokens.prefix(2)))
+        #expect(asked.allSatisfy { $0["grant_type"] == "refresh_token" })
+        #expect(harness.grant("001.s.a")?.checkedAt == later)
+        #expect(harness.grant("001.s.b") == nil)
+        try await harness.close()
+    }
+}
+
+/// A wall clock the test sets.
+final class ManualTime: Sendable {
+    private let value: Mutex<Double>
+
+    init(_ now: Double) { value = Mutex(now) }
+
+    var now: Double {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
+}
