@@ -198,7 +198,7 @@ public struct IssuerRegistry: Sendable {
     }
 
     /// `keys_unavailable`, with a retry hint: when the next fetch is due, between 1 s and 1 min.
-    private static func keysUnavailable(_ keys: IssuerKeys) -> ProtocolError {
+    static func keysUnavailable(_ keys: IssuerKeys) -> ProtocolError {
         let status = keys.status()
         let now = keys.clock.now()
         let wait = status.nextFetchAt.map { $0 - now } ?? 1
@@ -210,7 +210,7 @@ public struct IssuerRegistry: Sendable {
     }
 
     /// The token's payload as a JSON object, or `nil` when it is not one.
-    private static func claims(_ jws: CompactJWS) -> [String: JSONValue]? {
+    static func claims(_ jws: CompactJWS) -> [String: JSONValue]? {
         guard case .object(let claims)? = try? JSONValue.parse(ByteBuffer(bytes: jws.payload)) else { return nil }
         return claims
     }

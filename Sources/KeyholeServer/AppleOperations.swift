@@ -5,8 +5,8 @@ import KeyholeProtocol
 import KeyholeStore
 import Logging
 
-/// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.pending`,
-/// `apple.refresh_check`.
+/// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.notification`,
+/// `apple.pending`, `apple.refresh_check`.
 public enum AppleOperations {
     /// Which issuer and clients are Apple's, and how to reach Apple.
     public struct Configuration: Sendable {
@@ -18,6 +18,8 @@ public enum AppleOperations {
         public var redirectURIs: [String: String] = [:]
         /// Apple's endpoints and the key that seals refresh tokens; without them, no code exchange.
         public var exchange: Exchange?
+        /// What a withdrawn consent does to the user's sessions (refresh checks and notifications).
+        public var onRevoked = AppleRefreshChecks.Configuration.OnRevoked.revokeSessions
 
         /// A configuration for `clientIDs`.
         public init(clientIDs: Set<String>) {
@@ -45,7 +47,16 @@ public enum AppleOperations {
         configuration: Configuration?, registry: IssuerRegistry, store: Store, sessions: StoreOperations.Configuration,
         revocations: AppleRevocations? = nil, refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
-        [
+        let seen = SeenNotifications()
+        return [
+            "apple.notification": .async { request, context throws(ProtocolError) in
+                guard let configuration else {
+                    throw .notConfigured("apple.notification needs an [apple] section in keyholed.toml")
+                }
+                let notification = Notification(
+                    configuration: configuration, registry: registry, store: store, seen: seen, now: now, logger: context.logger)
+                return try await notification.run(request)
+            },
             "apple.refresh_check": .async { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let sub = try arguments.string("sub", required: true, maxBytes: Principal.maximumFieldBytes)!

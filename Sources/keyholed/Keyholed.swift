@@ -175,6 +175,7 @@ struct Keyholed: AsyncParsableCommand {
         var configuration = AppleOperations.Configuration(clientIDs: Set(settings.clientIDs))
         configuration.issuer = settings.issuer
         configuration.redirectURIs = settings.redirectURIs
+        configuration.onRevoked = settings.refreshChecks.onRevoked
         guard settings.exchanges else { return (configuration, nil) }
         guard let signingKey = keys.signingKey, let sealingKey = keys.sealingKey, let teamID = settings.teamID,
             let keyID = settings.keyID

@@ -95,6 +95,27 @@ package final class FakeApple: Sendable {
         return try! identityKey.signJWT(claims: claims, kid: identityKeyID)
     }
 
+    /// A server-to-server notification as Apple POSTs it to the app (`{"payload": this}`): `events`
+    /// as a JSON string (Apple's way) or, with `eventsAsObject`, an object; `claims` override the rest.
+    package func notification(
+        type: String, sub: String, audience: String, event: [String: JSONValue] = [:], eventsAsObject: Bool = false,
+        jti: String = UUID().uuidString, lifetime: Int64 = 86_400, claims: [String: JSONValue] = [:], key: SigningKey? = nil
+    ) -> String {
+        let now = clock()
+        var events = event
+        events["type"] = .string(type)
+        events["sub"] = .string(sub)
+        events["event_time"] = .int(now * 1000)
+        var buffer = ByteBuffer()
+        JSONValue.object(events).write(to: &buffer)
+        var payload: [String: JSONValue] = [
+            "iss": .string(Self.issuer), "aud": .string(audience), "iat": .int(now), "exp": .int(now + lifetime),
+            "jti": .string(jti), "events": eventsAsObject ? .object(events) : .string(String(buffer: buffer)),
+        ]
+        payload.merge(claims) { $1 }
+        return try! (key ?? identityKey).signJWT(claims: payload, kid: identityKeyID)
+    }
+
     /// An authorization code for `sub`, as the app's front end receives it, bound to `clientID` and
     /// (for web clients) `redirectURI`; its exchange returns an id_token with `claims` added.
     package func issueCode(sub: String, clientID: String, redirectURI: String? = nil, claims: [String: JSONValue] = [:]) -> String {

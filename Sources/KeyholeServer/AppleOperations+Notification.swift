@@ -1,0 +1,143 @@
+import KeyholeIssuers
+import KeyholeJOSE
+import KeyholeProtocol
+import KeyholeStore
+import Logging
+import NIOCore
+
+extension AppleOperations {
+    /// One `apple.notification`: Apple's server-to-server notification, as the app's endpoint received
+    /// it, verified and applied to the user it names.
+    struct Notification: Sendable {
+        let configuration: Configuration
+        let registry: IssuerRegistry
+        let store: Store
+        let seen: SeenNotifications
+        let now: @Sendable () -> Double
+        let logger: Logger
+
+        /// What the event says.
+        struct Event {
+            var type: String
+            var sub: String
+            var email: String?
+            var isPrivateEmail: Bool?
+        }
+
+        func run(_ request: Request) async throws(ProtocolError) -> [String: JSONValue] {
+            var arguments = Arguments(request)
+            let payload = try arguments.string("payload", required: true, maxBytes: CompactJWS.maximumLength)!
+            try arguments.finish()
+            let signed = try await registry.verifySignature(of: payload, issuer: configuration.issuer)
+            let time = Int64(now().rounded(.down))
+            let (jti, expiresAt) = try checkClaims(signed, now: time)
+            let event = try Self.event(signed.claims["events"])
+            var answer: [String: JSONValue] = ["type": .string(event.type), "sub": .string(event.sub), "applied": false, "duplicate": false]
+            if seen.contains(jti, now: time) {
+                answer["duplicate"] = true
+                return answer
+            }
+            let applied = try await apply(event, now: time)
+            // Remembered once applied: a notification that failed to apply is applied when Apple retries.
+            seen.insert(jti, until: expiresAt, now: time)
+            answer["applied"] = .bool(applied)
+            logger.notice("apple.notification", metadata: ["type": "\(event.type)", "sub": "\(event.sub)", "applied": "\(applied)"])
+            return answer
+        }
+
+        /// iss, aud among client_ids, exp and iat, jti; returns the jti and when the token expires.
+        func checkClaims(_ signed: IssuerRegistry.SignedPayload, now: Int64) throws(ProtocolError) -> (String, Int64) {
+            let claims = signed.claims
+            let policy = signed.keys.configuration.policy
+            guard case .string(let iss)? = claims["iss"], policy.acceptsIssuer(iss) else {
+                throw ProtocolError(code: .tokenIssuerUnknown, message: "the notification's iss is not Apple's")
+            }
+            let audiences: [String]
+            switch claims["aud"] {
+            case .string(let audience)?: audiences = [audience]
+            case .array(let values)?: audiences = values.compactMap(\.stringValue)
+            default: throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no aud")
+            }
+            guard audiences.contains(where: configuration.clientIDs.contains) else {
+                throw ProtocolError(code: .tokenAudienceInvalid, message: "the notification's aud names none of [apple] client_ids")
+            }
+            guard let exp = claims["exp"]?.intValue else {
+                throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no integer exp")
+            }
+            guard now < exp.addingReportingOverflow(policy.leeway).partialValue else {
+                throw ProtocolError(code: .tokenExpired, message: "the notification expired")
+            }
+            if let iat = claims["iat"]?.intValue, iat > now + policy.leeway {
+                throw ProtocolError(code: .tokenNotYetValid, message: "the notification was issued in the future")
+            }
+            guard case .string(let jti)? = claims["jti"], !jti.isEmpty, jti.utf8.count <= 256 else {
+                throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no jti of 1 to 256 bytes")
+            }
+            return (jti, exp)
+        }
+
+        /// `events`: a JSON object, or (as Apple sends it) a string holding one.
+        static func event(_ value: JSONValue?) throws(ProtocolError) -> Event {
+            var members: [String: JSONValue]
+            switch value {
+            case .object(let object)?:
+                members = object
+            case .string(let text)?:
+                guard case .object(let object)? = try? JSONValue.parse(ByteBuffer(string: text)) else {
+                    throw ProtocolError(code: .tokenClaimInvalid, message: "the notification's events string is not a JSON object")
+                }
+                members = object
+            default:
+                throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no events object")
+            }
+            guard case .string(let type)? = members.removeValue(forKey: "type"), !type.isEmpty, type.utf8.count <= 64,
+                case .string(let sub)? = members.removeValue(forKey: "sub"), !sub.isEmpty, sub.utf8.count <= Principal.maximumFieldBytes
+            else {
+                throw ProtocolError(code: .tokenClaimInvalid, message: "the notification's events need a type and a sub")
+            }
+            var event = Event(type: type, sub: sub)
+            if case .string(let email)? = members["email"], !email.isEmpty, email.utf8.count <= 320 { event.email = email }
+            // Apple's booleans may come as strings, as in identity tokens.
+            switch members["is_private_email"] {
+            case .bool(let flag)?: event.isPrivateEmail = flag
+            case .string("true")?: event.isPrivateEmail = true
+            case .string("false")?: event.isPrivateEmail = false
+            default: break
+            }
+            return event
+        }
+
+        /// Applies the event; returns whether it changed anything (false for a user keyholed does not
+        /// know, or a type it does not act on).
+        func apply(_ event: Event, now time: Int64) async throws(ProtocolError) -> Bool {
+            let principal = Principal(issuer: configuration.issuer, sub: event.sub)
+            switch event.type {
+            case "consent-revoked":
+                let revoke = configuration.onRevoked == .revokeSessions
+                let changed = try await StoreCommit.awaiting { done throws(StoreError) in
+                    try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
+                        AppleGrant.remove(from: &user, revokedAt: time)
+                    }
+                }
+                return changed != nil
+            case "account-delete", "account-deleted":
+                // Apple deleted the account (and its grants): nothing to revoke there.
+                let deleted = try await StoreCommit.awaiting { done throws(StoreError) in
+                    try store.deleteUser(principal, now: time, completion: done)
+                }
+                return deleted.deleted
+            case "email-disabled", "email-enabled":
+                let changed = try await StoreCommit.awaiting { done throws(StoreError) in
+                    try store.modifyUser(principal, now: time, completion: done) { user in
+                        user.fields["email_enabled"] = .bool(event.type == "email-enabled")
+                        if let email = event.email { user.fields["email"] = .string(email) }
+                        if let isPrivate = event.isPrivateEmail { user.fields["is_private_email"] = .bool(isPrivate) }
+                    }
+                }
+                return changed != nil
+            default:
+                return false
+            }
+        }
+    }
+}
