@@ -117,6 +117,7 @@ extension AppleOperations {
                 let changed = try await StoreCommit.awaiting { done throws(StoreError) in
                     try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
                         AppleGrant.remove(from: &user, revokedAt: time)
+                        return true
                     }
                 }
                 return changed != nil
@@ -132,6 +133,7 @@ extension AppleOperations {
                         user.fields["email_enabled"] = .bool(event.type == "email-enabled")
                         if let email = event.email { user.fields["email"] = .string(email) }
                         if let isPrivate = event.isPrivateEmail { user.fields["is_private_email"] = .bool(isPrivate) }
+                        return true
                     }
                 }
                 return changed != nil

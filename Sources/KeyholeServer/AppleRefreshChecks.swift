@@ -89,7 +89,10 @@ public final class AppleRefreshChecks: Service, Sendable {
         // FNV-1a of the sub: stable across restarts, unlike Hasher.
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in principal.sub.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return checkedAt + configuration.interval + Int64(hash % UInt64(configuration.interval / 8))
+        // Saturating: a damaged or far-future refresh_checked_at must not trap.
+        let spread = Int64(hash % UInt64(configuration.interval / 8))
+        let (sum, overflow) = checkedAt.addingReportingOverflow(configuration.interval + spread)
+        return overflow ? (checkedAt > 0 ? .max : .min) : sum
     }
 
     /// The users whose check is due at `time`, most overdue first.
@@ -133,13 +136,20 @@ public final class AppleRefreshChecks: Service, Sendable {
         switch answer {
         case .success:
             state.withLock { $0.checks += 1 }
-            // Only the grant that was checked: a sign-in meanwhile stored a newer one, checked by issue.
-            _ = try? await StoreCommit.awaiting { done throws(StoreError) in
-                try store.modifyUser(principal, now: time, completion: done) { user in
-                    guard var current = AppleGrant(user), current.sealedToken == grant.sealedToken else { return }
-                    current.checkedAt = time
-                    current.store(in: &user)
+            do {
+                // Only the grant that was checked: a sign-in meanwhile stored a newer one, checked by issue.
+                _ = try await StoreCommit.awaiting { done throws(StoreError) in
+                    try store.modifyUser(principal, now: time, completion: done) { user in
+                        guard var current = AppleGrant(user), current.sealedToken == grant.sealedToken else { return false }
+                        current.checkedAt = time
+                        current.store(in: &user)
+                        return true
+                    }
                 }
+            } catch {
+                // Unrecorded, the check would be due again at once: the service pauses instead.
+                logger.warning("apple.refresh_check_not_recorded", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
+                return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
             }
             return .valid
         case .failure(let error) where error.isInvalidGrant:
@@ -154,12 +164,14 @@ public final class AppleRefreshChecks: Service, Sendable {
 
     private func consentWithdrawn(_ principal: Principal, grant: AppleGrant, at time: Int64) async -> Outcome {
         let revoke = configuration.onRevoked == .revokeSessions
-        let changed: (user: User, sessions: Int)?
+        let changed: (user: User, applied: Bool, sessions: Int)?
         do {
             changed = try await StoreCommit.awaiting { done throws(StoreError) in
                 try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
-                    guard AppleGrant(user)?.sealedToken == grant.sealedToken else { return }
+                    // A sign-in since stored a new grant (new consent): its sessions stay.
+                    guard AppleGrant(user)?.sealedToken == grant.sealedToken else { return false }
                     AppleGrant.remove(from: &user, revokedAt: time)
+                    return true
                 }
             }
         } catch {
@@ -167,7 +179,11 @@ public final class AppleRefreshChecks: Service, Sendable {
             logger.warning("apple.consent_revoked_not_recorded", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
             return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
         }
-        let sessions = changed?.sessions ?? 0
+        guard let changed, changed.applied else {
+            state.withLock { $0.checks += 1 }
+            return .noToken
+        }
+        let sessions = changed.sessions
         state.withLock { state in
             state.checks += 1
             state.consentRevoked += 1

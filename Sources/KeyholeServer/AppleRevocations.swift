@@ -80,14 +80,18 @@ public final class AppleRevocations: Service, Sendable {
         let claimed = state.withLock { $0.inFlight.insert(entry.id).inserted }
         guard claimed else { return false }
         defer { _ = state.withLock { $0.inFlight.remove(entry.id) } }
+        // Done by another try since the caller listed it: nothing to send.
+        guard store.outbox(kind: Self.kind).contains(where: { $0.id == entry.id }) else { return true }
         let failure: AppleError
         var unreadable = false
         do {
             try await send(entry)
-            return await finish(entry, detail: "revoked")
+            if await finish(entry, detail: "revoked") { return true }
+            failure = .unavailable("revoked at Apple, but the store could not record it", retryAfterMs: 1000)
         } catch let error as AppleError where error.isInvalidGrant {
             // Apple no longer knows the token (it expired, or the user withdrew consent): nothing is left to revoke.
-            return await finish(entry, detail: "already_invalid")
+            if await finish(entry, detail: "already_invalid") { return true }
+            failure = .unavailable("the store could not record the revocation", retryAfterMs: 1000)
         } catch let error as AppleError {
             failure = error
         } catch {
@@ -132,18 +136,21 @@ public final class AppleRevocations: Service, Sendable {
         try await exchange.client.revoke(token, kind: .refreshToken, clientID: clientID)
     }
 
-    /// Marks `entry` done in the store; `false` if that could not be written (it is then tried again).
+    /// Marks `entry` done in the store; `false` if that could not be written (it is then tried again,
+    /// after a back-off, as a failed send is).
     private func finish(_ entry: OutboxEntry, detail: String) async -> Bool {
+        let removed: Bool
         do {
-            _ = try await StoreCommit.awaiting { done throws(StoreError) in try store.completeOutbox(entry.id, completion: done) }
+            removed = try await StoreCommit.awaiting { done throws(StoreError) in try store.completeOutbox(entry.id, completion: done) }
         } catch {
             logger.warning("apple.revoke_not_recorded", metadata: ["id": "\(entry.idText)", "error": "\(error.message)"])
             return false
         }
         state.withLock { state in
             state.attempts[entry.id] = nil
-            state.revoked += 1
+            if removed { state.revoked += 1 }
         }
+        guard removed else { return true }
         logger.info("apple.revoked", metadata: [
             "id": "\(entry.idText)", "client_id": "\(entry.payload["client_id"]?.stringValue ?? "")", "result": "\(detail)",
         ])
@@ -170,14 +177,15 @@ public final class AppleRevocations: Service, Sendable {
     func retryDue() async -> Double? {
         for entry in store.outbox(kind: Self.kind) {
             guard !Task.isShuttingDownGracefully, !Task.isCancelled else { return nil }
-            let due = state.withLock { ($0.attempts[entry.id]?.next ?? 0) <= now() }
+            // An entry in flight (user.delete's own try) is left to its task, which wakes this one if it fails.
+            let due = state.withLock { !$0.inFlight.contains(entry.id) && ($0.attempts[entry.id]?.next ?? 0) <= now() }
             if due { _ = await attempt(entry) }
         }
         let left = Set(store.outbox(kind: Self.kind).map(\.id))
         return state.withLock { state in
             // Forget entries done elsewhere (another attempt, a restart's replay).
             state.attempts = state.attempts.filter { left.contains($0.key) }
-            return left.map { state.attempts[$0]?.next ?? 0 }.min()
+            return left.subtracting(state.inFlight).map { state.attempts[$0]?.next ?? 0 }.min()
         }
     }
 }

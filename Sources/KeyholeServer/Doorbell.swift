@@ -1,8 +1,9 @@
 import KeyholeIssuers
 import Synchronization
 
-/// Wakes a background loop early: the loop waits for a ring or a timeout, whichever comes first. A
-/// ring while nobody waits is kept for the next wait, so none is lost between a pass and its wait.
+/// Wakes a background loop early: the loop waits for a ring or a timeout, whichever comes first. Every
+/// ring is also kept for the next wait, which then returns at once: none is lost between a pass and
+/// its wait, at the price of an extra pass now and then.
 final class Doorbell: Sendable {
     private struct State {
         var waiter: FirstOutcome<Void>?
@@ -14,12 +15,9 @@ final class Doorbell: Sendable {
     /// Wakes the waiter, or the next one.
     func ring() {
         state.withLock { state -> FirstOutcome<Void>? in
-            guard let waiter = state.waiter else {
-                state.rung = true
-                return nil
-            }
-            state.waiter = nil
-            return waiter
+            state.rung = true
+            defer { state.waiter = nil }
+            return state.waiter
         }?.finish(())
     }
 

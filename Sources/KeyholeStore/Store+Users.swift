@@ -33,17 +33,19 @@ extension Store {
         }
     }
 
-    /// Changes `principal`'s record with `update` when they have one (never creating it), and with
-    /// `revokeSessions` removes every session of theirs in the same change. Returns the record as
-    /// changed (`nil` when there was none: nothing is done then) and how many live sessions went.
+    /// Changes `principal`'s record with `update` when they have one (never creating it). `update`
+    /// returns whether the change applies: when it returns false nothing is done (whatever it
+    /// changed is dropped). With `revokeSessions`, an applied change also removes every session of
+    /// theirs, in the same change. Returns the record as it is after (`nil` when there was none),
+    /// whether the change applied, and how many live sessions went.
     public func modifyUser(
         _ principal: Principal, now: Int64, revokeSessions: Bool = false, completion: @escaping Completion,
-        _ update: (inout User) -> Void
-    ) throws(StoreError) -> (user: User, sessions: Int)? {
-        try change(completion) { tables, undo throws(StoreError) -> ((User, Int)?, [StoreRecord]) in
+        _ update: (inout User) -> Bool
+    ) throws(StoreError) -> (user: User, applied: Bool, sessions: Int)? {
+        try change(completion) { tables, undo throws(StoreError) -> ((User, Bool, Int)?, [StoreRecord]) in
             guard let before = tables.user(principal) else { return (nil, []) }
             var user = before
-            update(&user)
+            guard update(&user) else { return ((before, false, 0), []) }
             var records: [StoreRecord] = []
             var live = 0
             if revokeSessions {
@@ -55,7 +57,7 @@ extension Store {
                 tables.setUser(principal, StoreTables.UserState(user), undo: &undo)
                 records.append(.userPut(principal, user.recordJSON))
             }
-            return ((user, live), records)
+            return ((user, true, live), records)
         }
     }
 
