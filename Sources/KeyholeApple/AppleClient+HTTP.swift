@@ -77,7 +77,7 @@ extension AppleClient {
     }
 
     /// POSTs a form to `path` under the endpoint, bounded by the total timeout.
-    func post(_ path: String, form: [(String, String)]) async throws(AppleError) -> Answer {
+    func post(_ path: String, form: [(String, String)], bearer: String? = nil) async throws(AppleError) -> Answer {
         let url = configuration.endpoint + path
         let timeout = configuration.totalTimeout
         let retry = retryAfterMs(nil)
@@ -89,6 +89,7 @@ extension AppleClient {
         request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
         request.headers.add(name: "Accept", value: "application/json")
         request.headers.add(name: "User-Agent", value: "keyholed")
+        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
         request.body = .bytes(ByteBuffer(string: Self.formEncode(form)))
         let limit = configuration.maximumBytes
         let ready = request

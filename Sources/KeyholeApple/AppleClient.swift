@@ -57,6 +57,8 @@ public struct AppleClient: Sendable {
 
     let client: HTTPClient
     private let secrets: ClientSecrets
+    /// Access tokens for user migration, by client id, reused until a minute before they expire.
+    let migrationTokens = MigrationTokens()
     /// The configuration.
     public let configuration: Configuration
 
@@ -109,7 +111,7 @@ public struct AppleClient: Sendable {
         guard answer.status == .ok else { throw refusal(answer, clientID: clientID, grant: kind.rawValue) }
     }
 
-    private func secret(_ clientID: String) throws(AppleError) -> String {
+    func secret(_ clientID: String) throws(AppleError) -> String {
         do {
             return try secrets.secret(for: clientID)
         } catch {

@@ -32,6 +32,9 @@ public struct VerifiedToken: Sendable, Hashable {
     public let isPrivateEmail: Bool?
     /// `real_user_status` (Apple's fraud signal), when it is an integer.
     public let realUserStatus: Int64?
+    /// `transfer_sub` (Sign in with Apple, while apps move between teams): the user's transfer
+    /// identifier, by which the receiving team finds the record the sending team had.
+    public let transferSub: String?
 
     /// What the token says of nonces, read once from `claims` so that checks need not keep them.
     public enum NonceClaim: Sendable, Hashable {
@@ -85,6 +88,7 @@ public struct VerifiedToken: Sendable, Hashable {
         self.emailVerified = claims["email_verified"]?.boolValue
         self.isPrivateEmail = claims["is_private_email"]?.boolValue
         self.realUserStatus = claims["real_user_status"]?.intValue
+        self.transferSub = claims["transfer_sub"]?.stringValue.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 }
         switch claims["nonce"] {
         case .string(let nonce)?:
             nonceClaim = .value(nonce)

@@ -64,6 +64,12 @@ extension AppleOperations {
             }
 
             let time = Int64(now().rounded(.down))
+            if let transferSub = verified.transferSub, transferSub != verified.subject {
+                // The first sign-in after a team transfer: the record kept under the transfer
+                // identifier (imported from the sending team) becomes this user's.
+                _ = try await Transfer(configuration: configuration, store: store, now: now, logger: logger)
+                    .move(from: transferSub, to: verified.subject, now: time)
+            }
             let upsert = try await StoreCommit.awaiting { done throws(StoreError) in
                 try store.updateUser(principal, now: time, completion: done) { user in
                     Self.apply(verified, given: given, to: &user)

@@ -6,7 +6,7 @@ import KeyholeStore
 import Logging
 
 /// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.notification`,
-/// `apple.pending`, `apple.refresh_check`.
+/// `apple.pending`, `apple.refresh_check`, `apple.transfer.export`, `apple.transfer.import`.
 public enum AppleOperations {
     /// Which issuer and clients are Apple's, and how to reach Apple.
     public struct Configuration: Sendable {
@@ -56,6 +56,14 @@ public enum AppleOperations {
                 let notification = Notification(
                     configuration: configuration, registry: registry, store: store, seen: seen, now: now, logger: context.logger)
                 return try await notification.run(request)
+            },
+            "apple.transfer.export": .async { request, context throws(ProtocolError) in
+                guard let configuration else { throw .notConfigured("apple.transfer.export needs an [apple] section in keyholed.toml") }
+                return try await Transfer(configuration: configuration, store: store, now: now, logger: context.logger).export(request)
+            },
+            "apple.transfer.import": .async { request, context throws(ProtocolError) in
+                guard let configuration else { throw .notConfigured("apple.transfer.import needs an [apple] section in keyholed.toml") }
+                return try await Transfer(configuration: configuration, store: store, now: now, logger: context.logger).import(request)
             },
             "apple.refresh_check": .async { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)

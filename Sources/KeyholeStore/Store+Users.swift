@@ -61,6 +61,18 @@ extension Store {
         }
     }
 
+    /// Moves `from`'s record and every session of theirs to `to` (a team transfer gives the user a
+    /// new sub): sessions keep their tokens. A record `to` already has wins, member by member.
+    /// Returns the record as moved (`nil` when `from` had neither record nor session) and how many
+    /// sessions moved.
+    public func moveUser(_ from: Principal, to: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> (user: User?, sessions: Int)? {
+        try change(completion) { tables, undo throws(StoreError) -> ((User?, Int)?, [StoreRecord]) in
+            guard from != to, tables.user(from) != nil || !tables.sessions(of: from, now: now).isEmpty else { return (nil, []) }
+            let sessions = tables.move(from, to: to, undo: &undo)
+            return ((tables.user(to), sessions), [.userMove(from: from, to: to)])
+        }
+    }
+
     /// The users in principal slots from `cursor` on (`limit` slots at most, under one hold of the
     /// lock) that `include` accepts, and where to go on (0 after the last slot): a background task
     /// walks every user a slice at a time without holding up requests.

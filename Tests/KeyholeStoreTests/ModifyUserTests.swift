@@ -77,4 +77,45 @@ struct ModifyUserTests {
         #expect(slices >= 7)
         await running.close()
     }
+
+    @Test("moving a user takes their record and sessions (tokens unchanged) to the new principal; a record there wins member by member")
+    func move() async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        var running = try RunningStore(directory, now: now)
+        let store = running.store
+        let old = Principal(issuer: "apple", sub: "t.old")
+        let new = Principal(issuer: "apple", sub: "002.new")
+        _ = try await durably { done throws(StoreError) in
+            try store.updateUser(old, now: now, completion: done) { user in
+                user.fields["email"] = "old@example.com"
+                user.fields["name"] = .object(["given": "Jane"])
+            }
+        }
+        var tokens: [String] = []
+        for _ in 0..<2 {
+            tokens.append(try await durably { done throws(StoreError) in
+                try store.createSession(for: old, now: now, ttl: 3600, idle: 600, data: nil, completion: done)
+            }.token)
+        }
+        _ = try await durably { done throws(StoreError) in
+            try store.updateUser(new, now: now + 1, completion: done) { $0.fields["email"] = "new@example.com" }
+        }
+        let moved = try await durably { done throws(StoreError) in try store.moveUser(old, to: new, now: now + 2, completion: done) }
+        #expect(moved?.sessions == 2)
+        #expect(moved?.user?.fields["email"] == "new@example.com")
+        #expect(moved?.user?.fields["name"] == .object(["given": "Jane"]))
+        #expect(moved?.user?.createdAt == now)
+        #expect(store.user(old) == nil && store.sessions(of: old, now: now + 2).isEmpty)
+        #expect(store.session(token: tokens[0], now: now + 3)?.session.principal == new)
+        let nothing = try await durably { done throws(StoreError) in try store.moveUser(old, to: new, now: now + 2, completion: done) }
+        #expect(nothing == nil)
+        await running.close()
+
+        running = try RunningStore(directory, now: now + 4)
+        #expect(running.store.sessions(of: new, now: now + 4).count == 2)
+        #expect(running.store.user(new)?.fields["name"] == .object(["given": "Jane"]))
+        #expect(running.store.user(old) == nil)
+        await running.close()
+    }
 }

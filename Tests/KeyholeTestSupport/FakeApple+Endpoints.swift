@@ -54,9 +54,41 @@ extension FakeApple {
                 "access_token": .string("a\(UUID().uuidString.lowercased())"), "token_type": .string("Bearer"),
                 "expires_in": .int(3600), "id_token": .string(identityToken(sub: grant.sub, audience: clientID)),
             ])
+        case "client_credentials":
+            guard form["scope"] == "user.migration" else { return refuse("invalid_scope", "scope \(form["scope"] ?? "none")") }
+            let accessToken = "m\(UUID().uuidString.lowercased())"
+            state.withLock { $0.migrationTokens[accessToken] = clientID }
+            return Self.json(["access_token": .string(accessToken), "token_type": "Bearer", "expires_in": .int(3600)])
         default:
             return refuse("unsupported_grant_type", "grant_type \(form["grant_type"] ?? "none")")
         }
+    }
+
+    /// `/auth/usermigrationinfo`: with `sub` and `target`, the sending team gets a transfer
+    /// identifier; with `transfer_sub`, the receiving team (this fake's own team) gets the user's sub.
+    func migrationInfo(_ request: LocalHTTPServer.Received) -> LocalHTTPServer.Reply {
+        let form = Self.parseForm(request.body)
+        if let failure = takeFailure() { return failure }
+        guard let clientID = form["client_id"], let secret = form["client_secret"] else {
+            return refuse("invalid_request", "client_id or client_secret missing")
+        }
+        if let problem = checkClientSecret(secret, clientID: clientID) { return refuse("invalid_client", problem) }
+        guard let authorization = request.headers.first(name: "Authorization"), authorization.hasPrefix("Bearer "),
+            state.withLock({ $0.migrationTokens[String(authorization.dropFirst(7))] }) == clientID
+        else { return refuse("invalid_client", "no Bearer access token of scope user.migration for this client") }
+        if let sub = form["sub"], let target = form["target"] {
+            guard target.utf8.count == 10 else { return refuse("invalid_request", "target is not a team id") }
+            let transferSub = "t\(abs(sub.hashValue ^ target.hashValue)).\(sub.count)"
+            state.withLock { $0.transfers[transferSub] = (sub, target, Self.transferredSub(sub)) }
+            return Self.json(["transfer_sub": .string(transferSub)])
+        }
+        if let transferSub = form["transfer_sub"] {
+            guard let transfer = state.withLock({ $0.transfers[transferSub] }), transfer.target == teamID else {
+                return refuse("invalid_grant", "unknown transfer_sub, or not for this team")
+            }
+            return Self.json(["sub": .string(transfer.newSub), "email": .string("\(transfer.newSub)@privaterelay.appleid.com"), "is_private_email": true])
+        }
+        return refuse("invalid_request", "give sub and target, or transfer_sub")
     }
 
     /// `/auth/revoke`.

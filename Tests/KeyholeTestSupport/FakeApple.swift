@@ -46,6 +46,10 @@ package final class FakeApple: Sendable {
     struct State {
         var codes: [String: Code] = [:]
         var grants: [String: Grant] = [:]
+        /// Access tokens of grant_type client_credentials (scope user.migration), by token: their client.
+        var migrationTokens: [String: String] = [:]
+        /// Transfer identifiers handed out: the user, the team they go to, and their sub there.
+        var transfers: [String: (sub: String, target: String, newSub: String)] = [:]
         /// Answer every request with this status (fail on demand), `count` times (nil: until cleared).
         var failure: (status: HTTPResponseStatus, remaining: Int?)?
         var revoked: [String] = []
@@ -65,6 +69,7 @@ package final class FakeApple: Sendable {
         server.setReply(LocalHTTPServer.Reply(body: Array(keys.utf8)), forPath: "/auth/keys")
         server.setResponder(forPath: "/auth/token") { [self] request in self.token(request) }
         server.setResponder(forPath: "/auth/revoke") { [self] request in self.revoke(request) }
+        server.setResponder(forPath: "/auth/usermigrationinfo") { [self] request in self.migrationInfo(request) }
     }
 
     /// Its base URL, for `[apple] endpoint`.
@@ -150,6 +155,12 @@ package final class FakeApple: Sendable {
     package var refusals: [String] { state.withLock { $0.refusals } }
     /// The refresh tokens handed out and whether each still works.
     package var refreshTokens: [String: Bool] { state.withLock { $0.grants.mapValues(\.valid) } }
+
+    /// The sub a transferred user has in the receiving team.
+    package static func transferredSub(_ sub: String) -> String { "002" + sub.dropFirst(3) }
+
+    /// The transfer identifiers handed out so far, and the sub each stands for.
+    package var transfers: [String: String] { state.withLock { $0.transfers.mapValues(\.sub) } }
 
     /// How many HTTP requests reached the fake so far, on any path.
     package var requestCount: Int { server.received.count }

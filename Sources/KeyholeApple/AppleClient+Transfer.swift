@@ -1,0 +1,93 @@
+import KeyholeProtocol
+import NIOCore
+import Synchronization
+
+extension AppleClient {
+    /// What the receiving team learns of a transferred user.
+    public struct TransferredUser: Sendable, Equatable {
+        /// Their sub in the receiving team.
+        public var sub: String
+        /// Their email, and whether it is a private relay address, when Apple says.
+        public var email: String?
+        public var isPrivateEmail: Bool?
+    }
+
+    /// The sending team's step of a team transfer: the transfer identifier of `sub` for the team
+    /// `target` (`/auth/usermigrationinfo` with `sub` and `target`).
+    public func transferSub(for sub: String, target: String, clientID: String) async throws(AppleError) -> String {
+        let answer = try await migrationInfo(["sub": sub, "target": target], clientID: clientID)
+        guard case .string(let transferSub)? = answer["transfer_sub"], !transferSub.isEmpty, transferSub.utf8.count <= 255 else {
+            throw .unavailable("Apple's usermigrationinfo answered without a transfer_sub", retryAfterMs: retryAfterMs(nil))
+        }
+        return transferSub
+    }
+
+    /// The receiving team's step: the user a transfer identifier stands for, once the apps are
+    /// transferred (`/auth/usermigrationinfo` with `transfer_sub`).
+    public func transferredUser(_ transferSub: String, clientID: String) async throws(AppleError) -> TransferredUser {
+        let answer = try await migrationInfo(["transfer_sub": transferSub], clientID: clientID)
+        guard case .string(let sub)? = answer["sub"], !sub.isEmpty, sub.utf8.count <= 255 else {
+            throw .unavailable("Apple's usermigrationinfo answered without a sub", retryAfterMs: retryAfterMs(nil))
+        }
+        var user = TransferredUser(sub: sub)
+        if case .string(let email)? = answer["email"], !email.isEmpty, email.utf8.count <= 320 { user.email = email }
+        switch answer["is_private_email"] {
+        case .bool(let flag)?: user.isPrivateEmail = flag
+        case .string("true")?: user.isPrivateEmail = true
+        case .string("false")?: user.isPrivateEmail = false
+        default: break
+        }
+        return user
+    }
+
+    private func migrationInfo(_ fields: KeyValuePairs<String, String>, clientID: String) async throws(AppleError) -> [String: JSONValue] {
+        let token = try await migrationToken(clientID: clientID)
+        var form = fields.map { ($0.key, $0.value) }
+        form += [("client_id", clientID), ("client_secret", try secret(clientID))]
+        let answer = try await post("/auth/usermigrationinfo", form: form, bearer: token)
+        guard answer.status == .ok else {
+            // A refused access token (expired early, revoked) is not reused.
+            if answer.status == .unauthorized || answer.status == .badRequest { migrationTokens.forget(clientID) }
+            throw refusal(answer, clientID: clientID, grant: "user migration")
+        }
+        guard case .object(let members)? = try? JSONValue.parse(answer.body) else {
+            throw .unavailable("Apple's usermigrationinfo answered HTTP 200 without a JSON object", retryAfterMs: retryAfterMs(nil))
+        }
+        return members
+    }
+
+    /// An access token of scope user.migration for `clientID` (grant_type client_credentials),
+    /// reused while it lives.
+    func migrationToken(clientID: String) async throws(AppleError) -> String {
+        let now = ContinuousClock.now
+        if let token = migrationTokens.token(for: clientID, at: now) { return token }
+        let form = [
+            ("client_id", clientID), ("client_secret", try secret(clientID)), ("grant_type", "client_credentials"),
+            ("scope", "user.migration"),
+        ]
+        let response = try await tokenRequest(form, clientID: clientID, grant: "user migration token")
+        guard let token = response.accessToken else {
+            throw .unavailable("Apple's token endpoint answered client_credentials without an access_token", retryAfterMs: retryAfterMs(nil))
+        }
+        let lifetime = min(max(response.expiresIn ?? 3600, 0), 86_400)
+        migrationTokens.keep(token, for: clientID, until: now + .seconds(max(lifetime - 60, 0)))
+        return token
+    }
+}
+
+/// Access tokens for user migration by client id: held in memory only, never logged.
+final class MigrationTokens: Sendable {
+    private let tokens = Mutex<[String: (token: String, until: ContinuousClock.Instant)]>([:])
+
+    func token(for clientID: String, at now: ContinuousClock.Instant) -> String? {
+        tokens.withLock { tokens in tokens[clientID].flatMap { $0.until > now ? $0.token : nil } }
+    }
+
+    func keep(_ token: String, for clientID: String, until: ContinuousClock.Instant) {
+        tokens.withLock { $0[clientID] = (token, until) }
+    }
+
+    func forget(_ clientID: String) {
+        _ = tokens.withLock { $0.removeValue(forKey: clientID) }
+    }
+}

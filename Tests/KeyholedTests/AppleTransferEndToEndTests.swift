@@ -1,0 +1,63 @@
+import Foundation
+import KeyholeProtocol
+import KeyholeTestSupport
+import Testing
+
+/// Team transfer through two keyholeds (the sending team's and the receiving team's) against a fake
+/// Apple: export of transfer identifiers, import moving the records kept under them, and the first
+/// sign-in of a transferred user recognised by its transfer_sub.
+@Suite("Apple team transfer, end to end", .serialized)
+struct AppleTransferEndToEndTests {
+    typealias SignIn = AppleSignInEndToEndTests
+
+    @Test("export on the sending side, import on the receiving side: the record and its sessions move to the new sub")
+    func bothWays() async throws {
+        let apple = try await FakeApple()
+        let (sender, sending) = try SignIn.start(apple)
+        let (receiver, receiving) = try SignIn.start(apple)
+        let sub = "001.tr.a"
+        _ = try AppleDeletionEndToEndTests.signIn(apple, sending, sub: sub)
+        let exported = try sending.result("apple.transfer.export", ["sub": .string(sub), "target_team_id": .string(apple.teamID), "client_id": .string(SignIn.web)])
+        let transferSub = try #require(exported["transfer_sub"]?.stringValue)
+        #expect(apple.transfers[transferSub] == sub)
+
+        // The receiving team loaded the user's data under the transfer identifier.
+        _ = try receiving.result("user.update", ["sub": .string(transferSub), "name": ["given": "Jane"]])
+        let session = try #require(try receiving.result("session.create", ["sub": .string(transferSub)])["session"]?.stringValue)
+        let imported = try receiving.result("apple.transfer.import", ["transfer_sub": .string(transferSub), "client_id": .string(SignIn.web)])
+        let newSub = FakeApple.transferredSub(sub)
+        #expect(imported["sub"] == .string(newSub))
+        #expect(imported["moved"] == true && imported["sessions_moved"] == 1)
+        #expect(imported["is_private_email"] == true)
+        let user = try receiving.result("user.get", ["sub": .string(newSub)])
+        #expect(user["name"] == ["given": "Jane"])
+        #expect(user["email"] == imported["email"])
+        #expect(try receiving.errorCode("user.get", ["sub": .string(transferSub)]) == "user_not_found")
+        #expect(try receiving.result("session.get", ["session": .string(session)])["sub"] == .string(newSub))
+        // Importing again finds nothing left to move.
+        #expect(try receiving.result("apple.transfer.import", ["transfer_sub": .string(transferSub), "client_id": .string(SignIn.web)])["moved"] == false)
+
+        // Refusals: an unknown identifier is Apple's invalid_grant; a malformed team id never leaves.
+        #expect(try receiving.errorCode("apple.transfer.import", ["transfer_sub": "t.unknown", "client_id": .string(SignIn.web)]) == "upstream_rejected")
+        #expect(try sending.errorCode("apple.transfer.export", ["sub": .string(sub), "target_team_id": "team"]) == "bad_request")
+        #expect(try sending.errorCode("apple.transfer.export", ["sub": .string(sub), "target_team_id": .string(apple.teamID), "client_id": "com.other"]) == "bad_request")
+        #expect(try sender.terminate() == 0)
+        #expect(try receiver.terminate() == 0)
+        try await apple.close()
+    }
+
+    @Test("a sign-in whose identity token carries transfer_sub takes over the record kept under it")
+    func signInWithTransferSub() async throws {
+        let apple = try await FakeApple()
+        let (daemon, connection) = try SignIn.start(apple)
+        _ = try connection.result("user.update", ["sub": "t.kept", "name": ["given": "Ada", "family": "King"]])
+        let token = apple.identityToken(sub: "002.tr.b", audience: SignIn.app, extra: ["transfer_sub": "t.kept"])
+        let signedIn = try connection.result("apple.sign_in", ["identity_token": .string(token)])
+        #expect(signedIn["created"] == false)
+        #expect(signedIn["user"]?["name"] == ["given": "Ada", "family": "King"])
+        #expect(signedIn["user"]?["sub"] == "002.tr.b")
+        #expect(try connection.errorCode("user.get", ["sub": "t.kept"]) == "user_not_found")
+        #expect(try daemon.terminate() == 0)
+        try await apple.close()
+    }
+}
