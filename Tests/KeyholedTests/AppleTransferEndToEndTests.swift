@@ -60,4 +60,51 @@ struct AppleTransferEndToEndTests {
         #expect(try daemon.terminate() == 0)
         try await apple.close()
     }
+
+    @Test("keyhole apple transfer export|import over files: resumes where it stopped, stops when Apple is down, goes on past a refused item")
+    func commandLine() async throws {
+        let apple = try await FakeApple()
+        let (sender, sending) = try SignIn.start(apple)
+        let (receiver, _) = try SignIn.start(apple)
+        let cli = ChildProcess.builtProduct("keyhole").path
+        let subs = ["001.cli.a", "001.cli.b", "001.cli.c"]
+        for sub in subs { _ = try AppleDeletionEndToEndTests.signIn(apple, sending, sub: sub) }
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let input = directory.appendingPathComponent("subs.txt").path
+        let exported = directory.appendingPathComponent("exported.tsv").path
+        try "# subs to move\n\(subs[0])\n\n\(subs[1])\n\(subs[2])\n".write(toFile: input, atomically: true, encoding: .utf8)
+        // An earlier run got as far as the first.
+        try "\(subs[0])\tt.earlier\n".write(toFile: exported, atomically: true, encoding: .utf8)
+        let export = [cli, "apple", "transfer", "export", "--socket", sender.socketPath, "--target", apple.teamID,
+                      "--client-id", SignIn.web, input, "--output", exported]
+
+        apple.fail(with: .serviceUnavailable)
+        let down = try ChildProcess.run(export)
+        #expect(down.status == 1)
+        #expect(down.stderr.contains("upstream_unavailable") && down.stderr.contains("stopped"))
+        #expect(try String(contentsOfFile: exported, encoding: .utf8) == "\(subs[0])\tt.earlier\n")
+
+        apple.recover()
+        let again = try ChildProcess.run(export)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(again.stderr.contains("2 done, 0 failed, 1 already in"))
+        let lines = try String(contentsOfFile: exported, encoding: .utf8).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        #expect(lines.map { $0[0] } == subs)
+        for line in lines.dropFirst() { #expect(apple.transfers[line[1]] == line[0]) }
+        #expect(!apple.transfers.values.contains(subs[0]))
+
+        // The receiving side takes export's output as it is; the earlier run's identifier is refused
+        // by Apple, and the others still go through.
+        let imported = directory.appendingPathComponent("imported.tsv").path
+        let run = try ChildProcess.run([cli, "apple", "transfer", "import", "--socket", receiver.socketPath, "--client-id", SignIn.web, exported, "--output", imported])
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("t.earlier: upstream_rejected"))
+        let moved = try String(contentsOfFile: imported, encoding: .utf8).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        #expect(moved.map { $0[1] } == subs.dropFirst().map(FakeApple.transferredSub))
+        #expect(moved.map { $0[0] } == lines.dropFirst().map { $0[1] })
+        #expect(try sender.terminate() == 0)
+        #expect(try receiver.terminate() == 0)
+        try await apple.close()
+    }
 }
