@@ -1,3 +1,4 @@
+import KeyholeJOSE
 import KeyholeProtocol
 import NIOCore
 import Synchronization
@@ -31,12 +32,7 @@ extension AppleClient {
         }
         var user = TransferredUser(sub: sub)
         if case .string(let email)? = answer["email"], !email.isEmpty, email.utf8.count <= 320 { user.email = email }
-        switch answer["is_private_email"] {
-        case .bool(let flag)?: user.isPrivateEmail = flag
-        case .string("true")?: user.isPrivateEmail = true
-        case .string("false")?: user.isPrivateEmail = false
-        default: break
-        }
+        user.isPrivateEmail = ClaimsProfile.appleBoolean(answer["is_private_email"])
         return user
     }
 

@@ -44,11 +44,20 @@ public enum ClaimsProfile: String, Sendable, Hashable, CaseIterable {
 
     /// A boolean claim Apple may send as a JSON boolean or as the exact strings "true" and "false".
     private static func appleBoolean(_ value: JSONValue, name: String) throws(JOSEError) -> Bool {
+        guard let bool = appleBoolean(value) else {
+            throw JOSEError(.tokenClaimInvalid, "claim '\(name)' is neither a boolean nor \"true\"/\"false\"")
+        }
+        return bool
+    }
+
+    /// A boolean as Apple sends them (in tokens, notifications and its REST answers): a JSON boolean
+    /// or the exact strings "true" and "false"; `nil` for anything else.
+    public static func appleBoolean(_ value: JSONValue?) -> Bool? {
         switch value {
-        case .bool(let bool): return bool
-        case .string("true"): return true
-        case .string("false"): return false
-        default: throw JOSEError(.tokenClaimInvalid, "claim '\(name)' is neither a boolean nor \"true\"/\"false\"")
+        case .bool(let bool)?: bool
+        case .string("true")?: true
+        case .string("false")?: false
+        default: nil
         }
     }
 }

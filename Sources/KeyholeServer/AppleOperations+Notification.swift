@@ -97,13 +97,7 @@ extension AppleOperations {
             }
             var event = Event(type: type, sub: sub)
             if case .string(let email)? = members["email"], !email.isEmpty, email.utf8.count <= 320 { event.email = email }
-            // Apple's booleans may come as strings, as in identity tokens.
-            switch members["is_private_email"] {
-            case .bool(let flag)?: event.isPrivateEmail = flag
-            case .string("true")?: event.isPrivateEmail = true
-            case .string("false")?: event.isPrivateEmail = false
-            default: break
-            }
+            event.isPrivateEmail = ClaimsProfile.appleBoolean(members["is_private_email"])
             return event
         }
 

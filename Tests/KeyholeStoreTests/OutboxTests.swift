@@ -146,21 +146,6 @@ struct OutboxTests {
         ]
     }()
 
-    @Test("outbox entries in the wrong place or number, and newer formats, are corruption", arguments: badFiles)
-    func badFile(name: String, bytes: [UInt8], reason: String) throws {
-        let directory = try TemporaryStateDirectory()
-        defer { directory.cleanUp() }
-        let path = directory.path + "/" + SnapshotHeader.fileName(5)
-        try Data(bytes).write(to: URL(fileURLWithPath: path))
-        var tables = StoreTables()
-        do {
-            _ = try SnapshotReader.load(path, into: &tables, blockBytes: 64)
-            Issue.record("\(name): loaded")
-        } catch {
-            #expect(error.isCorruption && error.message.contains(reason), "\(name): \(error.message)")
-        }
-    }
-
     @Test("taking a change back restores the outbox as it was")
     func rollBack() {
         var tables = StoreTables()

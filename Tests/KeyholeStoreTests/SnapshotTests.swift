@@ -217,7 +217,7 @@ struct SnapshotTests {
             ("data", snapshotFile([principal("a", user: false), session(1, data: "[1]")], principals: 1, sessions: 1), "does not parse"),
             ("type", snapshotFile([[0x20, 0, 1, 0x61, 0, 1, 0x62, 0, 0, 0, 0]], principals: 1, sessions: 0), "type 0x20"),
             ("zero length", good.prefix(SnapshotHeader.size) + [0, 0, 0, 0, 0, 0, 0, 0], "length of 0"),
-        ]
+        ] + OutboxTests.badFiles
     }()
 
     @Test("a snapshot file that cannot be read whole is corruption, with its offset", arguments: badSnapshots)
