@@ -53,6 +53,15 @@ struct AppleGrant: Sendable, Equatable {
         user.fields["consent_revoked_at"] = .int(time)
     }
 
+    /// Drops the grant from `user`'s record without a trace (a team transfer: the token was sealed
+    /// for the old sub and issued to the sending team's client; neither is of use any more).
+    static func discard(from user: inout User) {
+        guard var ext = user.fields["ext"]?.objectValue, var apple = ext["apple"]?.objectValue else { return }
+        for member in ["refresh_token", "client_id", "refresh_checked_at"] { apple[member] = nil }
+        ext["apple"] = .object(apple)
+        user.fields["ext"] = .object(ext)
+    }
+
     /// The associated data a refresh token is sealed with: it opens only as this user's.
     static func associatedData(_ principal: Principal) -> [UInt8] {
         Array("keyhole.apple.refresh_token\u{0}\(principal.issuer)\u{0}\(principal.sub)".utf8)

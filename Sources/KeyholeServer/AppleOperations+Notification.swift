@@ -30,22 +30,29 @@ extension AppleOperations {
             try arguments.finish()
             let signed = try await registry.verifySignature(of: payload, issuer: configuration.issuer)
             let time = Int64(now().rounded(.down))
-            let (jti, expiresAt) = try checkClaims(signed, now: time)
+            let (jti, acceptedUntil) = try checkClaims(signed, now: time)
             let event = try Self.event(signed.claims["events"])
             var answer: [String: JSONValue] = ["type": .string(event.type), "sub": .string(event.sub), "applied": false, "duplicate": false]
-            if seen.contains(jti, now: time) {
+            // Claimed before it is applied, so that two deliveries at once apply it once; given back
+            // when applying fails, so that Apple's retry applies it.
+            guard seen.claim(jti, until: acceptedUntil, now: time) else {
                 answer["duplicate"] = true
                 return answer
             }
-            let applied = try await apply(event, now: time)
-            // Remembered once applied: a notification that failed to apply is applied when Apple retries.
-            seen.insert(jti, until: expiresAt, now: time)
+            let applied: Bool
+            do {
+                applied = try await apply(event, issuedAt: signed.claims["iat"]?.intValue, now: time)
+            } catch {
+                seen.release(jti)
+                throw error
+            }
             answer["applied"] = .bool(applied)
             logger.notice("apple.notification", metadata: ["type": "\(event.type)", "sub": "\(event.sub)", "applied": "\(applied)"])
             return answer
         }
 
-        /// iss, aud among client_ids, exp and iat, jti; returns the jti and when the token expires.
+        /// iss, aud among client_ids, exp and iat, jti; returns the jti and until when the token is
+        /// accepted (exp plus the leeway).
         func checkClaims(_ signed: IssuerRegistry.SignedPayload, now: Int64) throws(ProtocolError) -> (String, Int64) {
             let claims = signed.claims
             let policy = signed.keys.configuration.policy
@@ -64,7 +71,9 @@ extension AppleOperations {
             guard let exp = claims["exp"]?.intValue else {
                 throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no integer exp")
             }
-            guard now < exp.addingReportingOverflow(policy.leeway).partialValue else {
+            let (sum, overflow) = exp.addingReportingOverflow(policy.leeway)
+            let acceptedUntil = overflow ? (exp > 0 ? Int64.max : Int64.min) : sum
+            guard now < acceptedUntil else {
                 throw ProtocolError(code: .tokenExpired, message: "the notification expired")
             }
             if let iat = claims["iat"]?.intValue, iat > now + policy.leeway {
@@ -73,7 +82,7 @@ extension AppleOperations {
             guard case .string(let jti)? = claims["jti"], !jti.isEmpty, jti.utf8.count <= 256 else {
                 throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no jti of 1 to 256 bytes")
             }
-            return (jti, exp)
+            return (jti, acceptedUntil)
         }
 
         /// `events`: a JSON object, or (as Apple sends it) a string holding one.
@@ -103,18 +112,21 @@ extension AppleOperations {
 
         /// Applies the event; returns whether it changed anything (false for a user keyholed does not
         /// know, or a type it does not act on).
-        func apply(_ event: Event, now time: Int64) async throws(ProtocolError) -> Bool {
+        func apply(_ event: Event, issuedAt: Int64?, now time: Int64) async throws(ProtocolError) -> Bool {
             let principal = Principal(issuer: configuration.issuer, sub: event.sub)
             switch event.type {
             case "consent-revoked":
                 let revoke = configuration.onRevoked == .revokeSessions
                 let changed = try await StoreCommit.awaiting { done throws(StoreError) in
                     try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
+                        // A grant issued (or found valid) after the notification is newer consent: a
+                        // late retry or a replay after a restart must not undo it.
+                        if let issuedAt, let grant = AppleGrant(user), grant.checkedAt > issuedAt { return false }
                         AppleGrant.remove(from: &user, revokedAt: time)
                         return true
                     }
                 }
-                return changed != nil
+                return changed?.applied == true
             case "account-delete", "account-deleted":
                 // Apple deleted the account (and its grants): nothing to revoke there.
                 let deleted = try await StoreCommit.awaiting { done throws(StoreError) in

@@ -109,7 +109,7 @@ extension AppleOperations {
             let from = Principal(issuer: configuration.issuer, sub: transferSub)
             let to = Principal(issuer: configuration.issuer, sub: sub)
             let moved = try await StoreCommit.awaiting { done throws(StoreError) in
-                try store.moveUser(from, to: to, now: time, completion: done)
+                try store.moveUser(from, to: to, now: time, completion: done, adjust: AppleGrant.discard)
             }
             if let moved { logger.info("apple.user_transferred", metadata: ["sub": "\(sub)", "sessions": "\(moved.sessions)"]) }
             return moved?.sessions

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// The `jti` of the notifications applied, each remembered until its token expires, so that Apple's
+/// The `jti` of the notifications applied, each remembered for as long as its token is accepted, so that Apple's
 /// retries (it sends again until the app answers 200) and replays are applied once. In memory only:
 /// after a restart a repeat is applied again, which every event type tolerates.
 final class SeenNotifications: Sendable {
@@ -16,23 +16,34 @@ final class SeenNotifications: Sendable {
         self.capacity = capacity
     }
 
-    /// Whether `jti` was applied and has not expired by `now`.
+    /// Whether `jti` is remembered at `now`.
     func contains(_ jti: String, now: Int64) -> Bool {
         state.withLock { state in state.expiries[jti].map { $0 > now } ?? false }
     }
 
-    /// Remembers `jti` until `expiresAt`.
-    func insert(_ jti: String, until expiresAt: Int64, now: Int64) {
+    /// Remembers `jti` until `expiresAt` unless it is already; returns whether it was not (the
+    /// caller then applies the notification).
+    func claim(_ jti: String, until expiresAt: Int64, now: Int64) -> Bool {
         state.withLock { state in
+            if let known = state.expiries[jti], known > now { return false }
             state.expiries[jti] = expiresAt
-            guard state.expiries.count > capacity else { return }
-            state.expiries = state.expiries.filter { $0.value > now }
-            if state.expiries.count > capacity {
-                // Rare (a flood of valid notifications): drop the soonest to expire, a tenth at once.
-                let dropped = state.expiries.sorted { $0.value < $1.value }.prefix(state.expiries.count - capacity + capacity / 10)
-                for (key, _) in dropped { state.expiries[key] = nil }
-            }
+            Self.prune(&state, capacity: capacity, now: now)
+            return true
         }
+    }
+
+    /// Forgets `jti` (its notification could not be applied).
+    func release(_ jti: String) {
+        _ = state.withLock { $0.expiries.removeValue(forKey: jti) }
+    }
+
+    private static func prune(_ state: inout State, capacity: Int, now: Int64) {
+        guard state.expiries.count > capacity else { return }
+        state.expiries = state.expiries.filter { $0.value > now }
+        guard state.expiries.count > capacity else { return }
+        // Rare (a flood of valid notifications): drop the soonest to expire, a tenth at once.
+        let dropped = state.expiries.sorted { $0.value < $1.value }.prefix(state.expiries.count - capacity + capacity / 10)
+        for (key, _) in dropped { state.expiries[key] = nil }
     }
 
     /// How many are remembered.

@@ -62,14 +62,51 @@ extension Store {
     }
 
     /// Moves `from`'s record and every session of theirs to `to` (a team transfer gives the user a
-    /// new sub): sessions keep their tokens. A record `to` already has wins, member by member.
-    /// Returns the record as moved (`nil` when `from` had neither record nor session) and how many
-    /// sessions moved.
-    public func moveUser(_ from: Principal, to: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> (user: User?, sessions: Int)? {
+    /// new sub): sessions keep their tokens and times. A record `to` already has wins, member by
+    /// member; `adjust` then changes the record as moved (under the lock). Returns the record after
+    /// (`nil` when `from` had neither record nor live session) and how many sessions moved.
+    ///
+    /// Logged as records whose replay is exact over any snapshot (WALRecordTypes.md, "Replay"): the
+    /// merged user.put for `to`, a session.create (and a session.touch for its last use) per session,
+    /// then user.delete of `from`. A crash that keeps only the first of them loses nothing: the
+    /// record is then under both principals.
+    public func moveUser(
+        _ from: Principal, to: Principal, now: Int64, completion: @escaping Completion, adjust: (inout User) -> Void = { _ in }
+    ) throws(StoreError) -> (user: User?, sessions: Int)? {
         try change(completion) { tables, undo throws(StoreError) -> ((User?, Int)?, [StoreRecord]) in
-            guard from != to, tables.user(from) != nil || !tables.sessions(of: from, now: now).isEmpty else { return (nil, []) }
-            let sessions = tables.move(from, to: to, undo: &undo)
-            return ((tables.user(to), sessions), [.userMove(from: from, to: to)])
+            let moving = tables.sessions(of: from, now: now)
+            let user = tables.user(from)
+            guard from != to, user != nil || !moving.isEmpty else { return (nil, []) }
+            var records: [StoreRecord] = []
+            var merged: User?
+            if let user {
+                var result = tables.user(to) ?? User(principal: to, createdAt: user.createdAt, updatedAt: now)
+                result.fields.merge(user.fields) { kept, _ in kept }
+                result.createdAt = min(result.createdAt, user.createdAt)
+                result.lastLoginAt = [result.lastLoginAt, user.lastLoginAt].compactMap { $0 }.max()
+                adjust(&result)
+                result.updatedAt = max(now, result.createdAt)
+                tables.setUser(to, StoreTables.UserState(result), undo: &undo)
+                records.append(.userPut(to, result.recordJSON))
+                merged = result
+            }
+            for session in moving {
+                let new = StoreRecord.NewSession(
+                    id: session.id, check: tables.check(of: session.id)!, principal: to, createdAt: session.createdAt,
+                    expiresAt: session.expiresAt, idleSeconds: session.idleSeconds, data: session.data)
+                tables.create(new, undo: &undo)
+                records.append(.sessionCreate(new))
+                if session.lastSeenAt > session.createdAt, let slot = tables.slot(of: session.id),
+                    let touch = tables.touch(slot, now: session.lastSeenAt, touchInterval: 0, undo: &undo)
+                {
+                    records.append(touch)
+                }
+            }
+            // Whatever is left under `from` (expired sessions) goes with the record.
+            _ = tables.removeAll(of: from, undo: &undo)
+            tables.setUser(from, nil, undo: &undo)
+            records.append(.userDelete(from))
+            return ((merged ?? tables.user(to), moving.count), records)
         }
     }
 

@@ -27,8 +27,6 @@ enum StoreRecord: Equatable, Sendable {
     /// The user's whole record as compact JSON.
     case userPut(Principal, [UInt8])
     case userDelete(Principal)
-    /// The user's record and sessions moved to another principal (a team transfer's new sub).
-    case userMove(from: Principal, to: Principal)
     /// Work owed outside (an Apple revocation), kept until done.
     case outboxPut(OutboxEntry)
     case outboxDone(UInt64)
@@ -41,7 +39,6 @@ enum StoreRecord: Equatable, Sendable {
         case sessionRevokeAll = 0x13
         case userPut = 0x20
         case userDelete = 0x21
-        case userMove = 0x22
         case outboxPut = 0x40
         case outboxDone = 0x41
     }
@@ -55,7 +52,6 @@ enum StoreRecord: Equatable, Sendable {
         case .sessionRevokeAll: .sessionRevokeAll
         case .userPut: .userPut
         case .userDelete: .userDelete
-        case .userMove: .userMove
         case .outboxPut: .outboxPut
         case .outboxDone: .outboxDone
         }
@@ -88,11 +84,6 @@ enum StoreRecord: Equatable, Sendable {
             bytes.appendString(principal.issuer)
             bytes.appendString(principal.sub)
             bytes.appendBlob(json)
-        case .userMove(let from, let to):
-            bytes.appendString(from.issuer)
-            bytes.appendString(from.sub)
-            bytes.appendString(to.issuer)
-            bytes.appendString(to.sub)
         case .outboxPut(let entry):
             entry.appendFields(to: &bytes)
         case .outboxDone(let id):
@@ -137,11 +128,6 @@ enum StoreRecord: Equatable, Sendable {
             } else {
                 self = kind == .userDelete ? .userDelete(principal) : .sessionRevokeAll(principal)
             }
-        case .userMove:
-            guard let fromIssuer = reader.string(), let fromSub = reader.string(), let toIssuer = reader.string(),
-                let toSub = reader.string()
-            else { return nil }
-            self = .userMove(from: Principal(issuer: fromIssuer, sub: fromSub), to: Principal(issuer: toIssuer, sub: toSub))
         case .outboxPut:
             guard let entry = OutboxEntry(reading: &reader) else { return nil }
             self = .outboxPut(entry)

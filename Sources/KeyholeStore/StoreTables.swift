@@ -70,6 +70,9 @@ struct StoreTables {
         return index
     }
 
+    /// Session `id`'s check, expired or not.
+    func check(of id: SessionID) -> SessionCheck? { slot(of: id).map { sessionSlots[$0].check } }
+
     /// The slot of session `id`, expired or not.
     func slot(of id: SessionID) -> UInt32? { sessionIndex.find(id, in: sessionSlots) }
 
@@ -250,8 +253,6 @@ struct StoreTables {
         case .userDelete(let principal):
             _ = removeAll(of: principal, undo: &none)
             setUser(principal, nil, undo: &none)
-        case .userMove(let from, let to):
-            move(from, to: to, undo: &none)
         case .outboxPut(let entry):
             outbox[entry.id] = entry
         case .outboxDone(let id):
@@ -275,40 +276,6 @@ struct StoreTables {
             slot += 1
         }
         return (removed, slot >= sessionSlots.count ? 0 : slot)
-    }
-
-    /// Moves `from`'s record and sessions to `to` (WALRecordTypes.md, user.move). A record `to`
-    /// already has wins, member by member, over the one moved in. Returns how many sessions moved.
-    @discardableResult
-    mutating func move(_ from: Principal, to: Principal, undo: inout [Undo]?) -> Int {
-        guard from != to else { return 0 }
-        var moved: [(StoreRecord.NewSession, Int64, Int64)] = []
-        forEachSession(of: from) { slot in
-            let entry = sessionSlots[slot]
-            moved.append((
-                StoreRecord.NewSession(
-                    id: entry.id, check: entry.check, principal: to, createdAt: entry.createdAt, expiresAt: entry.expiresAt,
-                    idleSeconds: entry.idleSeconds, data: entry.data),
-                entry.lastSeenAt, entry.loggedSeenAt))
-        }
-        let user = self.user(from)
-        for (session, _, _) in moved { remove(session.id, undo: &undo) }
-        if let user {
-            var merged = StoreTables.UserState(user)
-            if let existing = self.user(to) {
-                merged = StoreTables.UserState(existing)
-                merged.fields.merge(user.fields) { kept, _ in kept }
-                merged.createdAt = min(existing.createdAt, user.createdAt)
-                merged.lastLoginAt = [existing.lastLoginAt, user.lastLoginAt].compactMap { $0 }.max()
-            }
-            setUser(to, merged, undo: &undo)
-            setUser(from, nil, undo: &undo)
-        }
-        for (session, lastSeenAt, loggedSeenAt) in moved {
-            insert(session, principal: principalSlot(for: to), lastSeenAt: lastSeenAt, loggedSeenAt: loggedSeenAt)
-            undo?.append(.removeSession(session.id))
-        }
-        return moved.count
     }
 
     /// Adds or replaces an outbox entry (`nil` removes it).

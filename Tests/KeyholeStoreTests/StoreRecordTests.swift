@@ -22,7 +22,6 @@ struct StoreRecordTests {
         .sessionRevokeAll(principal),
         .userPut(principal, User(principal: principal, createdAt: 1, updatedAt: 2, lastLoginAt: 3, fields: ["email": "a@b.c"]).recordJSON),
         .userDelete(principal),
-        .userMove(from: principal, to: Principal(issuer: "apple", sub: "002234.abcdef.0042")),
         .outboxPut(OutboxEntry(
             id: 0xFEDC_BA98_7654_3210, kind: "apple.revoke", createdAt: 1_700_000_000,
             payload: ["sub": "001234.abcdef.0042", "token": "c2VhbGVk", "n": .int(3)])),
