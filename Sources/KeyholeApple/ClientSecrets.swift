@@ -12,6 +12,11 @@ import Synchronization
 /// exchanged). `iat` is set a minute back, so a server whose clock runs slightly ahead of Apple's
 /// still accepts it.
 public final class ClientSecrets: Sendable {
+    /// Whether `text` has the form of Apple's team and key ids: ten capital letters and digits.
+    public static func isAppleIdentifier(_ text: String) -> Bool {
+        text.utf8.count == 10 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }
+    }
+
     /// What the secrets say and how long they live.
     public struct Configuration: Sendable {
         /// The Apple Developer team id (`iss`).

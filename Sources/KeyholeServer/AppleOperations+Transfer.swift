@@ -43,7 +43,7 @@ extension AppleOperations {
             let target = try arguments.string("target_team_id", required: true, maxBytes: 10)!
             let requested = try arguments.string("client_id", maxBytes: 255)
             try arguments.finish()
-            guard target.utf8.count == 10, target.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }) else {
+            guard ClientSecrets.isAppleIdentifier(target) else {
                 throw .badRequest("'target_team_id' must be the receiving team's 10-character id (capital letters and digits)")
             }
             let exchange = try exchange("apple.transfer.export")

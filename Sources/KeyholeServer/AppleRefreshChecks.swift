@@ -100,11 +100,10 @@ public final class AppleRefreshChecks: Service, Sendable {
         var due: [(Int64, Principal)] = []
         var cursor = 0
         repeat {
-            let (users, next) = store.users(from: cursor, limit: 4096) { user in
-                user.principal.issuer == issuer && AppleGrant(user) != nil
-            }
+            let (users, next) = store.users(from: cursor, limit: 4096) { $0.principal.issuer == issuer }
             for user in users {
-                let when = self.due(user.principal, checkedAt: AppleGrant(user)!.checkedAt)
+                guard let grant = AppleGrant(user) else { continue }
+                let when = self.due(user.principal, checkedAt: grant.checkedAt)
                 if when <= time { due.append((when, user.principal)) }
             }
             cursor = next

@@ -81,7 +81,7 @@ public final class AppleRevocations: Service, Sendable {
         guard claimed else { return false }
         defer { _ = state.withLock { $0.inFlight.remove(entry.id) } }
         // Done by another try since the caller listed it: nothing to send.
-        guard store.outbox(kind: Self.kind).contains(where: { $0.id == entry.id }) else { return true }
+        guard store.outboxEntry(entry.id) != nil else { return true }
         let failure: AppleError
         var unreadable = false
         do {

@@ -1,7 +1,7 @@
 import Synchronization
 
-/// The `jti` of the notifications applied, each remembered for as long as its token is accepted, so that Apple's
-/// retries (it sends again until the app answers 200) and replays are applied once. In memory only:
+/// The `jti` of the notifications applied, each remembered for as long as its token is accepted, so
+/// that Apple's retries (it sends again until the app answers 200) and replays are applied once. In memory only:
 /// after a restart a repeat is applied again, which every event type tolerates.
 final class SeenNotifications: Sendable {
     private struct State {
@@ -14,11 +14,6 @@ final class SeenNotifications: Sendable {
 
     init(capacity: Int = 100_000) {
         self.capacity = capacity
-    }
-
-    /// Whether `jti` is remembered at `now`.
-    func contains(_ jti: String, now: Int64) -> Bool {
-        state.withLock { state in state.expiries[jti].map { $0 > now } ?? false }
     }
 
     /// Remembers `jti` until `expiresAt` unless it is already; returns whether it was not (the

@@ -12,6 +12,11 @@ extension Store {
         return entries.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
     }
 
+    /// Outbox entry `id`, while it is there (not yet done).
+    public func outboxEntry(_ id: UInt64) -> OutboxEntry? {
+        state.withLock { $0.tables.outbox[id] }
+    }
+
     /// Adds an entry to the outbox; it stays there, across restarts, until `completeOutbox`.
     public func addOutbox(_ work: OutboxWork, now: Int64, completion: @escaping Completion) throws(StoreError) -> OutboxEntry {
         try change(completion) { tables, undo throws(StoreError) -> (OutboxEntry, [StoreRecord]) in

@@ -23,14 +23,8 @@ extension Store {
     /// Deletes `principal`'s record and every session of theirs. Returns whether there was anything
     /// (a record or a session) and how many live sessions went.
     public func deleteUser(_ principal: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> (deleted: Bool, sessions: Int) {
-        try change(completion) { tables, undo throws(StoreError) -> ((Bool, Int), [StoreRecord]) in
-            let live = tables.liveSessionCount(of: principal, now: now)
-            let hadUser = tables.user(principal) != nil
-            let removed = tables.removeAll(of: principal, undo: &undo)
-            guard hadUser || removed > 0 else { return ((false, 0), []) }
-            tables.setUser(principal, nil, undo: &undo)
-            return ((true, live), [.userDelete(principal)])
-        }
+        let deleted = try deleteUser(principal, now: now, completion: completion) { _ in nil }
+        return (deleted.deleted, deleted.sessions)
     }
 
     /// Changes `principal`'s record with `update` when they have one (never creating it). `update`

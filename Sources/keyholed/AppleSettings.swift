@@ -1,3 +1,4 @@
+import KeyholeApple
 import KeyholeIssuers
 import KeyholeServer
 
@@ -118,7 +119,7 @@ extension DaemonConfiguration {
     /// Apple's team and key ids: ten capital letters and digits.
     private static func appleIdentifier(_ section: ConfigFile.Section, _ key: String) throws(ConfigError) -> String? {
         guard let text = try section.string(key) else { return nil }
-        guard text.utf8.count == 10, text.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }) else {
+        guard ClientSecrets.isAppleIdentifier(text) else {
             throw section.error(key, "must be Apple's 10-character id (capital letters and digits), as shown in the developer account")
         }
         return text
