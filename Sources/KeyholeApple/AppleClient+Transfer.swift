@@ -17,8 +17,8 @@ extension AppleClient {
     /// `target` (`/auth/usermigrationinfo` with `sub` and `target`).
     public func transferSub(for sub: String, target: String, clientID: String) async throws(AppleError) -> String {
         let answer = try await migrationInfo(["sub": sub, "target": target], clientID: clientID)
-        guard case .string(let transferSub)? = answer["transfer_sub"], !transferSub.isEmpty, transferSub.utf8.count <= 255 else {
-            throw .unavailable("Apple's usermigrationinfo answered without a transfer_sub", retryAfterMs: retryAfterMs(nil))
+        guard case .string(let transferSub)? = answer["transfer_sub"], Self.isIdentifier(transferSub) else {
+            throw .unavailable("Apple's usermigrationinfo answered without a usable transfer_sub", retryAfterMs: retryAfterMs(nil))
         }
         return transferSub
     }
@@ -27,13 +27,19 @@ extension AppleClient {
     /// transferred (`/auth/usermigrationinfo` with `transfer_sub`).
     public func transferredUser(_ transferSub: String, clientID: String) async throws(AppleError) -> TransferredUser {
         let answer = try await migrationInfo(["transfer_sub": transferSub], clientID: clientID)
-        guard case .string(let sub)? = answer["sub"], !sub.isEmpty, sub.utf8.count <= 255 else {
-            throw .unavailable("Apple's usermigrationinfo answered without a sub", retryAfterMs: retryAfterMs(nil))
+        guard case .string(let sub)? = answer["sub"], Self.isIdentifier(sub) else {
+            throw .unavailable("Apple's usermigrationinfo answered without a usable sub", retryAfterMs: retryAfterMs(nil))
         }
         var user = TransferredUser(sub: sub)
         if case .string(let email)? = answer["email"], !email.isEmpty, email.utf8.count <= 320 { user.email = email }
         user.isPrivateEmail = ClaimsProfile.appleBoolean(answer["is_private_email"])
         return user
+    }
+
+    /// Apple's user identifiers are printable ASCII: anything else (whitespace, control characters,
+    /// an empty or huge string) is not stored as a key nor handed to the files of a transfer.
+    static func isIdentifier(_ value: String) -> Bool {
+        (1...255).contains(value.utf8.count) && value.utf8.allSatisfy { (0x21...0x7E).contains($0) }
     }
 
     private func migrationInfo(_ fields: KeyValuePairs<String, String>, clientID: String) async throws(AppleError) -> [String: JSONValue] {
@@ -42,9 +48,11 @@ extension AppleClient {
         form += [("client_id", clientID), ("client_secret", try secret(clientID))]
         let answer = try await post("/auth/usermigrationinfo", form: form, bearer: token)
         guard answer.status == .ok else {
-            // A refused access token (expired early, revoked) is not reused.
-            if answer.status == .unauthorized || answer.status == .badRequest { migrationTokens.forget(clientID) }
-            throw refusal(answer, clientID: clientID, grant: "user migration")
+            let error = refusal(answer, clientID: clientID, grant: "user migration")
+            // A refused access token (expired early, revoked) is not reused; a refused item (an unknown
+            // sub, a bad target) says nothing about the token, which is kept.
+            if answer.status == .unauthorized || error.appleError == "invalid_client" { migrationTokens.forget(clientID) }
+            throw error
         }
         guard case .object(let members)? = try? JSONValue.parse(answer.body) else {
             throw .unavailable("Apple's usermigrationinfo answered HTTP 200 without a JSON object", retryAfterMs: retryAfterMs(nil))

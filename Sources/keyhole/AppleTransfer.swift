@@ -20,8 +20,14 @@ struct AppleTransfer: AsyncParsableCommand {
             `sub<TAB>transfer_sub` per line, to the receiving team, which loads its users under the \
             transfer_subs and, once Apple has moved the apps, runs `import` over the transfer_subs \
             (`transfer_sub<TAB>new sub` per line). Blank lines and lines starting with # are skipped. \
-            Each line of output is written and flushed as soon as Apple answers: run the same command \
-            again after an interruption or failures and it goes on with what is not in the output yet.
+            Each line of output is written and synced as soon as Apple answers: run the same command \
+            again after an interruption or failures and it goes on with what is not in the output yet \
+            (an incomplete last line, from a crash, is cut first). Two runs never write one output: \
+            the second refuses to start. import counts the users that had no record under their \
+            transfer_sub here (nothing to move: their first sign-in creates them); they are in the \
+            output all the same. A run stops at the first error that every further item would get too \
+            (Apple unreachable, the client refused by Apple, keyholed not configured) and exits 1 when \
+            any item failed.
             """,
         subcommands: [Export.self, Import.self])
 
@@ -34,11 +40,18 @@ struct AppleTransfer: AsyncParsableCommand {
         @Argument(help: "A file of subs, one per line.") var input: String
         @Option(name: .customLong("output"), help: "Where `sub<TAB>transfer_sub` lines go (appended).") var output: String
 
+        func validate() throws {
+            // Caught here, not by every item in turn.
+            guard target.utf8.count == 10, target.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }) else {
+                throw ValidationError("--target must be a team id: 10 upper-case letters and digits")
+            }
+        }
+
         func run() async throws {
             try await TransferRun(connection: connection, input: input, output: output, name: "export").run { client, sub in
                 var args: [String: JSONValue] = ["sub": .string(sub), "target_team_id": .string(target)]
                 if let clientID { args["client_id"] = .string(clientID) }
-                return try await client.call("apple.transfer.export", args: args)["transfer_sub"]?.stringValue
+                return TransferRun.Answer(value: try await client.call("apple.transfer.export", args: args)["transfer_sub"]?.stringValue)
             }
         }
     }
@@ -55,78 +68,9 @@ struct AppleTransfer: AsyncParsableCommand {
             try await TransferRun(connection: connection, input: input, output: output, name: "import", column: 1).run { client, transferSub in
                 var args: [String: JSONValue] = ["transfer_sub": .string(transferSub)]
                 if let clientID { args["client_id"] = .string(clientID) }
-                return try await client.call("apple.transfer.import", args: args)["sub"]?.stringValue
+                let result = try await client.call("apple.transfer.import", args: args)
+                return TransferRun.Answer(value: result["sub"]?.stringValue, unmoved: result["moved"] == false)
             }
         }
-    }
-}
-
-/// One export or import over a file: skips what the output already has, appends each answer as it
-/// comes, reports progress on stderr.
-struct TransferRun {
-    let connection: ConnectionOptions
-    let input: String
-    let output: String
-    let name: String
-    /// Which tab-separated column of an input line is the item (import takes export's output as is).
-    var column = 0
-
-    /// Errors that every further item would get too: stop, so the run can be resumed later.
-    static let stopping: Set<String> = ["not_configured", "upstream_unavailable", "permission_denied", "shutting_down", "storage_unavailable"]
-
-    func run(_ call: @escaping (KeyholeClient, String) async throws -> String?) async throws {
-        let items = try Self.lines(of: input).map { line in
-            let fields = line.split(separator: "\t", omittingEmptySubsequences: false)
-            return fields.count > column ? String(fields[column]) : ""
-        }.filter { !$0.isEmpty }
-        let done = Set(FileManager.default.fileExists(atPath: output)
-            ? try Self.lines(of: output).compactMap { $0.split(separator: "\t").first.map(String.init) } : [])
-        let pending = items.filter { !done.contains($0) }
-        guard FileManager.default.fileExists(atPath: output) || FileManager.default.createFile(atPath: output, contents: nil, attributes: [.posixPermissions: 0o600]),
-            let file = FileHandle(forWritingAtPath: output)
-        else {
-            Output.error("keyhole: cannot open \(output) for writing")
-            throw ExitCode(1)
-        }
-        defer { try? file.close() }
-        try file.seekToEnd()
-        var completed = 0
-        var failed = 0
-        var stopped = false
-        try await connection.withClient { client in
-            for item in pending {
-                do {
-                    guard let result = try await call(client, item) else { throw ProtocolError.internal("the answer has no result") }
-                    try file.write(contentsOf: Data("\(item)\t\(result)\n".utf8))
-                    try file.synchronize()
-                    completed += 1
-                } catch let error as ProtocolError {
-                    failed += 1
-                    Output.error("keyhole: \(item): \(error.code): \(error.message)")
-                    if Self.stopping.contains(error.code.rawValue) {
-                        stopped = true
-                        break
-                    }
-                }
-                if (completed + failed) % 100 == 0 { progress(completed, failed, of: pending.count, skipped: items.count - pending.count) }
-            }
-        }
-        progress(completed, failed, of: pending.count, skipped: items.count - pending.count)
-        if stopped { Output.error("keyhole: \(name) stopped; run the same command again to go on") }
-        if failed > 0 { throw ExitCode(1) }
-    }
-
-    private func progress(_ completed: Int, _ failed: Int, of total: Int, skipped: Int) {
-        Output.error("keyhole: \(name): \(completed + failed)/\(total) tried, \(completed) done, \(failed) failed, \(skipped) already in \(output)")
-    }
-
-    /// The file's lines, without blanks and # comments.
-    static func lines(of path: String) throws -> [String] {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            Output.error("keyhole: cannot read \(path) as UTF-8 text")
-            throw ExitCode(64)
-        }
-        return text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
     }
 }

@@ -154,3 +154,53 @@ struct AppleClientTests {
         try await apple.close()
     }
 }
+
+/// Team transfer's requests: the migration access token and what Apple's answers may hold.
+@Suite("Apple client: team transfer")
+struct AppleClientTransferTests {
+    static let web = "com.example.web"
+
+    static func credentialGrants(_ apple: FakeApple) -> Int {
+        apple.tokenRequests.filter { $0["grant_type"] == "client_credentials" }.count
+    }
+
+    @Test("the migration token is kept past a refused item and dropped when Apple refuses it")
+    func migrationToken() async throws {
+        let apple = try await FakeApple()
+        let client = AppleClientTests.client(apple)
+        let transferSub = try await client.transferSub(for: "001.move", target: apple.teamID, clientID: Self.web)
+        #expect(apple.transfers[transferSub] == "001.move")
+        #expect(Self.credentialGrants(apple) == 1)
+        #expect(apple.tokenRequests.last?["scope"] == "user.migration")
+
+        // An unknown identifier is the item's problem, not the token's.
+        let unknown = await AppleClientTests.rejection { _ = try await client.transferredUser("t.unknown", clientID: Self.web) }
+        #expect(unknown == .rejected("invalid_grant", ""))
+        #expect(try await client.transferredUser(transferSub, clientID: Self.web).sub == FakeApple.transferredSub("001.move"))
+        #expect(Self.credentialGrants(apple) == 1)
+
+        // A 401 (the token revoked or expired early): the next request gets a new one.
+        apple.fail(with: .unauthorized, count: 1)
+        let refused = await AppleClientTests.rejection { _ = try await client.transferredUser(transferSub, clientID: Self.web) }
+        #expect(refused?.protocolError.code == .upstreamUnavailable)
+        #expect(try await client.transferredUser(transferSub, clientID: Self.web).sub == FakeApple.transferredSub("001.move"))
+        #expect(Self.credentialGrants(apple) == 2)
+        try await apple.close()
+    }
+
+    @Test("an identifier from Apple with whitespace, control characters or no content is not taken", arguments: [
+        JSONValue.string("t.with\ttab"), .string("t.with\nnewline"), .string("t with space"), .string(""),
+        .string(String(repeating: "t", count: 256)), .int(7),
+    ])
+    func hostileIdentifier(_ answer: JSONValue) async throws {
+        let apple = try await FakeApple()
+        let client = AppleClientTests.client(apple)
+        apple.answerTransferSub(answer)
+        let error = await AppleClientTests.rejection { _ = try await client.transferSub(for: "001.move", target: apple.teamID, clientID: Self.web) }
+        #expect(error?.protocolError.code == .upstreamUnavailable)
+        #expect(error?.message.contains("usable transfer_sub") == true)
+        apple.answerTransferSub(nil)
+        #expect(try await client.transferSub(for: "001.move", target: apple.teamID, clientID: Self.web).hasPrefix("t"))
+        try await apple.close()
+    }
+}

@@ -79,8 +79,11 @@ extension FakeApple {
         if let sub = form["sub"], let target = form["target"] {
             guard target.utf8.count == 10 else { return refuse("invalid_request", "target is not a team id") }
             let transferSub = "t\(abs(sub.hashValue ^ target.hashValue)).\(sub.count)"
-            state.withLock { $0.transfers[transferSub] = (sub, target, Self.transferredSub(sub)) }
-            return Self.json(["transfer_sub": .string(transferSub)])
+            let answer = state.withLock { state in
+                state.transfers[transferSub] = (sub, target, Self.transferredSub(sub))
+                return state.transferSubAnswer ?? .string(transferSub)
+            }
+            return Self.json(["transfer_sub": answer])
         }
         if let transferSub = form["transfer_sub"] {
             guard let transfer = state.withLock({ $0.transfers[transferSub] }), transfer.target == teamID else {
@@ -125,7 +128,8 @@ extension FakeApple {
     }
 
     private func takeFailure() -> LocalHTTPServer.Reply? {
-        state.withLock { state -> LocalHTTPServer.Reply? in
+        if let error = state.withLock({ $0.refusal }) { return refuse(error, "refused on demand") }
+        return state.withLock { state -> LocalHTTPServer.Reply? in
             guard let failure = state.failure else { return nil }
             if let remaining = failure.remaining {
                 state.failure = remaining <= 1 ? nil : (failure.status, remaining - 1)

@@ -50,8 +50,12 @@ package final class FakeApple: Sendable {
         var migrationTokens: [String: String] = [:]
         /// Transfer identifiers handed out: the user, the team they go to, and their sub there.
         var transfers: [String: (sub: String, target: String, newSub: String)] = [:]
+        /// When set, what the sending side's usermigrationinfo answers as `transfer_sub` (a hostile Apple).
+        var transferSubAnswer: JSONValue?
         /// Answer every request with this status (fail on demand), `count` times (nil: until cleared).
         var failure: (status: HTTPResponseStatus, remaining: Int?)?
+        /// Refuse every request with this OAuth error (refuse on demand) until cleared.
+        var refusal: String?
         var revoked: [String] = []
         var tokenRequests: [[String: String]] = []
         var refusals: [String] = []
@@ -144,8 +148,19 @@ package final class FakeApple: Sendable {
         state.withLock { $0.failure = (status, count) }
     }
 
+    /// Answers the sending side's next usermigrationinfo requests with this `transfer_sub` (nil: a real one).
+    package func answerTransferSub(_ value: JSONValue?) { state.withLock { $0.transferSubAnswer = value } }
+
     /// Stops failing.
-    package func recover() { state.withLock { $0.failure = nil } }
+    package func recover() {
+        state.withLock { state in
+            state.failure = nil
+            state.refusal = nil
+        }
+    }
+
+    /// Refuses every request with the OAuth error `error` (HTTP 400), until `recover()`.
+    package func refuseAll(with error: String) { state.withLock { $0.refusal = error } }
 
     /// The tokens revoked so far.
     package var revoked: [String] { state.withLock { $0.revoked } }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import KeyholeProtocol
 import KeyholeTestSupport
 import Testing
@@ -100,11 +103,64 @@ struct AppleTransferEndToEndTests {
         let run = try ChildProcess.run([cli, "apple", "transfer", "import", "--socket", receiver.socketPath, "--client-id", SignIn.web, exported, "--output", imported])
         #expect(run.status == 1)
         #expect(run.stderr.contains("t.earlier: upstream_rejected"))
+        // Nothing was kept under the identifiers on this side: the users are mapped, not moved.
+        #expect(run.stderr.contains("2 done, 1 failed, 0 already in \(imported), 2 with no record here to move"))
         let moved = try String(contentsOfFile: imported, encoding: .utf8).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
         #expect(moved.map { $0[1] } == subs.dropFirst().map(FakeApple.transferredSub))
         #expect(moved.map { $0[0] } == lines.dropFirst().map { $0[1] })
         #expect(try sender.terminate() == 0)
         #expect(try receiver.terminate() == 0)
+        try await apple.close()
+    }
+
+    @Test("keyhole apple transfer's output: an interrupted line is cut, a second run on it is refused, a refused client stops the run")
+    func commandLineOutput() async throws {
+        let apple = try await FakeApple()
+        let (sender, _) = try SignIn.start(apple)
+        let cli = ChildProcess.builtProduct("keyhole").path
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let input = directory.appendingPathComponent("subs.txt").path
+        let exported = directory.appendingPathComponent("exported.tsv").path
+        let subs = ["001.out.a", "001.out.b", "001.out.c"]
+        try (subs.joined(separator: "\n") + "\n").write(toFile: input, atomically: true, encoding: .utf8)
+        // An earlier run was cut off in the middle of its second line.
+        try "\(subs[0])\tt.earlier\n\(subs[1])\tt.par".write(toFile: exported, atomically: true, encoding: .utf8)
+        let export = [cli, "apple", "transfer", "export", "--socket", sender.socketPath, "--target", apple.teamID,
+                      "--client-id", SignIn.web, input, "--output", exported]
+
+        // Another run holds the output.
+        let held = open(exported, O_RDWR)
+        #expect(flock(held, LOCK_EX) == 0)
+        let busy = try ChildProcess.run(export)
+        close(held)
+        #expect(busy.status == 75)
+        #expect(busy.stderr.contains("being written by another run"))
+        #expect(apple.requestPaths.allSatisfy { $0.hasPrefix("/auth/keys") })
+
+        // Apple refuses the client: the first item says why and the run stops there.
+        apple.refuseAll(with: "invalid_client")
+        let refused = try ChildProcess.run(export)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("cut an incomplete last line"))
+        #expect(refused.stderr.contains("\(subs[1]): upstream_rejected") && refused.stderr.contains("stopped"))
+        #expect(refused.stderr.contains("1/2 tried"))
+        #expect(try String(contentsOfFile: exported, encoding: .utf8) == "\(subs[0])\tt.earlier\n")
+
+        apple.recover()
+        let done = try ChildProcess.run(export)
+        #expect(done.status == 0, "\(done.stderr)")
+        #expect(!done.stderr.contains("cut an incomplete"))
+        let lines = try String(contentsOfFile: exported, encoding: .utf8).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        #expect(lines.map { $0[0] } == subs)
+        #expect(lines.allSatisfy { $0.count == 2 })
+
+        // A malformed team id is caught before anything is asked.
+        let asked = apple.tokenRequests.count
+        let badTarget = try ChildProcess.run(export.map { $0 == apple.teamID ? "team" : $0 })
+        #expect(badTarget.status == 64)
+        #expect(apple.tokenRequests.count == asked)
+        #expect(try sender.terminate() == 0)
         try await apple.close()
     }
 }
