@@ -102,12 +102,33 @@ struct SnapshotTests {
                 for _ in 0..<3 { _ = try await store.snapshot(now: now + 300) }
             }
             group.addTask {
-                // Revokes, creates, user changes and deletions while the snapshots are cut.
-                for n in 0..<150 {
+                // Revokes, creates, user changes, deletions, moves and outbox work while the snapshots are cut.
+                var queued: [UInt64] = []
+                for n in 0..<210 {
                     let principal = Principal(issuer: "local", sub: "user-\(n % 13)")
+                    if n % 7 == 5 {
+                        // A move is several records: a chunk may hold the user at either sub, or both.
+                        _ = try await durably { done throws(StoreError) in
+                            _ = try store.moveUser(principal, to: Principal(issuer: "local", sub: "moved-\(n)"), now: now + 200, completion: done) {
+                                $0.fields["moved_at"] = .int(Int64(n))
+                            }
+                        }
+                        continue
+                    }
+                    if n % 7 == 6 {
+                        let entry = try await durably { done throws(StoreError) in
+                            try store.addOutbox(("test.work", ["n": .int(Int64(n))]), now: now + 200, completion: done)
+                        }
+                        queued.append(entry.id)
+                        if queued.count > 1, n % 2 == 0 {
+                            let id = queued.removeFirst()
+                            _ = try await durably { done throws(StoreError) in try store.completeOutbox(id, completion: done) }
+                        }
+                        continue
+                    }
                     _ = try await durably { done throws(StoreError) in
-                        switch n % 5 {
-                        case 0: _ = try store.revokeSession(token: tokens[n], now: now + 200, completion: done)
+                        switch n % 7 {
+                        case 0: _ = try store.revokeSession(token: tokens[n % tokens.count], now: now + 200, completion: done)
                         case 1: _ = try store.updateUser(principal, now: now + 200, completion: done) { $0.fields["email"] = .string("u\(n)@example.com") }
                         case 2: _ = try store.deleteUser(principal, now: now + 200, completion: done)
                         case 3: _ = try store.revokeSessions(of: principal, now: now + 200, completion: done)
@@ -121,6 +142,7 @@ struct SnapshotTests {
         }
         let final = store.state.withLock { $0.tables.dump() }
         #expect(store.statistics.snapshots == 3)
+        #expect(final.contains { $0.hasPrefix("user local/moved-") } && final.contains { $0.hasPrefix("outbox ") })
         await running.close()
 
         let reopened = try RunningStore(directory, configuration: configuration, now: now + 300)
@@ -317,6 +339,9 @@ extension StoreTables {
         for slot in 0..<principalSlots.count {
             let entry = principalSlots[UInt32(slot)]
             if let user = entry.user { lines.append("user \(entry.key) \(String(decoding: User(entry.key, user).recordJSON, as: UTF8.self))") }
+        }
+        for (id, entry) in outbox {
+            lines.append("outbox \(id) \(entry.kind) \(entry.createdAt) \(JSONValue.object(entry.payload).jsonText)")
         }
         return lines.sorted()
     }

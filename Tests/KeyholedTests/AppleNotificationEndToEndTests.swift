@@ -57,6 +57,29 @@ struct AppleNotificationEndToEndTests {
         try await apple.close()
     }
 
+    @Test("a consent-revoked issued before the user granted consent again is not applied")
+    func staleConsentRevoked() async throws {
+        let apple = try await FakeApple()
+        let (daemon, connection) = try SignIn.start(apple)
+        let sub = "001.n.stale"
+        let (session, _) = try AppleDeletionEndToEndTests.signIn(apple, connection, sub: sub)
+        // Delivered late (Apple retries for hours): issued ten minutes before this sign-in's grant.
+        let issuedAt = Int64(Date().timeIntervalSince1970) - 600
+        let stale = apple.notification(type: "consent-revoked", sub: sub, audience: SignIn.app, claims: ["iat": .int(issuedAt)])
+        #expect(try connection.result("apple.notification", ["payload": .string(stale)])
+            == ["type": "consent-revoked", "sub": .string(sub), "applied": false, "duplicate": false])
+        #expect(try connection.result("session.get", ["session": .string(session)])["sub"] == .string(sub))
+        #expect(try connection.result("user.get", ["sub": .string(sub)])["consent_revoked_at"] == nil)
+        #expect(try connection.result("apple.refresh_check", ["sub": .string(sub)])["result"] == "valid")
+
+        // One issued now is newer than the grant: applied.
+        let current = apple.notification(type: "consent-revoked", sub: sub, audience: SignIn.app)
+        #expect(try connection.result("apple.notification", ["payload": .string(current)])["applied"] == true)
+        #expect(try connection.errorCode("session.get", ["session": .string(session)]) == "session_not_found")
+        #expect(try daemon.terminate() == 0)
+        try await apple.close()
+    }
+
     @Test("forged, expired, foreign and malformed notifications are refused with their codes; nothing changes")
     func refused() async throws {
         let apple = try await FakeApple()
