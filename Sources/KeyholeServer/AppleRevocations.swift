@@ -23,7 +23,7 @@ public final class AppleRevocations: Service, Sendable {
     }
 
     /// The outbox kind of a revocation.
-    static let kind = "apple.revoke"
+    public static let kind = "apple.revoke"
 
     /// What keyholed knows of one pending revocation besides its outbox entry: kept in memory only,
     /// so a restart retries everything at once.

@@ -113,6 +113,13 @@ struct Keyholed: AsyncParsableCommand {
                 nil
             }
         let revocations = background?.revocations
+        // Owed revocations wait in the log for a configuration that can send them; say so rather
+        // than keep them silently.
+        if background == nil, case let owed = sessionStore.outbox(kind: AppleRevocations.kind).count, owed > 0 {
+            logger.warning(
+                "apple.revocations_waiting",
+                metadata: ["count": "\(owed)", "reason": "no [apple] code exchange configured: they are kept and sent once it is"])
+        }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
             .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, revocations: revocations, now: seconds)) { $1 }

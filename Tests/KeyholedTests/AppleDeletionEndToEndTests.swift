@@ -78,6 +78,14 @@ struct AppleDeletionEndToEndTests {
 
         apple.recover()
         let config = try String(contentsOf: daemon.directory.appendingPathComponent("keyholed.toml"), encoding: .utf8)
+        // Started without [apple] (a configuration mistake): the revocation is kept, and said to wait.
+        let withoutApple = try DaemonProcess(config: String(config[..<config.range(of: "[apple]")!.lowerBound]), directory: daemon.directory)
+        try withoutApple.waitUntilReady()
+        try withoutApple.waitForStderr(containing: "apple.revocations_waiting")
+        #expect(withoutApple.stderr.contains("apple.revocations_waiting count=1 "))
+        #expect(try withoutApple.terminate() == 0)
+        #expect(apple.revoked.isEmpty)
+
         let restarted = try DaemonProcess(config: config, directory: daemon.directory)
         try restarted.waitUntilReady()
         try restarted.waitForStderr(containing: "apple.revoked")
