@@ -45,7 +45,10 @@ package final class DaemonProcess: Sendable {
     /// Starts keyholed with `config` as its file; does not wait for readiness.
     /// - Parameter directory: where the config, socket and state go; one passed in outlives the
     ///   process (a restart on the same state), one made here is removed with it.
-    package init(config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil) throws {
+    /// - Parameter environment: set for keyholed on top of the test's own.
+    package init(
+        config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil, environment: [String: String] = [:]
+    ) throws {
         ownsDirectory = directory == nil
         self.directory = try directory ?? Self.makeDirectory()
         self.socketPath = socketPath ?? self.directory.appendingPathComponent("k.sock").path
@@ -55,7 +58,7 @@ package final class DaemonProcess: Sendable {
             "--config", configPath.path, "--socket", self.socketPath,
             "--state-dir", self.directory.appendingPathComponent("state").path, "--log-level", "debug",
         ] + arguments
-        let (pid, stderrFD) = try Self.spawn(argv)
+        let (pid, _, stderrFD) = try ChildProcess.spawn(argv, environment: environment, captureStdout: false)
         self.pid = pid
 
         let state = self.state
@@ -97,11 +100,6 @@ package final class DaemonProcess: Sendable {
             readiness.signal()
         }
         waiter.start()
-    }
-
-    private static func spawn(_ argv: [String]) throws -> (pid_t, Int32) {
-        let (pid, _, stderr) = try ChildProcess.spawn(argv, captureStdout: false)
-        return (pid, stderr)
     }
 
     /// Starts keyholed and waits until it says it is ready.

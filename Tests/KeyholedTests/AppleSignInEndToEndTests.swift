@@ -173,6 +173,29 @@ struct AppleSignInEndToEndTests {
         try await apple.close()
     }
 
+    @Test("keys from systemd credentials ($CREDENTIALS_DIRECTORY): a code is exchanged and its token sealed with the credential's key")
+    func credentials() async throws {
+        let apple = try await FakeApple()
+        let (directory, config) = try Self.setUp(apple)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let credentials = directory.appendingPathComponent("credentials")
+        try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: false)
+        try FileManager.default.moveItem(at: directory.appendingPathComponent("AuthKey.p8"), to: credentials.appendingPathComponent("apple-key"))
+        try FileManager.default.moveItem(at: directory.appendingPathComponent("store.key"), to: credentials.appendingPathComponent("store-key"))
+        let fromCredentials = config
+            .replacingOccurrences(of: "private_key_file = ", with: "private_key_credential = \"apple-key\"\n# ")
+            .replacingOccurrences(of: "store_key_file = ", with: "store_key_credential = \"store-key\"\n# ")
+        let daemon = try DaemonProcess(config: fromCredentials, directory: directory, environment: ["CREDENTIALS_DIRECTORY": credentials.path])
+        try daemon.waitUntilReady()
+        let connection = try RawConnection(path: daemon.socketPath)
+        let (_, refreshToken) = try AppleDeletionEndToEndTests.signIn(apple, connection, sub: "001.cred.a")
+        #expect(try connection.result("apple.refresh_check", ["sub": "001.cred.a"])["result"] == "valid")
+        #expect(apple.refusals.isEmpty)
+        #expect(try daemon.terminate() == 0)
+        #expect(Self.contents(of: directory.appendingPathComponent("state")).firstRange(of: Array(refreshToken.utf8)) == nil)
+        try await apple.close()
+    }
+
     @Test("missing, unreadable, world-readable or malformed keys stop keyholed at start with exit 78; no [apple] is not_configured")
     func configurationErrors() async throws {
         let apple = try await FakeApple()
