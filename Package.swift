@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "KeyholeJOSE", targets: ["KeyholeJOSE"]),
         .library(name: "KeyholeIssuers", targets: ["KeyholeIssuers"]),
         .library(name: "KeyholeStore", targets: ["KeyholeStore"]),
+        .library(name: "KeyholeSystemd", targets: ["KeyholeSystemd"]),
         .executable(name: "keyholed", targets: ["keyholed"]),
         .executable(name: "keyhole", targets: ["keyhole"]),
         .executable(name: "keyhole-bench", targets: ["keyhole-bench"]),
@@ -29,6 +30,19 @@ let package = Package(
             name: "CKeyholeOpenSSL",
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CKeyholeSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        .target(
+            name: "KeyholeSystemd",
+            dependencies: [
+                "CKeyholeSystemd",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
         ),
         .target(
             name: "KeyholeJOSE",
@@ -94,6 +108,7 @@ let package = Package(
             name: "keyholed",
             dependencies: [
                 "KeyholeApple",
+                "KeyholeSystemd",
                 "KeyholeServer",
                 "KeyholeStore",
                 "KeyholeIssuers",
@@ -101,6 +116,8 @@ let package = Package(
                 "KeyholeProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -173,6 +190,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
+        ),
+        .testTarget(
+            name: "KeyholeSystemdTests",
+            dependencies: ["KeyholeSystemd", "KeyholeTestSupport", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "KeyholedTests",

@@ -1,5 +1,11 @@
 import KeyholeProtocol
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The operations every keyholed offers (PROTOCOL.md section 7).
 enum BuiltinOperations {
     static func standard(stats: ServerStats) -> [String: Operation] {
@@ -29,5 +35,15 @@ enum BuiltinOperations {
             return ["slept_ms": .int(ms)]
         },
         "debug.echo": .sync { request, _ in request.args },
+        // Blocks the connection's event loop thread: a wedged keyholed, for the watchdog's tests.
+        "debug.block": .sync { request, _ throws(ProtocolError) in
+            guard case .int(let ms)? = request.args["ms"], (0...10_000).contains(ms) else {
+                throw .badRequest("'ms' must be an integer from 0 to 10000")
+            }
+            var pause = timespec(tv_sec: Int(ms / 1000), tv_nsec: Int(ms % 1000) * 1_000_000)
+            var left = timespec()
+            while nanosleep(&pause, &left) != 0 && errno == EINTR { pause = left }
+            return ["blocked_ms": .int(ms)]
+        },
     ]
 }

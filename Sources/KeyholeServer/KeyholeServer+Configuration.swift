@@ -24,6 +24,10 @@ extension KeyholeServer {
         public var listener = Listener.path(KeyholeVersion.defaultSocketPath, mode: 0o660)
         /// The largest request frame body, 1 byte to 16 MiB.
         public var maxFrameBytes = 65_536
+        /// Connections the kernel queues before keyholed accepts them (listen(2)'s backlog, capped by
+        /// net.core.somaxconn): clients that connect while keyholed starts or restarts wait there.
+        /// Applied to a socket systemd passes too (NIO listens again on it with 128).
+        public var backlog = 1024
         /// Connections beyond this many are answered `overloaded` and closed.
         public var maxConnections = 1024
         /// A connection with nothing in flight and no bytes for this long is closed.
@@ -46,8 +50,8 @@ extension KeyholeServer {
             guard (256...FrameDecoder.limit).contains(maxFrameBytes) else {
                 throw .invalidConfiguration("maxFrameBytes must be from 256 to \(FrameDecoder.limit)")
             }
-            guard maxConnections >= 1, maxInFlight >= 1 else {
-                throw .invalidConfiguration("maxConnections and maxInFlight must be at least 1")
+            guard maxConnections >= 1, maxInFlight >= 1, backlog >= 1 else {
+                throw .invalidConfiguration("maxConnections, maxInFlight and backlog must be at least 1")
             }
             guard idleTimeout > .zero, frameTimeout > .zero, drainTimeout > .zero else {
                 throw .invalidConfiguration("timeouts must be positive")

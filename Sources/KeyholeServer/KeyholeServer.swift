@@ -5,6 +5,12 @@ import NIOExtras
 import NIOPosix
 import ServiceLifecycle
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// keyholed's socket server: protocol v1 on a Unix stream socket, run as a `Service`.
 ///
 /// On graceful shutdown it stops accepting, stops reading, answers every request already read, closes
@@ -61,7 +67,17 @@ public final class KeyholeServer: Service, Sendable {
             }
             socketFile = file
         case .descriptor(let descriptor):
-            channel = try await bootstrap.withBoundSocket(descriptor).get()
+            do {
+                channel = try await bootstrap.withBoundSocket(descriptor).get()
+            } catch {
+                throw ServerError.bindFailed("fd:\(descriptor)", "\(error)")
+            }
+            // NIO called listen(2) again with its own backlog of 128.
+            guard listen(descriptor, CInt(clamping: core.configuration.backlog)) == 0 else {
+                let reason = String(cString: strerror(errno))
+                try? await channel.close()
+                throw ServerError.bindFailed("fd:\(descriptor)", "listen: \(reason)")
+            }
         }
         logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)"])
         onListening()
@@ -81,7 +97,7 @@ public final class KeyholeServer: Service, Sendable {
         let core = self.core
         let logger = self.logger
         return ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.backlog, value: Int32(clamping: core.configuration.backlog))
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(quiescing.makeServerChannelHandler(channel: channel))

@@ -48,10 +48,14 @@ extension Store {
         while true {
             let now = ContinuousClock.now
             let step = state.withLock { state -> Step in
+                // When the step taken now began, until one finds nothing to do: a write or sync that
+                // never returns shows as a step that only grows older (the watchdog's measure).
+                state.committerBusySince = now
                 if state.failure != nil {
                     if state.stopping { return .stop }
                     if now >= probeDue { return .probe }
                     state.committerWaiting = true
+                    state.committerBusySince = nil
                     return .wait(seconds: Self.seconds(probeDue - now))
                 }
                 if !state.cutWaiters.isEmpty && !state.stopping {
@@ -68,6 +72,7 @@ extension Store {
                 }
                 if state.stopping { return .stop }
                 state.committerWaiting = true
+                state.committerBusySince = nil
                 if unsynced, case .batch(let interval) = configuration.durability {
                     return .wait(seconds: Self.seconds(max(.zero, lastSync + interval - now)))
                 }

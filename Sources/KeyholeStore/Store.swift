@@ -62,6 +62,8 @@ public final class Store: Sendable {
         var failure: String?
         var failedAt: Int64?
         var committerWaiting = false
+        /// When the committer's current step began; nil while it waits for work.
+        var committerBusySince: ContinuousClock.Instant?
         var stopping = false
         var counters = Counters()
         /// Snapshots waiting for the committer to start a new segment.

@@ -27,7 +27,7 @@ extension DaemonConfiguration {
 
         if let server = try file.section("server", keys: [
             "socket", "socket_mode", "max_frame_bytes", "max_connections", "idle_timeout", "frame_timeout",
-            "max_in_flight", "drain_timeout", "threads",
+            "max_in_flight", "drain_timeout", "threads", "backlog",
         ]) {
             if let socket = try server.string("socket") {
                 try checkPath(socket, key: "server.socket", line: file.line(of: "socket", in: "server"), socket: true)
@@ -53,6 +53,7 @@ extension DaemonConfiguration {
                 configuration.server.drainTimeout = timeout
             }
             if let count = try server.integer("threads", in: threadsRange) { configuration.threads = count }
+            if let count = try server.integer("backlog", in: backlogRange) { configuration.server.backlog = count }
         }
         if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes"]) {
             if let bytes = try storage.size("snapshot_wal_bytes", in: (64 << 10)...(64 << 30)) {

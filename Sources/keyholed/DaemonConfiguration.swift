@@ -43,6 +43,7 @@ struct DaemonConfiguration {
     static let maxConnectionsRange = 1...1_000_000
     static let maxInFlightRange = 1...65_536
     static let threadsRange = 1...256
+    static let backlogRange = 1...65_535
     static let timeoutRange = TimeAmount.milliseconds(10)...TimeAmount.hours(24 * 30)
 
     /// Checks a path given for `key`: absolute, and short enough where it names a socket.

@@ -1,4 +1,5 @@
 import NIOCore
+import NIOPosix
 import ArgumentParser
 import AsyncHTTPClient
 import KeyholeApple
@@ -7,6 +8,7 @@ import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeServer
 import KeyholeStore
+import KeyholeSystemd
 import Logging
 import ServiceLifecycle
 
@@ -56,11 +58,20 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        // Socket activation: taken (and LISTEN_FDS unset) before any thread starts.
+        let adopted: ListenSockets.Adopted?
+        do {
+            adopted = try ListenSockets.take(named: "keyhole")
+        } catch {
+            printError("keyholed: \(error)")
+            throw ExitCode(78)
+        }
         // Before anything uses NIO's shared event-loop group, which the server and the fetchers share.
         NIOSingletons.groupLoopCountSuggestion = configuration.threads
         let level = configuration.logLevel
-        LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level) }
+        Self.bootstrapLogging(level: level)
         let logger = Logger(label: "keyholed")
+        let notifier = SystemdNotifier()
 
         do {
             try StateDirectory.prepare(configuration.stateDirectory)
@@ -127,9 +138,19 @@ struct Keyholed: AsyncParsableCommand {
                 configuration: apple?.configuration, registry: registry, store: sessionStore,
                 sessions: sessionConfiguration, revocations: revocations, refreshChecks: background?.refreshChecks, now: clock)) { $1 }
 
-        let socketPath = configuration.socketPath
+        var serverConfiguration = configuration.serverConfiguration
+        if let adopted {
+            serverConfiguration.listener = .descriptor(adopted.descriptor)
+            logger.info("systemd.socket_adopted", metadata: ["socket": "\(adopted)", "ignored": "\(configuration.socketPath)"])
+        }
+        let socketPath = adopted.map { "\($0)" } ?? configuration.socketPath
+        let status: @Sendable () -> String = {
+            let figures = sessionStore.statistics
+            let storage = figures.failure.map { "; storage failing: \($0)" } ?? ""
+            return "serving: \(figures.sessions) sessions, \(figures.users) users, \(issuers.count) issuers\(storage)"
+        }
         let server = KeyholeServer(
-            configuration: configuration.serverConfiguration,
+            configuration: serverConfiguration,
             operations: operations,
             statistics: {
                 var figures = StoreOperations.statistics(sessionStore)
@@ -141,20 +162,29 @@ struct Keyholed: AsyncParsableCommand {
             logger: logger
         ) {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
+            notifier.ready(status: status())
         }
+        // The watchdog is stopped last (services stop in reverse order), the status first.
+        let watchdog: [ServiceGroupConfiguration.ServiceConfiguration] = notifier.watchdogInterval().map { interval in
+            [.init(service: Watchdog(
+                configuration: .init(interval: interval), notifier: notifier, logger: logger,
+                check: Self.healthCheck(group: MultiThreadedEventLoopGroup.singleton, store: sessionStore, interval: interval)))]
+        } ?? []
+        let systemdStatus: [ServiceGroupConfiguration.ServiceConfiguration] =
+            notifier.isEnabled ? [.init(service: SystemdStatus(notifier: notifier, status: status))] : []
         var lifecycleLogger = logger
         lifecycleLogger.logLevel = max(level, .notice)
         let group = ServiceGroup(configuration: .init(
             // Stopped in reverse order: the server drains its requests while keys still refresh and
             // changes still commit; the committer then flushes what is queued.
-            services: [
+            services: watchdog + [
                 .init(service: KeySetRefresher(issuers: issuers, store: store, logger: logger)),
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
             ] + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
-            ],
+            ] + systemdStatus,
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: lifecycleLogger
         ))

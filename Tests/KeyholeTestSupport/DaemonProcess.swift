@@ -46,15 +46,18 @@ package final class DaemonProcess: Sendable {
     /// - Parameter directory: where the config, socket and state go; one passed in outlives the
     ///   process (a restart on the same state), one made here is removed with it.
     /// - Parameter environment: set for keyholed on top of the test's own.
+    /// - Parameter launcher: a command that runs keyholed, its arguments following
+    ///   (systemd-socket-activate, a shell that sets LISTEN_PID).
     package init(
-        config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil, environment: [String: String] = [:]
+        config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil,
+        environment: [String: String] = [:], launcher: [String] = []
     ) throws {
         ownsDirectory = directory == nil
         self.directory = try directory ?? Self.makeDirectory()
         self.socketPath = socketPath ?? self.directory.appendingPathComponent("k.sock").path
         let configPath = self.directory.appendingPathComponent("keyholed.toml")
         try config.write(to: configPath, atomically: true, encoding: .utf8)
-        let argv = [Self.binary.path,
+        let argv = launcher + [Self.binary.path,
             "--config", configPath.path, "--socket", self.socketPath,
             "--state-dir", self.directory.appendingPathComponent("state").path, "--log-level", "debug",
         ] + arguments

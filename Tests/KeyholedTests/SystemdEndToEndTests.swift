@@ -1,0 +1,89 @@
+import Foundation
+import KeyholeProtocol
+import KeyholeTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// keyholed under systemd's protocols, with the test in systemd's place: sd_notify's socket, the
+/// watchdog, socket activation (systemd-socket-activate).
+@Suite("systemd, end to end", .serialized)
+struct SystemdEndToEndTests {
+    @Test("NOTIFY_SOCKET: READY=1 with a status once serving, STATUS as it changes, WATCHDOG=1 at half WATCHDOG_USEC, STOPPING=1 on SIGTERM")
+    func notify() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let notify = try NotifySocket(path: directory.appendingPathComponent("notify").path)
+        let daemon = try DaemonProcess(
+            config: "", directory: directory, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
+        let untilReady = try #require(notify.receive(until: "READY=1"))
+        try daemon.waitUntilReady()
+        // READY=1 only once the socket is served: the log said so first, and the socket answers.
+        let ready = try #require(untilReady.last)
+        #expect(ready.contains("STATUS=serving: 0 sessions, 0 users, 0 issuers"))
+        #expect(!untilReady.contains { $0.contains("STOPPING") })
+        let connection = try RawConnection(path: daemon.socketPath)
+        #expect(try connection.result("ping", [:])["protocol"] == 1)
+        _ = try connection.result("session.create", ["sub": "u1"])
+
+        // Pings every 200 ms (half of 400 ms), among the status lines.
+        var pings: [ContinuousClock.Instant] = []
+        var statuses: [String] = []
+        while pings.count < 8 || statuses.isEmpty {
+            let message = try #require(notify.receive(seconds: 30))
+            if message.text == "WATCHDOG=1" { pings.append(message.at) } else { statuses.append(message.text) }
+        }
+        #expect(statuses.contains("STATUS=serving: 1 sessions, 1 users, 0 issuers"))
+        let average = (pings.last! - pings.first!) / (pings.count - 1)
+        #expect(average >= .milliseconds(150) && average <= .milliseconds(350), "\(average)")
+        #expect(daemon.stderr.contains("watchdog.started interval_ms=400"))
+
+        daemon.signal(SIGTERM)
+        let untilStopping = try #require(notify.receive(until: "STOPPING=1"))
+        #expect(untilStopping.last?.contains("STATUS=stopping") == true)
+        #expect(try daemon.waitForExit() == 0)
+    }
+
+    @Test("a wedged event loop withholds the watchdog's ping until it answers again")
+    func watchdogWithheld() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let notify = try NotifySocket(path: directory.appendingPathComponent("notify").path)
+        let daemon = try DaemonProcess(
+            config: "[server]\nthreads = 1\n", arguments: ["--enable-debug-ops"], directory: directory,
+            environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
+        _ = try #require(notify.receive(until: "READY=1"))
+        try daemon.waitUntilReady()
+        let connection = try RawConnection(path: daemon.socketPath)
+        // The only event loop is held for 1.5 s: no ping may come while it is.
+        try connection.sendFrame(#"{"id":1,"op":"debug.block","args":{"ms":1500}}"#)
+        try daemon.waitForStderr(containing: "watchdog.withheld")
+        #expect(daemon.stderr.contains("1 of 1 event loops did not answer"))
+        #expect(try connection.readResponse()["result"]?["blocked_ms"] == 1500)
+        try daemon.waitForStderr(containing: "watchdog.resumed")
+        #expect(try daemon.terminate() == 0)
+    }
+
+    @Test("socket activation: systemd-socket-activate's first connection starts keyholed, which answers it and leaves the socket file alone")
+    func socketActivation() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let socket = directory.appendingPathComponent("activated.sock").path
+        let daemon = try DaemonProcess(
+            config: "", directory: directory, socketPath: directory.appendingPathComponent("configured.sock").path,
+            launcher: ["/usr/bin/systemd-socket-activate", "--listen=\(socket)", "--fdname=keyhole"])
+        try daemon.waitForStderr(containing: "Listening on")
+        #expect(!daemon.stderr.contains("keyholed.ready"))
+        // This connection waits in the backlog while keyholed starts, then is answered.
+        let connection = try RawConnection(path: socket)
+        #expect(try connection.result("ping", [:])["protocol"] == 1)
+        try daemon.waitUntilReady()
+        #expect(daemon.stderr.contains("systemd.socket_adopted ignored=\(daemon.socketPath) socket=\"fd:3 (keyhole)\""))
+        #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
+        #expect(try daemon.terminate() == 0)
+        // systemd made the socket file: keyholed does not remove it.
+        #expect(FileManager.default.fileExists(atPath: socket))
+    }
+}
