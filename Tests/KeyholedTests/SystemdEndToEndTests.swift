@@ -15,7 +15,7 @@ struct SystemdEndToEndTests {
     func notify() throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let notify = try NotifySocket(path: directory.appendingPathComponent("notify").path)
+        let notify = try DatagramSocket(path: directory.appendingPathComponent("notify").path)
         let daemon = try DaemonProcess(
             config: "", directory: directory, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
         let untilReady = try #require(notify.receive(until: "READY=1"))
@@ -50,7 +50,7 @@ struct SystemdEndToEndTests {
     func watchdogWithheld() throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let notify = try NotifySocket(path: directory.appendingPathComponent("notify").path)
+        let notify = try DatagramSocket(path: directory.appendingPathComponent("notify").path)
         let daemon = try DaemonProcess(
             config: "[server]\nthreads = 1\n", arguments: ["--enable-debug-ops"], directory: directory,
             environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
@@ -85,5 +85,50 @@ struct SystemdEndToEndTests {
         #expect(try daemon.terminate() == 0)
         // systemd made the socket file: keyholed does not remove it.
         #expect(FileManager.default.fileExists(atPath: socket))
+    }
+
+    @Test("stderr is the journal (JOURNAL_STREAM): each event is one entry with MESSAGE, PRIORITY, KEYHOLE_EVENT and a field per key; nothing on stderr")
+    func journal() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let journalDirectory = directory.appendingPathComponent("journal")
+        try FileManager.default.createDirectory(at: journalDirectory, withIntermediateDirectories: false)
+        let journal = try DatagramSocket(path: journalDirectory.appendingPathComponent("socket").path)
+        // libsystemd writes to /run/systemd/journal/socket: in a mount namespace of its own, keyholed
+        // finds this test's socket there; JOURNAL_STREAM names its stderr, as systemd sets it.
+        let script = """
+            mount -t tmpfs none /run && mkdir -p /run/systemd/journal && mount --bind \(journalDirectory.path) /run/systemd/journal \
+              && export JOURNAL_STREAM=$(stat -L -c %d:%i /proc/$$/fd/2) && exec "$@"
+            """
+        let daemon = try DaemonProcess(
+            config: "", arguments: ["--enable-debug-ops"], directory: directory,
+            launcher: ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh"])
+        let entries = try #require(journal.receive(until: "KEYHOLE_EVENT=keyholed.ready\n"), "stderr: \(daemon.stderr)")
+        let ready = Self.fields(try #require(entries.last))
+        #expect(ready["PRIORITY"] == "6")
+        #expect(ready["SYSLOG_IDENTIFIER"] == "keyholed")
+        #expect(ready["KEYHOLE_SOCKET"] == daemon.socketPath)
+        #expect(ready["KEYHOLE_PID"].flatMap { Int32($0) } != nil)
+        #expect(ready["MESSAGE"]?.hasPrefix("keyholed.ready pid=") == true)
+        #expect(ready["CODE_FILE"]?.hasSuffix(".swift") == true)
+        #expect(entries.contains { Self.fields($0)["KEYHOLE_EVENT"] == "storage.opened" })
+
+        let connection = try RawConnection(path: daemon.socketPath)
+        #expect(try connection.result("ping", [:])["protocol"] == 1)
+        #expect(try daemon.terminate() == 0)
+        let stopped = try #require(journal.receive(until: "KEYHOLE_EVENT=keyholed.stopped\n"))
+        #expect(Self.fields(try #require(stopped.last))["PRIORITY"] == "6")
+        // Every line went to the journal instead.
+        #expect(!daemon.stderr.contains("keyholed.ready") && !daemon.stderr.contains("keyholed.stopped"), "\(daemon.stderr)")
+    }
+
+    /// A journal datagram's `FIELD=value` lines (the values here hold no newline).
+    static func fields(_ entry: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for line in entry.split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            fields[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        return fields
     }
 }

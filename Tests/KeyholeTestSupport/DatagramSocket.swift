@@ -1,8 +1,8 @@
 import Foundation
 
-/// systemd's side of sd_notify for a test: a datagram socket keyholed is pointed at with
-/// NOTIFY_SOCKET, each message received with the time it came.
-package final class NotifySocket: @unchecked Sendable {
+/// systemd's side of a datagram protocol for a test: sd_notify's socket (NOTIFY_SOCKET), the
+/// journal's (/run/systemd/journal/socket); each message received with the time it came.
+package final class DatagramSocket: @unchecked Sendable {
     package let path: String
     private let fd: Int32
 
