@@ -11,7 +11,7 @@ import Darwin
 /// An async client for keyholed: many requests in flight on one connection, matched by id.
 ///
 /// ```swift
-/// let client = try await KeyholeClient.connect(socketPath: "/run/keyhole/keyholed.sock")
+/// let client = try await KeyholeClient.connect(socketPath: "/run/keyhole/keyhole.sock")
 /// let pong = try await client.ping()
 /// try await client.close()
 /// ```

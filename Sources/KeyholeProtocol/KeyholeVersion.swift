@@ -5,5 +5,5 @@ public enum KeyholeVersion {
     /// The protocol version this code speaks (PROTOCOL.md).
     public static let protocolVersion = 1
     /// Where keyholed listens when nothing else is configured.
-    public static let defaultSocketPath = "/run/keyhole/keyholed.sock"
+    public static let defaultSocketPath = "/run/keyhole/keyhole.sock"
 }

@@ -9,7 +9,7 @@ extension KeyholeServer {
         /// A socket that is already bound and listening, handed over as a file descriptor (systemd).
         case descriptor(CInt)
 
-        /// `unix:/run/keyhole/keyholed.sock mode=0660`, or `fd:3`.
+        /// `unix:/run/keyhole/keyhole.sock mode=0660`, or `fd:3`.
         public var description: String {
             switch self {
             case .path(let path, let mode): "unix:\(path) mode=0\(String(mode, radix: 8))"

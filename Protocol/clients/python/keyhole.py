@@ -5,7 +5,7 @@ message is a 4-byte big-endian length and one UTF-8 JSON object. Copy this file 
 
     import keyhole
 
-    with keyhole.Client() as kh:  # $KEYHOLE_SOCKET, else /run/keyhole/keyholed.sock
+    with keyhole.Client() as kh:  # $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock
         print(kh.ping()["version"])
         try:
             result = kh.call("some.op", {"user": "alice"})
@@ -36,7 +36,7 @@ import threading
 __all__ = ["Client", "KeyholeError", "KeyholeConnectionError", "DEFAULT_SOCKET", "ERROR_CODES",
            "MAX_FRAME_BYTES", "encode_frame", "decode_response"]
 
-DEFAULT_SOCKET = "/run/keyhole/keyholed.sock"
+DEFAULT_SOCKET = "/run/keyhole/keyhole.sock"
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # the largest frame either side may send
 ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown_op",
                          "unsupported_version", "permission_denied", "overloaded",
@@ -256,7 +256,7 @@ class _Connection:
 class Client:
     """A thread-safe connection to keyholed.
 
-    path: the socket; default $KEYHOLE_SOCKET, else /run/keyhole/keyholed.sock.
+    path: the socket; default $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock.
     timeout: seconds allowed for connecting, for writing a request, and for its response to
     arrive (None: no limit). A timed-out call raises KeyholeConnectionError; the connection stays
     open and a late response is discarded.

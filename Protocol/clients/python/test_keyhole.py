@@ -451,7 +451,7 @@ class ClientTests(ServerTestCase):
             client.ping()
         with mock.patch.dict(os.environ):
             os.environ.pop("KEYHOLE_SOCKET", None)
-            self.assertEqual(keyhole.Client().path, "/run/keyhole/keyholed.sock")
+            self.assertEqual(keyhole.Client().path, "/run/keyhole/keyhole.sock")
 
     def test_context_manager_and_close(self):
         with keyhole.Client(self.server.socket_path) as client:
