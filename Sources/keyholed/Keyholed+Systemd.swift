@@ -11,9 +11,7 @@ extension Keyholed {
     static func bootstrapLogging(level: Logger.Level) {
         if JournalLogHandler.isStandardErrorJournal {
             LoggingSystem.bootstrap { _ in
-                JournalLogHandler(identifier: "keyholed", level: level) { event, metadata in
-                    String(LineLogHandler.format(level: .info, event: event, metadata: metadata).dropFirst("info ".count).dropLast())
-                }
+                JournalLogHandler(identifier: "keyholed", level: level, message: LineLogHandler.message)
             }
         } else {
             LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level) }

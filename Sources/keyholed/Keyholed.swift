@@ -165,7 +165,7 @@ struct Keyholed: AsyncParsableCommand {
             notifier.ready(status: status())
         }
         // The watchdog is stopped last (services stop in reverse order), the status first.
-        let watchdog: [ServiceGroupConfiguration.ServiceConfiguration] = notifier.watchdogInterval().map { interval in
+        let watchdog: [ServiceGroupConfiguration.ServiceConfiguration] = (notifier.isEnabled ? notifier.watchdogInterval() : nil).map { interval in
             [.init(service: Watchdog(
                 configuration: .init(interval: interval), notifier: notifier, logger: logger,
                 check: Self.healthCheck(group: MultiThreadedEventLoopGroup.singleton, store: sessionStore, interval: interval)))]

@@ -34,11 +34,16 @@ struct LineLogHandler: LogHandler {
 
     /// `level event key=value ...` and a newline: exactly one line, whatever the values hold.
     static func format(level: Logger.Level, event: String, metadata: Logger.Metadata) -> String {
-        var line = "\(level) \(sanitised(event))"
+        "\(level) \(message(event: event, metadata: metadata))\n"
+    }
+
+    /// `event key=value ...`: the line without level (the journal's MESSAGE).
+    static func message(event: String, metadata: Logger.Metadata) -> String {
+        var line = sanitised(event)
         for (key, value) in metadata.sorted(by: { $0.key < $1.key }) {
             line += " \(sanitised(key))=\(quoted("\(value)"))"
         }
-        return line + "\n"
+        return line
     }
 
     /// Event names and keys: printable ASCII other than `=`, anything else replaced.
