@@ -13,7 +13,7 @@ extension IssuerKeys {
         guard configuration.keySet.isRemote else { return }
         let now = clock.now()
         var action = state.withLock { $0.cache.start(now: now) }
-        while !Task.isCancelled {
+        while !Task.isCancelled && !state.withLock({ $0.retired }) {
             // A request's fetch goes first: its callers are waiting.
             if let reason = state.withLock({ state in defer { state.requested = nil }; return state.requested }) {
                 action = .fetch(reason)

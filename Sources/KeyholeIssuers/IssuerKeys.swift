@@ -23,6 +23,9 @@ public final class IssuerKeys: Sendable {
 
     /// The issuer.
     public let configuration: IssuerConfiguration
+    /// Unique to this instance in the process: a reload that replaces an issuer's keys object makes
+    /// the verified-token cache's entries from the old one useless at once.
+    public let serial: UInt64
     let clock: any KeySetClock
     let state: Mutex<State>
 
@@ -38,6 +41,8 @@ public final class IssuerKeys: Sendable {
         var wake: CheckedContinuation<Void, Never>?
         var poked = false
         var stopped = false
+        /// Replaced by a reload: the refresh loop ends.
+        var retired = false
         /// The `jwks_uri` discovery found, until a fetch from it fails.
         var discoveredURL: String?
         var observers: [(predicate: @Sendable (Status) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
@@ -50,6 +55,7 @@ public final class IssuerKeys: Sendable {
         persisted: KeySetStore.Entry? = nil, clock: any KeySetClock = SystemKeySetClock()
     ) {
         self.configuration = configuration
+        self.serial = Self.nextSerial()
         self.clock = clock
         let state = KeySetCacheState(
             configuration: cache, persisted: persisted.map { ($0.keys, $0.fetchedAt, $0.expiresAt) })
@@ -62,11 +68,50 @@ public final class IssuerKeys: Sendable {
     /// An issuer with fixed keys (a key-set file read at start-up): they never expire or refresh.
     public init(configuration: IssuerConfiguration, keys: JWKSet, clock: any KeySetClock = SystemKeySetClock()) {
         self.configuration = configuration
+        self.serial = Self.nextSerial()
         self.clock = clock
         let now = clock.now()
         let state = KeySetCacheState(persisted: (keys, now, .infinity))
         let verifier = JWTVerifier(keys: keys, algorithms: configuration.algorithms, policy: configuration.policy)
         self.state = Mutex(State(cache: state, verifier: verifier))
+    }
+
+    /// A remote issuer whose settings a reload changed (audiences, algorithms, leeway) but not where
+    /// its keys come from: it starts from `previous`'s last good key set, as from a persisted one, so
+    /// requests never wait for a fetch because of a reload.
+    public convenience init(configuration: IssuerConfiguration, cache: KeySetCacheState.Configuration = .init(), continuing previous: IssuerKeys) {
+        let carried = previous.state.withLock { state -> (JWKSet, Double, Double)? in
+            guard let keys = state.cache.keys, let fetchedAt = state.cache.fetchedAt, let expiresAt = state.cache.expiresAt else { return nil }
+            return (keys, fetchedAt, expiresAt)
+        }
+        self.init(configuration: configuration, cache: cache, persistedKeys: carried, clock: previous.clock)
+    }
+
+    private init(
+        configuration: IssuerConfiguration, cache: KeySetCacheState.Configuration, persistedKeys: (JWKSet, Double, Double)?,
+        clock: any KeySetClock
+    ) {
+        self.configuration = configuration
+        self.serial = Self.nextSerial()
+        self.clock = clock
+        let verifier = persistedKeys.map { JWTVerifier(keys: $0.0, algorithms: configuration.algorithms, policy: configuration.policy) }
+        self.state = Mutex(State(cache: KeySetCacheState(configuration: cache, persisted: persistedKeys), verifier: verifier))
+    }
+
+    private static let serials = Atomic<UInt64>(0)
+
+    private static func nextSerial() -> UInt64 {
+        serials.wrappingAdd(1, ordering: .relaxed).newValue
+    }
+
+    /// Ends the refresh loop and answers every request waiting for a fetch (`.notFetched`): a reload
+    /// replaced this issuer. Requests that already hold it finish with the keys it has.
+    public func retire() {
+        let wake = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.retired = true
+            return Self.poke(&state)
+        }
+        wake?.resume()
     }
 
     /// The verifier over the keys usable now, or `nil` when there are none (not fetched yet, or the

@@ -1,13 +1,16 @@
 import KeyholeJOSE
 import KeyholeProtocol
 import NIOCore
+import Synchronization
 
 /// The configured issuers with their keys, and the cache of verified tokens: picks the issuer for a
 /// token and verifies it.
 ///
 /// A token goes to the issuer the request names, else to the one whose `iss` it carries.
+///
+/// Copies share one set of issuers, which `replaceIssuers(_:)` swaps on a reload.
 public struct IssuerRegistry: Sendable {
-    private let entries: [IssuerKeys]
+    private let directory: IssuerDirectory
     private let cache: VerifiedTokenCache?
     private let encoder: (@Sendable (Verification) -> ByteBuffer)?
 
@@ -18,9 +21,14 @@ public struct IssuerRegistry: Sendable {
     public init(
         issuers: [IssuerKeys], cache: VerifiedTokenCache?, encoder: (@Sendable (Verification) -> ByteBuffer)? = nil
     ) {
-        entries = issuers
+        directory = IssuerDirectory(issuers)
         self.cache = cache
         self.encoder = encoder
+        Self.watchKeys(of: issuers, cache: cache)
+    }
+
+    /// A new key set drops the cached tokens of keys that left it.
+    private static func watchKeys(of issuers: [IssuerKeys], cache: VerifiedTokenCache?) {
         guard let cache else { return }
         for keys in issuers {
             let name = keys.configuration.name
@@ -39,7 +47,23 @@ public struct IssuerRegistry: Sendable {
     }
 
     /// The configured issuers.
-    public var issuers: [IssuerKeys] { entries }
+    public var issuers: [IssuerKeys] { directory.issuers }
+
+    /// Puts `issuers` in place of the current ones (a reload), for every copy of this registry.
+    /// Issuers kept as the same object keep their cached tokens; the others' are never used again
+    /// (a cache entry names the object that verified it), and each one left out is retired, which
+    /// ends its refresh loop. Requests already past the lookup finish with what they found.
+    public func replaceIssuers(_ issuers: [IssuerKeys]) {
+        let previous = directory.issuers
+        Self.watchKeys(of: issuers.filter { new in !previous.contains { $0 === new } }, cache: cache)
+        directory.replace(issuers)
+        for keys in previous where !issuers.contains(where: { $0 === keys }) {
+            keys.retire()
+        }
+    }
+
+    /// The issuers now, then after each `replaceIssuers(_:)`, until the task is cancelled.
+    public func issuerChanges() -> AsyncStream<[IssuerKeys]> { directory.changes() }
 
     /// The cache of verified tokens, if there is one.
     public var verifiedTokens: VerifiedTokenCache? { cache }
@@ -83,10 +107,11 @@ public struct IssuerRegistry: Sendable {
         token: String, issuer: String?, audience: String?, nonce: String?, now: Double
     ) throws(ProtocolError) -> Attempt {
         var digest: SHA256.Digest?
+        let entries = directory.issuers
         // Without a digest (libcrypto failed), the cache is skipped, never consulted with a wrong key.
         if let cache, token.utf8.count <= CompactJWS.maximumLength, let key = SHA256.digest(utf8: token) {
             digest = key
-            if let hit = try cached(key, in: cache, issuer: issuer, audience: audience, nonce: nonce, now: now) {
+            if let hit = try cached(key, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now) {
                 return .verified(hit)
             }
         }
@@ -98,7 +123,7 @@ public struct IssuerRegistry: Sendable {
         }
         // The payload is parsed once: to route by its iss, and then for the claims checks.
         let claims = Self.claims(jws)
-        let keys = try route(issuer: issuer, claims: claims)
+        let keys = try Self.route(entries, issuer: issuer, claims: claims)
         guard let verifier = keys.verifier() else {
             let error = Self.keysUnavailable(keys)
             guard keys.fetchMayHelp() else { throw error }
@@ -120,7 +145,7 @@ public struct IssuerRegistry: Sendable {
                 // payload's many small allocations are freed now, while still in the CPU's caches.
                 let kept = verification.encoded == nil ? verified : verified.strippingClaims()
                 cache.insert(
-                    .init(issuer: name, token: kept, key: key, evictAt: evictAt, encoded: verification.encoded),
+                    .init(issuer: name, token: kept, key: key, evictAt: evictAt, encoded: verification.encoded, keysSerial: keys.serial),
                     for: digest)
             }
             return .verified(verification)
@@ -166,12 +191,12 @@ public struct IssuerRegistry: Sendable {
     /// A cache hit still vouched for: same issuer as asked, its key still in the set; then the
     /// request's and the clock's checks.
     private func cached(
-        _ digest: SHA256.Digest, in cache: VerifiedTokenCache, issuer: String?, audience: String?, nonce: String?,
-        now: Double
+        _ digest: SHA256.Digest, in cache: VerifiedTokenCache, entries: [IssuerKeys], issuer: String?, audience: String?,
+        nonce: String?, now: Double
     ) throws(ProtocolError) -> Verification? {
         guard let hit = cache.entry(for: digest, now: now), issuer == nil || issuer == hit.issuer,
-            let keys = entries.first(where: { $0.configuration.name == hit.issuer }), let verifier = keys.verifier(),
-            verifier.signatures.keys.contains(hit.key)
+            let keys = entries.first(where: { $0.configuration.name == hit.issuer }), keys.serial == hit.keysSerial,
+            let verifier = keys.verifier(), verifier.signatures.keys.contains(hit.key)
         else { return nil }
         do {
             try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
@@ -181,7 +206,7 @@ public struct IssuerRegistry: Sendable {
         return Verification(issuer: hit.issuer, token: hit.token, encoded: hit.encoded)
     }
 
-    private func route(issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {
+    private static func route(_ entries: [IssuerKeys], issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {
         if let issuer {
             guard let named = entries.first(where: { $0.configuration.name == issuer }) else {
                 throw ProtocolError(code: .tokenIssuerUnknown, message: "no issuer named '\(issuer.prefix(64))' is configured")

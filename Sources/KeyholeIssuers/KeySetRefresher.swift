@@ -3,17 +3,20 @@ import ServiceLifecycle
 
 /// The `Service` that keeps every remote issuer's keys fresh: one refresh loop per issuer over one
 /// HTTP client, all stopped on graceful shutdown (the client is shut down after them).
+///
+/// It follows the registry: an issuer a reload adds gets its loop at once; one a reload replaces is
+/// retired by the registry, and its loop ends.
 public struct KeySetRefresher: Service {
-    private let issuers: [IssuerKeys]
+    private let registry: IssuerRegistry
     private let store: KeySetStore?
     private let fetcherConfiguration: KeySetFetcher.Configuration
     private let logger: Logger
 
-    /// A refresher for the remote ones among `issuers`, persisting fetched sets to `store`.
+    /// A refresher for the remote issuers of `registry`, persisting fetched sets to `store`.
     public init(
-        issuers: [IssuerKeys], store: KeySetStore?, fetcher: KeySetFetcher.Configuration = .init(), logger: Logger
+        registry: IssuerRegistry, store: KeySetStore?, fetcher: KeySetFetcher.Configuration = .init(), logger: Logger
     ) {
-        self.issuers = issuers.filter { $0.configuration.keySet.isRemote }
+        self.registry = registry
         self.store = store
         self.fetcherConfiguration = fetcher
         self.logger = logger
@@ -21,19 +24,21 @@ public struct KeySetRefresher: Service {
 
     /// Runs until graceful shutdown or cancellation.
     public func run() async throws {
-        guard !issuers.isEmpty else {
-            // Returning early would end the whole service group.
-            try? await gracefulShutdown()
-            return
-        }
         let client = KeySetFetcher.makeClient(configuration: fetcherConfiguration)
         let fetcher = KeySetFetcher(client: client, configuration: fetcherConfiguration)
-        let (issuers, store, logger) = (self.issuers, self.store, self.logger)
+        let (registry, store, logger) = (self.registry, self.store, self.logger)
         await cancelWhenGracefulShutdown {
-            await withTaskGroup(of: Void.self) { group in
-                for keys in issuers {
-                    group.addTask { await keys.run(fetcher: fetcher, store: store, logger: logger) }
+            await withDiscardingTaskGroup { group in
+                var started: [IssuerKeys] = []
+                for await issuers in registry.issuerChanges() {
+                    // Loops of retired issuers end by themselves; only their objects are let go here.
+                    started.removeAll { old in !issuers.contains { $0 === old } }
+                    for keys in issuers where keys.configuration.keySet.isRemote && !started.contains(where: { $0 === keys }) {
+                        started.append(keys)
+                        group.addTask { await keys.run(fetcher: fetcher, store: store, logger: logger) }
+                    }
                 }
+                group.cancelAll()
             }
         }
         // A failed shutdown (a request cut off by its deadline still draining) must not make a

@@ -25,14 +25,21 @@ public final class VerifiedTokenCache: Sendable {
         public let evictAt: Double
         /// The answer for it, as the registry's encoder made it.
         public let encoded: ByteBuffer?
+        /// The `IssuerKeys.serial` of the issuer object that verified it: after a reload replaced
+        /// that object, the entry is never used again.
+        public let keysSerial: UInt64
 
         /// An entry.
-        public init(issuer: String, token: VerifiedToken, key: VerificationKey, evictAt: Double, encoded: ByteBuffer? = nil) {
+        public init(
+            issuer: String, token: VerifiedToken, key: VerificationKey, evictAt: Double, encoded: ByteBuffer? = nil,
+            keysSerial: UInt64 = 0
+        ) {
             self.issuer = issuer
             self.token = token
             self.key = key
             self.evictAt = evictAt
             self.encoded = encoded
+            self.keysSerial = keysSerial
         }
     }
 

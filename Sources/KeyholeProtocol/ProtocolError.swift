@@ -32,6 +32,7 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
             case upstreamRejected = "upstream_rejected"
             case upstreamUnavailable = "upstream_unavailable"
             case notConfigured = "not_configured"
+            case configInvalid = "config_invalid"
         }
 
         fileprivate let base: Base
@@ -107,6 +108,8 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let upstreamUnavailable = Code(.upstreamUnavailable)
         /// The operation needs configuration keyholed does not have (such as `[apple]`).
         public static let notConfigured = Code(.notConfigured)
+        /// `admin.reload`: the configuration file does not load; the running configuration stays.
+        public static let configInvalid = Code(.configInvalid)
     }
 
     /// The stable code.

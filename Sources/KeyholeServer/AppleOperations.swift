@@ -47,10 +47,21 @@ public enum AppleOperations {
         configuration: Configuration?, registry: IssuerRegistry, store: Store, sessions: StoreOperations.Configuration,
         revocations: AppleRevocations? = nil, refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
+        make(
+            configuration: configuration.map { Reloadable($0) }, registry: registry, store: store, sessions: Reloadable(sessions),
+            revocations: revocations, refreshChecks: refreshChecks, now: now)
+    }
+
+    /// The operations, reading `settings` and `sessions` as a reload leaves them, once per request.
+    public static func make(
+        configuration settings: Reloadable<Configuration>?, registry: IssuerRegistry, store: Store,
+        sessions sessionSettings: Reloadable<StoreOperations.Configuration>, revocations: AppleRevocations? = nil,
+        refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
+    ) -> [String: Operation] {
         let seen = SeenNotifications()
         return [
             "apple.notification": .async { request, context throws(ProtocolError) in
-                guard let configuration else {
+                guard let configuration = settings?.current else {
                     throw .notConfigured("apple.notification needs an [apple] section in keyholed.toml")
                 }
                 let notification = Notification(
@@ -58,18 +69,18 @@ public enum AppleOperations {
                 return try await notification.run(request)
             },
             "apple.transfer.export": .async { request, context throws(ProtocolError) in
-                guard let configuration else { throw .notConfigured("apple.transfer.export needs an [apple] section in keyholed.toml") }
+                guard let configuration = settings?.current else { throw .notConfigured("apple.transfer.export needs an [apple] section in keyholed.toml") }
                 return try await Transfer(configuration: configuration, store: store, now: now, logger: context.logger).export(request)
             },
             "apple.transfer.import": .async { request, context throws(ProtocolError) in
-                guard let configuration else { throw .notConfigured("apple.transfer.import needs an [apple] section in keyholed.toml") }
+                guard let configuration = settings?.current else { throw .notConfigured("apple.transfer.import needs an [apple] section in keyholed.toml") }
                 return try await Transfer(configuration: configuration, store: store, now: now, logger: context.logger).import(request)
             },
             "apple.refresh_check": .async { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let sub = try arguments.string("sub", required: true, maxBytes: Principal.maximumFieldBytes)!
                 try arguments.finish()
-                guard let configuration else { throw .notConfigured("apple.refresh_check needs an [apple] section in keyholed.toml") }
+                guard let configuration = settings?.current else { throw .notConfigured("apple.refresh_check needs an [apple] section in keyholed.toml") }
                 guard let refreshChecks else {
                     throw .notConfigured("refresh tokens are checked only with [apple] team_id, key_id, private_key_file and store_key_file")
                 }
@@ -90,16 +101,16 @@ public enum AppleOperations {
             },
             "apple.pending": .sync { request, _ throws(ProtocolError) in
                 try Arguments(request).finish()
-                guard configuration != nil else { throw .notConfigured("apple.pending needs an [apple] section in keyholed.toml") }
+                guard settings != nil else { throw .notConfigured("apple.pending needs an [apple] section in keyholed.toml") }
                 let pending = revocations?.pending() ?? []
                 return ["pending": .array(pending), "count": .int(Int64(pending.count))]
             },
             "apple.sign_in": .async { request, context throws(ProtocolError) in
-                guard let configuration else {
+                guard let configuration = settings?.current else {
                     throw .notConfigured("apple.sign_in needs an [apple] section in keyholed.toml")
                 }
                 let signIn = SignIn(
-                    configuration: configuration, registry: registry, store: store, sessions: sessions, now: now,
+                    configuration: configuration, registry: registry, store: store, sessions: sessionSettings.current, now: now,
                     logger: context.logger)
                 return try await signIn.run(request)
             },

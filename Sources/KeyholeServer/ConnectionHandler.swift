@@ -12,6 +12,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     typealias OutboundOut = ByteBuffer
 
     private let core: ServerCore
+    private let idleTimeout: TimeAmount
     private var decoder: FrameDecoder
     private var machine: ConnectionStateMachine
     private var logger: Logger
@@ -37,22 +38,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Where pending answers come back (looked up on first use).
     private var answers: AnswerDelivery?
 
-    init(core: ServerCore, logger: Logger) {
+    /// A connection held to `limits` for its whole life.
+    init(core: ServerCore, limits: KeyholeServer.Configuration, logger: Logger) {
         self.core = core
         self.logger = logger
-        self.decoder = FrameDecoder(maxFrameBytes: core.configuration.maxFrameBytes)
+        self.idleTimeout = limits.idleTimeout
+        self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
         self.machine = ConnectionStateMachine(
-            maxInFlight: core.configuration.maxInFlight,
-            idleTimeout: core.configuration.idleTimeout,
-            frameTimeout: core.configuration.frameTimeout,
-            drainTimeout: core.configuration.drainTimeout,
+            maxInFlight: limits.maxInFlight,
+            idleTimeout: limits.idleTimeout,
+            frameTimeout: limits.frameTimeout,
+            drainTimeout: limits.drainTimeout,
             now: .now()
         )
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        armIdleTimer(at: .now() + core.configuration.idleTimeout, context: context)
+        armIdleTimer(at: .now() + idleTimeout, context: context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

@@ -43,6 +43,18 @@ public final class KeyholeServer: Service, Sendable {
     /// The server's counters.
     public var stats: ServerStats { core.stats }
 
+    /// A reload's new limits (frame size, connections, in-flight requests, timeouts) for the
+    /// connections accepted from now on; open ones keep theirs. Where it listens, the backlog and the
+    /// debug operations stay as the server started.
+    public func applyLimits(of configuration: Configuration) throws(ServerError) {
+        var limits = configuration
+        limits.listener = core.configuration.listener
+        limits.backlog = core.configuration.backlog
+        limits.enableDebugOperations = core.configuration.enableDebugOperations
+        try limits.validate()
+        core.limits.replace(limits)
+    }
+
     /// Listens and serves until graceful shutdown.
     public func run() async throws {
         try core.configuration.validate()
@@ -107,12 +119,13 @@ public final class KeyholeServer: Service, Sendable {
             .childChannelOption(.maxMessagesPerRead, value: 4)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    guard core.stats.openConnection(limit: core.configuration.maxConnections) else {
+                    let limits = core.limits.current
+                    guard core.stats.openConnection(limit: limits.maxConnections) else {
                         try channel.pipeline.syncOperations.addHandler(RejectHandler(stats: core.stats))
                         return
                     }
                     channel.closeFuture.whenComplete { _ in core.stats.closeConnection() }
-                    try channel.pipeline.syncOperations.addHandler(ConnectionHandler(core: core, logger: logger))
+                    try channel.pipeline.syncOperations.addHandler(ConnectionHandler(core: core, limits: limits, logger: logger))
                 }
             }
     }

@@ -9,7 +9,10 @@ final class ServerCore: Sendable {
         let counter: ServerStats.Counter
     }
 
+    /// As the server started: where it listens, its backlog and its operations never change.
     let configuration: KeyholeServer.Configuration
+    /// The limits each new connection takes (a reload replaces them; open connections keep theirs).
+    let limits: Reloadable<KeyholeServer.Configuration>
     let operations: [String: Entry]
     let stats: ServerStats
     /// One per event loop, made on first use.
@@ -28,6 +31,7 @@ final class ServerCore: Sendable {
         let stats = ServerStats(operations: names, extra: statistics)
         all.merge(BuiltinOperations.standard(stats: stats)) { _, builtin in builtin }
         self.configuration = configuration
+        self.limits = Reloadable(configuration)
         self.stats = stats
         self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
             (name, Entry(operation: operation, counter: stats.requestCounter(for: name)!))

@@ -5,13 +5,12 @@ import NIOCore
 extension StoreOperations {
     static func sessionOperations(_ context: Context) -> [String: Operation] {
         let store = context.store
-        let configuration = context.configuration
         let now = context.now
         return [
             "session.create": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
-                let (ttl, idle, data) = try sessionParameters(&arguments, configuration)
+                let (ttl, idle, data) = try sessionParameters(&arguments, context.configuration)
                 try arguments.finish()
                 let time = now()
                 return try StoreCommit.run { done throws(StoreError) in

@@ -32,13 +32,22 @@ public enum StoreOperations {
     public static func make(
         store: Store, configuration: Configuration, revocations: AppleRevocations? = nil, now: @escaping @Sendable () -> Int64
     ) -> [String: Operation] {
-        let context = Context(store: store, configuration: configuration, revocations: revocations, now: now)
+        make(store: store, configuration: Reloadable(configuration), revocations: revocations, now: now)
+    }
+
+    /// The operations, reading `configuration` as a reload leaves it, once per request.
+    public static func make(
+        store: Store, configuration: Reloadable<Configuration>, revocations: AppleRevocations? = nil,
+        now: @escaping @Sendable () -> Int64
+    ) -> [String: Operation] {
+        let context = Context(store: store, settings: configuration, revocations: revocations, now: now)
         return sessionOperations(context).merging(userOperations(context)) { $1 }.merging(adminOperations(context)) { $1 }
     }
 
     struct Context: Sendable {
         let store: Store
-        let configuration: Configuration
+        let settings: Reloadable<Configuration>
+        var configuration: Configuration { settings.current }
         let revocations: AppleRevocations?
         let now: @Sendable () -> Int64
 

@@ -10,7 +10,13 @@ import Glibc
 /// its own, `KEYHOLE_` and the key in capitals (`op` is KEYHOLE_OP, `code` KEYHOLE_CODE), so that
 /// `journalctl KEYHOLE_EVENT=server.listening` or `KEYHOLE_CODE=storage_unavailable` finds them.
 public struct JournalLogHandler: LogHandler {
-    public var logLevel: Logger.Level
+    /// The level `level` gives now (a reload may change it), unless set on this handler.
+    public var logLevel: Logger.Level {
+        get { fixedLevel ?? level() }
+        set { fixedLevel = newValue }
+    }
+    private var fixedLevel: Logger.Level?
+    private let level: @Sendable () -> Logger.Level
     public var metadata: Logger.Metadata = [:]
     public var metadataProvider: Logger.MetadataProvider?
     private let identifier: String
@@ -18,8 +24,16 @@ public struct JournalLogHandler: LogHandler {
 
     /// - Parameter message: the human MESSAGE of an event (keyholed uses its plain log line).
     public init(identifier: String, level: Logger.Level, message: @escaping @Sendable (_ event: String, _ metadata: Logger.Metadata) -> String) {
+        self.init(identifier: identifier, level: { level }, message: message)
+    }
+
+    /// A handler whose level is read from `level` at each event, so that a reload can change it.
+    public init(
+        identifier: String, level: @escaping @Sendable () -> Logger.Level,
+        message: @escaping @Sendable (_ event: String, _ metadata: Logger.Metadata) -> String
+    ) {
         self.identifier = identifier
-        self.logLevel = level
+        self.level = level
         self.message = message
     }
 

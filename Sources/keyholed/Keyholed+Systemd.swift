@@ -8,13 +8,13 @@ import Synchronization
 
 extension Keyholed {
     /// Structured entries when stderr is the journal (JOURNAL_STREAM), plain lines otherwise.
-    static func bootstrapLogging(level: Logger.Level) {
+    static func bootstrapLogging(level: LogLevelControl) {
         if JournalLogHandler.isStandardErrorJournal {
-            LoggingSystem.bootstrap { _ in
-                JournalLogHandler(identifier: "keyholed", level: level, message: LineLogHandler.message)
+            LoggingSystem.bootstrap { label in
+                JournalLogHandler(identifier: "keyholed", level: level.level(for: label), message: LineLogHandler.message)
             }
         } else {
-            LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level) }
+            LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level.level(for: label)) }
         }
     }
 

@@ -53,7 +53,7 @@ struct Keyholed: AsyncParsableCommand {
     func run() async throws {
         let configuration: DaemonConfiguration
         do {
-            configuration = try loadConfiguration()
+            configuration = try Self.loadConfiguration(overrides)
         } catch {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
@@ -68,7 +68,9 @@ struct Keyholed: AsyncParsableCommand {
         }
         // Before anything uses NIO's shared event-loop group, which the server and the fetchers share.
         NIOSingletons.groupLoopCountSuggestion = configuration.threads
-        let level = configuration.logLevel
+        // An early SIGHUP (before the reload service listens) must not end keyholed, SIGHUP's default.
+        signal(SIGHUP, SIG_IGN)
+        let level = LogLevelControl(configuration.logLevel)
         Self.bootstrapLogging(level: level)
         let logger = Logger(label: "keyholed")
         let notifier = SystemdNotifier()
@@ -96,7 +98,7 @@ struct Keyholed: AsyncParsableCommand {
         let store = KeySetStore(stateDirectory: configuration.stateDirectory)
         let issuers: [IssuerKeys]
         do {
-            issuers = try loadIssuers(configuration, store: store, logger: logger)
+            issuers = try Self.makeIssuers(configuration.issuers, cache: configuration.keySetCache, store: store, logger: logger)
         } catch {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
@@ -131,12 +133,28 @@ struct Keyholed: AsyncParsableCommand {
                 "apple.revocations_waiting",
                 metadata: ["count": "\(owed)", "reason": "no [apple] code exchange configured: they are kept and sent once it is"])
         }
+        let sessionSettings = Reloadable(sessionConfiguration)
+        let appleSettings = apple.map { Reloadable($0.configuration) }
+        let status: @Sendable () -> String = {
+            let figures = sessionStore.statistics
+            let storage = figures.failure.map { "; storage failing: \($0)" } ?? ""
+            return "serving: \(figures.sessions) sessions, \(figures.users) users, \(registry.issuers.count) issuers\(storage)"
+        }
+        let overrides = overrides
+        let reloader = Reloader(
+            running: configuration,
+            targets: .init(
+                registry: registry, keySets: store, sessions: sessionSettings, apple: appleSettings, logLevel: level,
+                notifier: notifier, status: status),
+            logger: logger
+        ) { () throws(ConfigError) in try Self.loadConfiguration(overrides) }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
-            .merging(StoreOperations.make(store: sessionStore, configuration: sessionConfiguration, revocations: revocations, now: seconds)) { $1 }
+            .merging(StoreOperations.make(store: sessionStore, configuration: sessionSettings, revocations: revocations, now: seconds)) { $1 }
             .merging(AppleOperations.make(
-                configuration: apple?.configuration, registry: registry, store: sessionStore,
-                sessions: sessionConfiguration, revocations: revocations, refreshChecks: background?.refreshChecks, now: clock)) { $1 }
+                configuration: appleSettings, registry: registry, store: sessionStore,
+                sessions: sessionSettings, revocations: revocations, refreshChecks: background?.refreshChecks, now: clock)) { $1 }
+            .merging(["admin.reload": reloader.operation]) { $1 }
 
         var serverConfiguration = configuration.serverConfiguration
         if let adopted {
@@ -144,11 +162,6 @@ struct Keyholed: AsyncParsableCommand {
             logger.info("systemd.socket_adopted", metadata: ["socket": "\(adopted)", "ignored": "\(configuration.socketPath)"])
         }
         let socketPath = adopted.map { "\($0)" } ?? configuration.socketPath
-        let status: @Sendable () -> String = {
-            let figures = sessionStore.statistics
-            let storage = figures.failure.map { "; storage failing: \($0)" } ?? ""
-            return "serving: \(figures.sessions) sessions, \(figures.users) users, \(issuers.count) issuers\(storage)"
-        }
         let server = KeyholeServer(
             configuration: serverConfiguration,
             operations: operations,
@@ -164,6 +177,7 @@ struct Keyholed: AsyncParsableCommand {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
             notifier.ready(status: status())
         }
+        reloader.serve(server)
         // The watchdog is stopped last (services stop in reverse order), the status first.
         let watchdog: [ServiceGroupConfiguration.ServiceConfiguration] = (notifier.isEnabled ? notifier.watchdogInterval() : nil).map { interval in
             [.init(service: Watchdog(
@@ -172,18 +186,18 @@ struct Keyholed: AsyncParsableCommand {
         } ?? []
         let systemdStatus: [ServiceGroupConfiguration.ServiceConfiguration] =
             notifier.isEnabled ? [.init(service: SystemdStatus(notifier: notifier, status: status))] : []
-        var lifecycleLogger = logger
-        lifecycleLogger.logLevel = max(level, .notice)
+        let lifecycleLogger = Logger(label: LogLevelControl.lifecycleLabel)
         let group = ServiceGroup(configuration: .init(
             // Stopped in reverse order: the server drains its requests while keys still refresh and
             // changes still commit; the committer then flushes what is queued.
             services: watchdog + [
-                .init(service: KeySetRefresher(issuers: issuers, store: store, logger: logger)),
+                .init(service: KeySetRefresher(registry: registry, store: store, logger: logger)),
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
             ] + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
+                .init(service: ReloadSignals(reloader: reloader)),
             ] + systemdStatus,
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: lifecycleLogger
@@ -273,7 +287,22 @@ struct Keyholed: AsyncParsableCommand {
         return store
     }
 
-    private func loadConfiguration() throws(ConfigError) -> DaemonConfiguration {
+    /// What the command line sets, applied over the file at start-up and at each reload.
+    struct Overrides: Sendable {
+        var config: String?
+        var socket: String?
+        var stateDir: String?
+        var logLevel: String?
+        var enableDebugOps: Bool
+        var fixedClock: Double?
+    }
+
+    private var overrides: Overrides {
+        Overrides(config: config, socket: socket, stateDir: stateDir, logLevel: logLevel, enableDebugOps: enableDebugOps, fixedClock: fixedClock)
+    }
+
+    private static func loadConfiguration(_ overrides: Overrides) throws(ConfigError) -> DaemonConfiguration {
+        let (config, socket, stateDir, logLevel) = (overrides.config, overrides.socket, overrides.stateDir, overrides.logLevel)
         var configuration = try DaemonConfiguration.load(path: config ?? DaemonConfiguration.defaultPath, required: config != nil)
         if let socket {
             try DaemonConfiguration.checkPath(socket, key: "--socket", line: nil, socket: true)
@@ -286,50 +315,11 @@ struct Keyholed: AsyncParsableCommand {
         if let logLevel {
             configuration.logLevel = try DaemonConfiguration.logLevel(logLevel, key: "--log-level", line: nil)
         }
-        configuration.server.enableDebugOperations = enableDebugOps
-        if fixedClock != nil && !enableDebugOps {
+        configuration.server.enableDebugOperations = overrides.enableDebugOps
+        if overrides.fixedClock != nil && !overrides.enableDebugOps {
             throw ConfigError(key: "--fixed-clock", line: nil, message: "is for tests and needs --enable-debug-ops")
         }
         return configuration
-    }
-
-    /// Makes each issuer's keys: a key-set file is read now (one that cannot be used stops start-up);
-    /// a remote issuer starts from the key set persisted by an earlier run, if any, and is fetched by
-    /// the refresher.
-    private func loadIssuers(
-        _ configuration: DaemonConfiguration, store: KeySetStore, logger: Logger
-    ) throws(ConfigError) -> [IssuerKeys] {
-        var issuers: [IssuerKeys] = []
-        for (index, issuer) in configuration.issuers.enumerated() {
-            guard case .file(let path) = issuer.keySet else {
-                var persisted: KeySetStore.Entry?
-                do {
-                    persisted = try store.load(issuer)
-                } catch {
-                    logger.warning("issuer.persisted_keys_unusable", metadata: ["issuer": "\(issuer.name)", "error": "\(error)"])
-                }
-                if let persisted {
-                    logger.info("issuer.keys_restored", metadata: [
-                        "issuer": "\(issuer.name)", "keys": "\(persisted.keys.keys.count)",
-                        "kids": "\(persisted.keys.keys.compactMap(\.kid).joined(separator: ","))",
-                        "fetched_at": "\(Int(persisted.fetchedAt))",
-                    ])
-                }
-                issuers.append(IssuerKeys(configuration: issuer, cache: configuration.keySetCache, persisted: persisted))
-                continue
-            }
-            do {
-                let set = try KeySetFile.load(path)
-                issuers.append(IssuerKeys(configuration: issuer, keys: set))
-                logger.info("issuer.keys_loaded", metadata: [
-                    "issuer": "\(issuer.name)", "keys": "\(set.keys.count)",
-                    "kids": "\(set.keys.compactMap(\.kid).joined(separator: ","))", "skipped": "\(set.skipped.count)",
-                ])
-            } catch {
-                throw ConfigError(key: "issuer[\(index)].jwks_uri", line: nil, message: error.description)
-            }
-        }
-        return issuers
     }
 
     private func printError(_ message: String) {

@@ -10,12 +10,18 @@ import Logging
 /// The message is the event's stable name; values that could break the line are quoted and escaped, so
 /// a hostile string can never forge a second event.
 struct LineLogHandler: LogHandler {
-    var logLevel: Logger.Level
+    /// The level `level` gives now (a reload may change it), unless set on this handler.
+    var logLevel: Logger.Level {
+        get { fixedLevel ?? level() }
+        set { fixedLevel = newValue }
+    }
+    private var fixedLevel: Logger.Level?
+    private let level: @Sendable () -> Logger.Level
     var metadata: Logger.Metadata = [:]
     var metadataProvider: Logger.MetadataProvider?
 
-    init(label: String, level: Logger.Level) {
-        self.logLevel = level
+    init(label: String, level: @escaping @Sendable () -> Logger.Level) {
+        self.level = level
     }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {

@@ -230,6 +230,36 @@ struct IssuerKeysTests {
         }
     }
 
+    @Test("a reload: an issuer carried over with new rules keeps its keys, not the tokens cached by the object it replaced; the old object fetches no more")
+    func replacedIssuer() async throws {
+        let (token, tokenTime) = try Harness.token()
+        try await Harness.run(reply: try Harness.reply("unresolved-ruby-2025")) { (h: IssuerKeysHarness) async throws in
+            await h.keys.waitUntil { $0.usable }
+            let cache = VerifiedTokenCache()
+            let registry = IssuerRegistry(issuers: [h.keys], cache: cache)
+            #expect(try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: tokenTime).issuer == "apple")
+            #expect(cache.count == 1)
+
+            // Only ES256 now: the cached entry (which remembers no algorithm) must not vouch for the RS256 token.
+            var narrower = h.keys.configuration
+            narrower.algorithms = [.es256]
+            let replacement = IssuerKeys(configuration: narrower, continuing: h.keys)
+            #expect(replacement.serial != h.keys.serial)
+            #expect(replacement.verifier() != nil)
+            registry.replaceIssuers([replacement])
+            #expect(registry.issuers.count == 1 && registry.issuers[0] === replacement)
+            // The cached entry names the old object: it is not used, and the new rules apply.
+            #expect(throws: ProtocolError(code: .tokenAlgNotAllowed, message: "")) {
+                try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: tokenTime)
+            }
+            // The retired object's loop ends: a fetch asked of it is answered, never made.
+            let fetches = h.server.received.count
+            h.clock.advance(by: 60)
+            #expect(await h.keys.refresh() == .notFetched)
+            #expect(h.server.received.count == fetches)
+        }
+    }
+
     @Test("a set with no usable key, or not a key set, does not replace the last good one")
     func unusableSetsKeepTheLastGood() async throws {
         try await Harness.run(reply: try Harness.reply("panva-wellknown-20241001")) { h in

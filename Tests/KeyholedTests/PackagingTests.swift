@@ -15,6 +15,7 @@ struct PackagingTests {
         for name in ["keyholed.socket", "keyholed.service"] {
             var text = try String(contentsOf: packaging.appendingPathComponent(name), encoding: .utf8)
             text = text.replacingOccurrences(of: "ExecStart=/usr/bin/keyholed", with: "ExecStart=\(DaemonProcess.binary.path)")
+            text = text.replacingOccurrences(of: "ExecReload=/usr/bin/keyhole", with: "ExecReload=\(ChildProcess.builtProduct("keyhole").path)")
             try text.write(to: directory.appendingPathComponent(name), atomically: true, encoding: .utf8)
         }
         return directory

@@ -45,7 +45,8 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
                          "token_not_yet_valid", "token_issuer_unknown", "token_audience_invalid",
                          "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable",
                          "session_not_found", "user_not_found", "storage_unavailable", "data_too_large",
-                         "upstream_rejected", "upstream_unavailable", "not_configured"})
+                         "upstream_rejected", "upstream_unavailable", "not_configured",
+                         "config_invalid"})
 _HEADER = struct.Struct(">I")
 
 

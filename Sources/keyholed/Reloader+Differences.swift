@@ -1,0 +1,67 @@
+extension Reloader {
+    /// `file` with every setting that cannot change live put back to its `running` value, and the
+    /// keys of those that differed.
+    static func keepingRestartOnly(_ running: DaemonConfiguration, in file: DaemonConfiguration) -> (DaemonConfiguration, [String]) {
+        var effective = file
+        var kept: [String] = []
+        func keep<Value: Equatable>(_ key: String, _ path: WritableKeyPath<DaemonConfiguration, Value>) {
+            if effective[keyPath: path] != running[keyPath: path] {
+                kept.append(key)
+                effective[keyPath: path] = running[keyPath: path]
+            }
+        }
+        keep("server.socket", \.socketPath)
+        keep("server.socket_mode", \.socketMode)
+        keep("server.threads", \.threads)
+        keep("server.backlog", \.server.backlog)
+        keep("storage.dir", \.stateDirectory)
+        keep("storage.fsync", \.store.durability)
+        keep("storage.snapshot_wal_bytes", \.store.snapshotWALBytes)
+        keep("tokens.cache_entries", \.verifiedTokenCacheEntries)
+        keep("jwks", \.keySetCache)
+        // [apple]: only the client ids and redirect URIs change live; the keys, the endpoint and the
+        // background checks were set up at start-up.
+        switch (running.apple, file.apple) {
+        case (nil, nil):
+            break
+        case (nil, _?), (_?, nil):
+            kept.append("apple")
+            effective.apple = running.apple
+        case (let old?, var new?):
+            let live = (new.clientIDs, new.redirectURIs)
+            new.clientIDs = old.clientIDs
+            new.redirectURIs = old.redirectURIs
+            if new != old { kept.append("apple") }
+            var merged = old
+            (merged.clientIDs, merged.redirectURIs) = live
+            effective.apple = merged
+        }
+        return (effective, kept)
+    }
+
+    /// The keys whose values change live between `running` and `effective`.
+    static func liveChanges(from running: DaemonConfiguration, to effective: DaemonConfiguration) -> [String] {
+        var changed: [String] = []
+        func compare<Value: Equatable>(_ key: String, _ path: KeyPath<DaemonConfiguration, Value>) {
+            if running[keyPath: path] != effective[keyPath: path] { changed.append(key) }
+        }
+        compare("server.max_frame_bytes", \.server.maxFrameBytes)
+        compare("server.max_connections", \.server.maxConnections)
+        compare("server.idle_timeout", \.server.idleTimeout)
+        compare("server.frame_timeout", \.server.frameTimeout)
+        compare("server.max_in_flight", \.server.maxInFlight)
+        compare("server.drain_timeout", \.server.drainTimeout)
+        compare("sessions.ttl", \.sessions.defaultTTL)
+        compare("sessions.idle_timeout", \.sessions.defaultIdle)
+        compare("sessions.max_data", \.sessions.maxDataBytes)
+        compare("log.level", \.logLevel)
+        compare("apple.client_ids", \.apple?.clientIDs)
+        compare("apple.redirect_uris", \.apple?.redirectURIs)
+        let old = Dictionary(running.issuers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let new = Dictionary(effective.issuers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        for name in Set(old.keys).union(new.keys).sorted() where old[name] != new[name] {
+            changed.append("issuer.\(name)")
+        }
+        return changed
+    }
+}
