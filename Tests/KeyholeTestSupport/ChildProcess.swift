@@ -21,7 +21,9 @@ package enum ChildProcess {
 
     /// Spawns `argv` with stdin from /dev/null; returns its pid and the read ends of its stdout (when
     /// captured; else /dev/null) and stderr.
-    package static func spawn(_ argv: [String], environment: [String: String] = [:], captureStdout: Bool)
+    /// - Parameter passing: a descriptor of the test's (close-on-exec, above 3) the child gets as fd 3,
+    ///   as systemd passes a listening socket.
+    package static func spawn(_ argv: [String], environment: [String: String] = [:], captureStdout: Bool, passing: Int32? = nil)
         throws -> (pid: pid_t, stdout: Int32?, stderr: Int32)
     {
         spawnLock.lock()
@@ -45,6 +47,10 @@ package enum ChildProcess {
         }
         // dup2 clears close-on-exec on the child's copy only.
         posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        if let passing {
+            precondition(passing > 3, "dup2 onto itself would keep close-on-exec")
+            posix_spawn_file_actions_adddup2(&actions, passing, 3)
+        }
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { _, new in new }
         let cArguments = argv.map { strdup($0) } + [nil]

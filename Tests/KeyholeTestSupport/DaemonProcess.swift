@@ -48,20 +48,29 @@ package final class DaemonProcess: Sendable {
     /// - Parameter environment: set for keyholed on top of the test's own.
     /// - Parameter launcher: a command that runs keyholed, its arguments following
     ///   (systemd-socket-activate, a shell that sets LISTEN_PID).
+    /// - Parameter listener: a listening socket of the test's, passed as systemd does (fd 3,
+    ///   LISTEN_FDS=1, LISTEN_FDNAMES=keyhole, LISTEN_PID set by a shell that then execs keyholed).
     package init(
         config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil,
-        environment: [String: String] = [:], launcher: [String] = []
+        environment: [String: String] = [:], launcher: [String] = [], listener: Int32? = nil
     ) throws {
         ownsDirectory = directory == nil
         self.directory = try directory ?? Self.makeDirectory()
         self.socketPath = socketPath ?? self.directory.appendingPathComponent("k.sock").path
         let configPath = self.directory.appendingPathComponent("keyholed.toml")
         try config.write(to: configPath, atomically: true, encoding: .utf8)
+        var environment = environment
+        var launcher = launcher
+        if listener != nil {
+            environment["LISTEN_FDS"] = "1"
+            environment["LISTEN_FDNAMES"] = "keyhole"
+            launcher = ["/bin/sh", "-c", "LISTEN_PID=$$ exec \"$@\"", "sh"] + launcher
+        }
         let argv = launcher + [Self.binary.path,
             "--config", configPath.path, "--socket", self.socketPath,
             "--state-dir", self.directory.appendingPathComponent("state").path, "--log-level", "debug",
         ] + arguments
-        let (pid, _, stderrFD) = try ChildProcess.spawn(argv, environment: environment, captureStdout: false)
+        let (pid, _, stderrFD) = try ChildProcess.spawn(argv, environment: environment, captureStdout: false, passing: listener)
         self.pid = pid
 
         let state = self.state
