@@ -4,9 +4,9 @@ SWIFT       ?= swift
 DEV_DIR     := $(CURDIR)/.keyhole
 # A Unix socket path holds at most 107 bytes: fall back to /tmp for a deep checkout.
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
-APT_PACKAGES := libssl-dev libsystemd-dev systemd
+APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base
 
-.PHONY: all deps build build-debug run test test-python test-swift clean
+.PHONY: all deps build build-debug run test test-python test-swift deb clean
 
 all: build
 
@@ -51,5 +51,13 @@ test-python: build-debug
 test-swift: build-debug
 	$(SWIFT) test --skip-build
 
+## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
+## runtime linked in, so that it needs only Debian's own packages.
+deb: deps
+	$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-deb --product keyholed
+	$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-deb --product keyhole
+	packaging/deb/build-deb.sh --bin $(CURDIR)/.build-deb/release --strip \
+	  --out $(CURDIR)/keyhole_$$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/KeyholeProtocol/KeyholeVersion.swift)-1_$$(dpkg --print-architecture).deb
+
 clean:
-	rm -rf .build .keyhole
+	rm -rf .build .build-deb .keyhole keyhole_*.deb

@@ -25,13 +25,28 @@ struct PackagingTests {
     func verify() throws {
         let directory = try Self.units()
         defer { try? FileManager.default.removeItem(at: directory) }
-        // --man=no: the man pages are checked where they are installed, by the package's tests.
+        // Documentation=man:... is looked up with man(1): the pages under packaging/man.
         let run = try ChildProcess.run([
-            "/usr/bin/systemd-analyze", "verify", "--man=no",
+            "/usr/bin/systemd-analyze", "verify",
             directory.appendingPathComponent("keyholed.socket").path, directory.appendingPathComponent("keyholed.service").path,
-        ])
+        ], environment: ["MANPATH": Self.packaging.deletingLastPathComponent().appendingPathComponent("man").path])
         #expect(run.status == 0)
         #expect(run.stdout.isEmpty && run.stderr.isEmpty, "\(run.stdout)\(run.stderr)")
+    }
+
+    @Test("the man pages keyholed(8), keyhole(1) and keyholed.toml(5) render without a single groff warning", arguments: [
+        "man8/keyholed.8", "man1/keyhole.1", "man5/keyholed.toml.5",
+    ])
+    func manPage(page: String) throws {
+        let path = Self.packaging.deletingLastPathComponent().appendingPathComponent("man/\(page)").path
+        let lint = try ChildProcess.run(["/usr/bin/groff", "-man", "-Tutf8", "-ww", "-z", path])
+        #expect(lint.status == 0)
+        #expect(lint.stdout.isEmpty && lint.stderr.isEmpty, "\(lint.stdout)\(lint.stderr)")
+        let rendered = try ChildProcess.run(["/usr/bin/man", "-l", path], environment: ["MANWIDTH": "80", "MAN_KEEP_FORMATTING": ""])
+        #expect(rendered.status == 0)
+        for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "SEE ALSO"] where !page.hasSuffix(".5") || section != "SYNOPSIS" {
+            #expect(rendered.stdout.contains(section), "\(page): \(section)")
+        }
     }
 
     @Test("systemd-analyze security rates the service's exposure 2.0 or lower")

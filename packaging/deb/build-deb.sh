@@ -1,0 +1,86 @@
+#!/bin/sh
+# Builds keyhole's Debian package from built binaries (`make deb` passes the release build).
+#
+#   build-deb.sh --bin DIR --out FILE.deb [--version V] [--strip] [--allow-unpackaged-libs] [--fast]
+#
+# The package: /usr/bin/keyholed and keyhole, the systemd units, sysusers.d and tmpfiles.d entries,
+# /etc/keyhole/keyholed.toml as a conffile, the man pages, and the maintainer scripts of this
+# directory. Depends lists the Debian packages that own the shared libraries the binaries name
+# (DT_NEEDED, found with ldconfig and dpkg -S), plus systemd and init-system-helpers for the
+# scripts. A library no package owns (a toolchain's Swift runtime in a debug build) is an error
+# unless --allow-unpackaged-libs, for tests that install the package on the machine that built it.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+packaging=$(dirname "$here")
+top=$(dirname "$packaging")
+bin="" out="" version="" strip=no allow=no compression=xz
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --version) version=$2; shift 2 ;;
+        --strip) strip=yes; shift ;;
+        --allow-unpackaged-libs) allow=yes; shift ;;
+        --fast) compression=gzip; shift ;;
+        *) echo "build-deb.sh: unknown argument $1" >&2; exit 64 ;;
+    esac
+done
+[ -n "$bin" ] && [ -n "$out" ] || { echo "usage: build-deb.sh --bin DIR --out FILE.deb [--version V] [--strip] [--allow-unpackaged-libs]" >&2; exit 64; }
+for b in keyholed keyhole; do
+    [ -x "$bin/$b" ] || { echo "build-deb.sh: $bin/$b is missing: build first" >&2; exit 1; }
+done
+if [ -z "$version" ]; then
+    version=$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' "$top/Sources/KeyholeProtocol/KeyholeVersion.swift")-1
+fi
+
+root=$(mktemp -d "${TMPDIR:-/tmp}/keyhole-deb.XXXXXX")
+trap 'rm -rf "$root"' EXIT
+install -d -m 0755 "$root/DEBIAN" "$root/usr/bin" "$root/usr/lib/systemd/system" "$root/usr/lib/sysusers.d" \
+    "$root/usr/lib/tmpfiles.d" "$root/etc/keyhole" "$root/usr/share/doc/keyhole"
+for b in keyholed keyhole; do
+    install -m 0755 "$bin/$b" "$root/usr/bin/$b"
+    [ "$strip" = no ] || strip --strip-unneeded "$root/usr/bin/$b"
+done
+install -m 0644 "$packaging/systemd/keyholed.service" "$packaging/systemd/keyholed.socket" "$root/usr/lib/systemd/system/"
+install -m 0644 "$packaging/systemd/keyhole.sysusers" "$root/usr/lib/sysusers.d/keyhole.conf"
+install -m 0644 "$packaging/systemd/keyhole.tmpfiles" "$root/usr/lib/tmpfiles.d/keyhole.conf"
+install -m 0644 "$packaging/keyholed.toml" "$root/etc/keyhole/keyholed.toml"
+for page in "$packaging"/man/man*/*; do
+    [ -f "$page" ] || { echo "build-deb.sh: no man pages under $packaging/man" >&2; exit 1; }
+    section=$(basename "$(dirname "$page")")
+    install -d -m 0755 "$root/usr/share/man/$section"
+    gzip -9nc "$page" > "$root/usr/share/man/$section/$(basename "$page").gz"
+    chmod 0644 "$root/usr/share/man/$section/$(basename "$page").gz"
+done
+gzip -9nc "$top/README.md" > "$root/usr/share/doc/keyhole/README.md.gz"
+printf 'keyhole %s\n\nThe sources, their history and licensing terms are in the project'"'"'s repository.\n' "$version" \
+    > "$root/usr/share/doc/keyhole/copyright"
+chmod 0644 "$root/usr/share/doc/keyhole/"*
+
+# Depends: the owner of every shared library the binaries name (DT_NEEDED), as dpkg-shlibdeps would.
+depends=""
+needed=$(for b in keyholed keyhole; do readelf -d "$root/usr/bin/$b" | sed -n 's/.*Shared library: \[\(.*\)\].*/\1/p'; done | sort -u)
+for name in $needed; do
+    library=$(ldconfig -p | awk -v name="$name" '$1 == name { print $NF; exit }')
+    owner=""
+    if [ -n "$library" ]; then
+        owner=$(dpkg -S "$library" 2>/dev/null || dpkg -S "$(readlink -f "$library")" 2>/dev/null || true)
+        owner=$(printf '%s\n' "$owner" | head -n1 | cut -d: -f1)
+    fi
+    if [ -z "$owner" ]; then
+        [ "$allow" = yes ] || { echo "build-deb.sh: no Debian package provides $name (build with --static-swift-stdlib)" >&2; exit 1; }
+        continue
+    fi
+    case " $depends " in *" $owner "*) ;; *) depends="$depends $owner" ;; esac
+done
+depends=$(printf '%s\n' $depends systemd init-system-helpers | sort -u | paste -sd, - | sed 's/,/, /g')
+
+size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$(dpkg --print-architecture)/" -e "s/@DEPENDS@/$depends/" -e "s/@SIZE@/$size/" \
+    "$here/control.in" > "$root/DEBIAN/control"
+install -m 0644 "$here/conffiles" "$root/DEBIAN/conffiles"
+for script in postinst prerm postrm; do install -m 0755 "$here/$script" "$root/DEBIAN/$script"; done
+
+dpkg-deb --root-owner-group -Z"$compression" --build "$root" "$out" >/dev/null
+echo "$out"
