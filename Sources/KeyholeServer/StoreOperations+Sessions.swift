@@ -105,41 +105,50 @@ extension StoreOperations {
     /// The `session.create` result as compact JSON, members sorted as `JSONValue` writes them.
     static func encodeCreated(token: String, session: Session) -> ByteBuffer {
         // Sized at once: an empty buffer grown later costs a second allocation.
-        var buffer = ByteBufferAllocator().buffer(capacity: 128)
-        buffer.writeStaticString("{\"expires_at\":")
-        JSONValue.writeInteger(session.expiresAt, to: &buffer)
-        buffer.writeStaticString(",\"id\":\"")
-        _ = session.id.withText { buffer.writeBytes($0) }
-        // A token is base64url behind a fixed prefix: nothing in it needs escaping.
-        buffer.writeStaticString("\",\"session\":\"")
-        buffer.writeString(token)
-        buffer.writeStaticString("\"}")
+        let guess = 96 + token.utf8.count
+        var buffer = ByteBufferAllocator().buffer(capacity: guess)
+        buffer.writeJSON(guess: guess) { out in
+            out.write("{\"expires_at\":")
+            out.write(integer: session.expiresAt)
+            out.write(",\"id\":\"")
+            session.id.withText { out.write(json: UnsafeRawBufferPointer($0)) }
+            // A token is base64url behind a fixed prefix: nothing in it needs escaping.
+            out.write("\",\"session\":")
+            out.write(string: token)
+            out.write(byte: UInt8(ascii: "}"))
+        }
         return buffer
     }
 
     /// The `session.get` result as compact JSON, members sorted as `JSONValue` writes them; `data` is
     /// copied as stored, not parsed again.
     static func encode(_ session: Session, user: User?) -> ByteBuffer {
-        var buffer = ByteBufferAllocator().buffer(capacity: 320 + (session.data?.count ?? 0))
-        buffer.writeStaticString("{\"created_at\":")
-        JSONValue.writeInteger(session.createdAt, to: &buffer)
-        buffer.writeStaticString(",\"data\":")
-        if let data = session.data { buffer.writeBytes(data) } else { buffer.writeStaticString("{}") }
-        buffer.writeStaticString(",\"expires_at\":")
-        JSONValue.writeInteger(session.expiresAt, to: &buffer)
-        buffer.writeStaticString(",\"id\":\"")
-        _ = session.id.withText { buffer.writeBytes($0) }
-        buffer.writeStaticString("\",\"idle_timeout_s\":")
-        JSONValue.writeInteger(Int64(session.idleSeconds), to: &buffer)
-        buffer.writeStaticString(",\"issuer\":")
-        JSONValue.writeString(session.principal.issuer, to: &buffer)
-        buffer.writeStaticString(",\"last_seen_at\":")
-        JSONValue.writeInteger(session.lastSeenAt, to: &buffer)
-        buffer.writeStaticString(",\"sub\":")
-        JSONValue.writeString(session.principal.sub, to: &buffer)
-        buffer.writeStaticString(",\"user\":")
-        if let user { user.writePublicJSON(to: &buffer) } else { buffer.writeStaticString("null") }
-        buffer.writeStaticString("}")
+        let principal = session.principal
+        // Room for every member but the user's own fields; a user with fields may take a second try.
+        let guess = 448 + (session.data?.count ?? 0) + 2 * (principal.issuer.utf8.count + principal.sub.utf8.count)
+            + (user.map { $0.fields.isEmpty ? 0 : 256 } ?? 0)
+        var buffer = ByteBufferAllocator().buffer(capacity: guess)
+        buffer.writeJSON(guess: guess) { out in
+            out.write("{\"created_at\":")
+            out.write(integer: session.createdAt)
+            out.write(",\"data\":")
+            if let data = session.data { data.withUnsafeBytes { out.write(json: $0) } } else { out.write("{}") }
+            out.write(",\"expires_at\":")
+            out.write(integer: session.expiresAt)
+            out.write(",\"id\":\"")
+            session.id.withText { out.write(json: UnsafeRawBufferPointer($0)) }
+            out.write("\",\"idle_timeout_s\":")
+            out.write(integer: Int64(session.idleSeconds))
+            out.write(",\"issuer\":")
+            out.write(string: principal.issuer)
+            out.write(",\"last_seen_at\":")
+            out.write(integer: session.lastSeenAt)
+            out.write(",\"sub\":")
+            out.write(string: principal.sub)
+            out.write(",\"user\":")
+            if let user { user.writePublicJSON(to: &out) } else { out.write("null") }
+            out.write(byte: UInt8(ascii: "}"))
+        }
         return buffer
     }
 }

@@ -66,41 +66,46 @@ public struct User: Sendable, Equatable {
     /// Writes `publicJSON` as compact JSON exactly as `JSONValue.object(publicJSON).write(to:)` does
     /// (members sorted), without building the dictionary: `session.get` writes one per request.
     public func writePublicJSON(to buffer: inout ByteBuffer) {
+        buffer.writeJSON(guess: fields.isEmpty ? 192 : 512) { writePublicJSON(to: &$0) }
+    }
+
+    /// `writePublicJSON(to:)` into output another answer is being written to.
+    public func writePublicJSON(to out: inout JSONOutput) {
         let names = fields.isEmpty ? [] : fields.keys.filter { $0 != "ext" && !Self.fixedMembers.contains($0) }.sorted()
         var next = 0
         var first = true
-        func separator() {
-            buffer.writeStaticString(first ? "{" : ",")
+        func separator(_ out: inout JSONOutput) {
+            out.write(byte: first ? UInt8(ascii: "{") : UInt8(ascii: ","))
             first = false
         }
-        func fieldsBefore(_ key: String?) {
+        func fieldsBefore(_ key: String?, _ out: inout JSONOutput) {
             while next < names.count, key.map({ names[next] < $0 }) ?? true {
-                separator()
-                JSONValue.writeString(names[next], to: &buffer)
-                buffer.writeStaticString(":")
-                fields[names[next]]!.write(to: &buffer)
+                separator(&out)
+                out.write(string: names[next])
+                out.write(byte: UInt8(ascii: ":"))
+                out.write(value: fields[names[next]]!)
                 next += 1
             }
         }
         /// The fields sorting before `name`, then `name`'s key (written as it is: none needs escaping).
-        func fixed(_ name: StaticString) {
-            fieldsBefore(name.description)
-            separator()
-            buffer.writeStaticString("\"")
-            buffer.writeStaticString(name)
-            buffer.writeStaticString("\":")
+        func fixed(_ name: StaticString, _ out: inout JSONOutput) {
+            if !names.isEmpty { fieldsBefore(name.description, &out) }
+            separator(&out)
+            out.write(byte: UInt8(ascii: "\""))
+            out.write(name)
+            out.write("\":")
         }
-        fixed("created_at")
-        JSONValue.writeInteger(createdAt, to: &buffer)
-        fixed("issuer")
-        JSONValue.writeString(principal.issuer, to: &buffer)
-        fixed("last_login_at")
-        if let lastLoginAt { JSONValue.writeInteger(lastLoginAt, to: &buffer) } else { buffer.writeStaticString("null") }
-        fixed("sub")
-        JSONValue.writeString(principal.sub, to: &buffer)
-        fixed("updated_at")
-        JSONValue.writeInteger(updatedAt, to: &buffer)
-        fieldsBefore(nil)
-        buffer.writeStaticString("}")
+        fixed("created_at", &out)
+        out.write(integer: createdAt)
+        fixed("issuer", &out)
+        out.write(string: principal.issuer)
+        fixed("last_login_at", &out)
+        if let lastLoginAt { out.write(integer: lastLoginAt) } else { out.write("null") }
+        fixed("sub", &out)
+        out.write(string: principal.sub)
+        fixed("updated_at", &out)
+        out.write(integer: updatedAt)
+        fieldsBefore(nil, &out)
+        out.write(byte: UInt8(ascii: "}"))
     }
 }

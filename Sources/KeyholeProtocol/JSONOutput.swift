@@ -1,0 +1,201 @@
+import NIOCore
+
+/// Compact JSON written straight into memory a `ByteBuffer` reserved for it.
+///
+/// Answers are written on every request, piece by piece; going through `ByteBuffer` costs a capacity
+/// check, an index update and an exclusivity check of its storage per piece, which added up to over a
+/// microsecond for a `session.get` answer. This writes into one reserved region instead. It never writes
+/// past the region: a piece that does not fit marks the output `overflowed` and everything after it is
+/// dropped, so the caller can reserve more and write again (`ByteBuffer.writeJSON`).
+///
+/// Only `ByteBuffer.writeJSON` makes one, and it cannot be copied out of the closure it is lent to.
+public struct JSONOutput: ~Copyable {
+    private let base: UnsafeMutableRawBufferPointer
+    /// Bytes written so far.
+    public private(set) var count = 0
+    /// A piece did not fit: what was written is incomplete and must not be used.
+    public private(set) var overflowed = false
+
+    /// Output into `base`, which outlives it (internal for the tests, which give it exact regions).
+    init(_ base: UnsafeMutableRawBufferPointer) {
+        self.base = base
+    }
+
+    /// Whether `bytes` more fit; marks the output overflowed when they do not.
+    @inline(__always)
+    private mutating func room(for bytes: Int) -> Bool {
+        guard !overflowed, bytes <= base.count &- count else {
+            overflowed = true
+            return false
+        }
+        return true
+    }
+
+    /// Writes text that needs no escaping as it is (keys, punctuation, literals).
+    @inline(__always)
+    public mutating func write(_ text: StaticString) {
+        // withUTF8Buffer, not utf8Start: a one-scalar literal may be stored as a scalar, not as bytes.
+        text.withUTF8Buffer { bytes in
+            guard bytes.count > 0, room(for: bytes.count) else { return }
+            (base.baseAddress! + count).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            count &+= bytes.count
+        }
+    }
+
+    /// Writes bytes that are JSON already (a stored object, an encoded id).
+    public mutating func write(json bytes: UnsafeRawBufferPointer) {
+        guard room(for: bytes.count), let source = bytes.baseAddress else { return }
+        (base.baseAddress! + count).copyMemory(from: source, byteCount: bytes.count)
+        count &+= bytes.count
+    }
+
+    /// Writes one byte of JSON punctuation.
+    @inline(__always)
+    public mutating func write(byte: UInt8) {
+        guard room(for: 1) else { return }
+        base[count] = byte
+        count &+= 1
+    }
+
+    /// Writes an integer in decimal.
+    public mutating func write(integer value: Int64) {
+        // 20 bytes hold any Int64 with its sign; digits are written from the end, then moved into place.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var magnitude = value.magnitude
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                magnitude /= 10
+            } while magnitude != 0
+            if value < 0 {
+                start -= 1
+                digits[start] = UInt8(ascii: "-")
+            }
+            write(json: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: digits[start...])))
+        }
+    }
+
+    /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
+    public mutating func write(string: String) {
+        var string = string
+        string.withUTF8 { write(stringBytes: $0) }
+    }
+
+    /// Writes UTF-8 `bytes` as a JSON string literal.
+    public mutating func write(stringBytes bytes: UnsafeBufferPointer<UInt8>) {
+        @inline(__always) func plain(_ byte: UInt8) -> Bool {
+            byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+        }
+        // Nearly every string needs no escaping: one scan, then one copy.
+        guard room(for: 2 &+ bytes.count) else { return }
+        let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        out[count] = UInt8(ascii: "\"")
+        count &+= 1
+        var from = 0
+        while from < bytes.count {
+            var to = from
+            while to < bytes.count && plain(bytes[to]) { to &+= 1 }
+            if to > from {
+                // Room for the plain run was checked with the whole string's.
+                (out + count).update(from: bytes.baseAddress! + from, count: to &- from)
+                count &+= to &- from
+            }
+            guard to < bytes.count else { break }
+            // The escape, the rest of the string at one byte each at least, and the closing quote: never
+            // more than the whole output needs, so whatever fits exactly is written.
+            let byte = bytes[to]
+            let short = byte >= 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 || byte == 0x08 || byte == 0x0C
+            guard room(for: (short ? 2 : 6) &+ (bytes.count &- to &- 1) &+ 1) else { return }
+            out[count] = UInt8(ascii: "\\")
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): out[count &+ 1] = byte
+            case 0x0A: out[count &+ 1] = UInt8(ascii: "n")
+            case 0x0D: out[count &+ 1] = UInt8(ascii: "r")
+            case 0x09: out[count &+ 1] = UInt8(ascii: "t")
+            case 0x08: out[count &+ 1] = UInt8(ascii: "b")
+            case 0x0C: out[count &+ 1] = UInt8(ascii: "f")
+            default:
+                out[count &+ 1] = UInt8(ascii: "u")
+                out[count &+ 2] = UInt8(ascii: "0")
+                out[count &+ 3] = UInt8(ascii: "0")
+                out[count &+ 4] = Self.hexDigit(byte >> 4)
+                out[count &+ 5] = Self.hexDigit(byte & 0x0F)
+                count &+= 4
+            }
+            count &+= 2
+            from = to &+ 1
+        }
+        out[count] = UInt8(ascii: "\"")
+        count &+= 1
+    }
+
+    /// Writes any JSON value; object members in sorted order, non-finite numbers as `null`.
+    public mutating func write(value: JSONValue) {
+        switch value {
+        case .null:
+            write("null")
+        case .bool(let value):
+            write(value ? "true" : "false")
+        case .int(let value):
+            write(integer: value)
+        case .double(let value):
+            if value.isFinite {
+                // Swift's shortest round-trip form ("2.0", "1e+20") is valid JSON and reads back as a double.
+                var text = value.description
+                text.withUTF8 { write(json: UnsafeRawBufferPointer($0)) }
+            } else {
+                write("null")
+            }
+        case .string(let value):
+            write(string: value)
+        case .array(let elements):
+            write(byte: UInt8(ascii: "["))
+            for (index, element) in elements.enumerated() {
+                if index > 0 { write(byte: UInt8(ascii: ",")) }
+                write(value: element)
+            }
+            write(byte: UInt8(ascii: "]"))
+        case .object(let members):
+            write(byte: UInt8(ascii: "{"))
+            var first = true
+            for (key, value) in members.sorted(by: { $0.key < $1.key }) {
+                if !first { write(byte: UInt8(ascii: ",")) }
+                first = false
+                write(string: key)
+                write(byte: UInt8(ascii: ":"))
+                write(value: value)
+            }
+            write(byte: UInt8(ascii: "}"))
+        }
+    }
+
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") &+ nibble : UInt8(ascii: "a") &+ nibble &- 10
+    }
+}
+
+extension ByteBuffer {
+    /// Writes what `body` writes to a `JSONOutput` over at least `bytes` reserved bytes; `false`, with
+    /// the buffer unchanged, when that did not fit.
+    @discardableResult
+    public mutating func writeJSON(reserving bytes: Int, _ body: (inout JSONOutput) -> Void) -> Bool {
+        var fitted = false
+        writeWithUnsafeMutableBytes(minimumWritableBytes: bytes) { region in
+            var output = JSONOutput(region)
+            body(&output)
+            fitted = !output.overflowed
+            return fitted ? output.count : 0
+        }
+        return fitted
+    }
+
+    /// Writes what `body` writes, reserving more and writing again until it fits: for output whose size
+    /// is not known beforehand. `guess` is the first reservation.
+    public mutating func writeJSON(guess: Int, _ body: (inout JSONOutput) -> Void) {
+        var reserve = Swift.max(guess, 64)
+        while !writeJSON(reserving: reserve, body) {
+            reserve = reserve.multipliedReportingOverflow(by: 4).overflow ? Int.max : reserve * 4
+        }
+    }
+}

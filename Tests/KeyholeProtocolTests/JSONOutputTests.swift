@@ -1,0 +1,132 @@
+import NIOCore
+import Testing
+
+@testable import KeyholeProtocol
+
+/// `JSONOutput` writes into reserved memory without per-piece checks of the buffer: it must write
+/// exactly JSON's escapes, never past its room, and leave the buffer as it was when something did not fit.
+@Suite("JSON output")
+struct JSONOutputTests {
+    /// The escaping RFC 8259 requires, written the plain way, byte by byte: the reference.
+    static func reference(_ string: String) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "\"")]
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out += Array(#"\""#.utf8)
+            case UInt8(ascii: "\\"): out += Array(#"\\"#.utf8)
+            case 0x0A: out += Array(#"\n"#.utf8)
+            case 0x0D: out += Array(#"\r"#.utf8)
+            case 0x09: out += Array(#"\t"#.utf8)
+            case 0x08: out += Array(#"\b"#.utf8)
+            case 0x0C: out += Array(#"\f"#.utf8)
+            case ..<0x20: out += Array(String(format: byte).utf8)
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+        return out
+    }
+
+    /// Strings of plain bytes, quotes, backslashes, every control character and multi-byte scalars.
+    static func randomString(_ generator: inout SplitMix) -> String {
+        let pieces = ["a", "Z", "0", " ", "\"", "\\", "/", "é", "😀", "\u{7F}"] + (0..<0x20).map { String(UnicodeScalar(UInt8($0))) }
+        let length = Int(generator.next() % 40)
+        return (0..<length).map { _ in pieces[Int(generator.next() % UInt64(pieces.count))] }.joined()
+    }
+
+    /// What `body` writes into a region of exactly `room` bytes, and whether the 16 guard bytes
+    /// after the region are untouched.
+    static func write(room: Int, _ body: (inout JSONOutput) -> Void) -> (fitted: Bool, bytes: [UInt8], guardIntact: Bool) {
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: room + 16, alignment: 1)
+        defer { memory.deallocate() }
+        memory.initializeMemory(as: UInt8.self, repeating: 0xAA)
+        var output = JSONOutput(UnsafeMutableRawBufferPointer(rebasing: memory[..<room]))
+        body(&output)
+        let fitted = !output.overflowed
+        return (fitted, Array(memory[..<output.count]), memory[room...].allSatisfy { $0 == 0xAA })
+    }
+
+    @Test("strings: exactly the reference's escapes when they fit in the room, never a byte past it")
+    func stringsInEveryRoom() throws {
+        var generator = SplitMix(seed: 20261125)
+        for _ in 0..<300 {
+            let string = Self.randomString(&generator)
+            let expected = Self.reference(string)
+            for room in 0...(expected.count + 2) {
+                let result = Self.write(room: room) { $0.write(string: string) }
+                #expect(result.guardIntact, "wrote past \(room) bytes")
+                #expect(result.fitted == (expected.count <= room), "\(string.debugDescription) in \(room) bytes")
+                if result.fitted { #expect(result.bytes == expected) }
+            }
+            // Through a buffer, with a guess too small: written again with more room until it fits.
+            var buffer = ByteBuffer(string: "pre")
+            buffer.writeJSON(guess: 1) { $0.write(string: string) }
+            #expect(Array(buffer.readableBytesView) == Array("pre".utf8) + expected)
+            #expect(try JSONValue.parse(ByteBuffer(bytes: expected)) == .string(string))
+        }
+    }
+
+    @Test("integers: Swift's decimal form, written only where it fits", arguments: [Int64.min, -1, 0, 9, 10, 1_700_000_000, Int64.max])
+    func integers(value: Int64) throws {
+        let text = Array(String(value).utf8)
+        for room in 0...21 {
+            let result = Self.write(room: room) { $0.write(integer: value) }
+            #expect(result.guardIntact && result.fitted == (text.count <= room))
+            if result.fitted { #expect(result.bytes == text) }
+        }
+    }
+
+    @Test("a buffer is left as it was when the output did not fit")
+    func bufferUnchangedOnOverflow() {
+        var buffer = ByteBuffer(string: "pre")
+        // Far more than the few bytes reserved (rounded up to a small capacity) can hold.
+        let long = String(repeating: "x", count: 4096)
+        let fitted = buffer.writeJSON(reserving: 4) { $0.write(string: long) }
+        #expect(!fitted && String(buffer: buffer) == "pre")
+    }
+
+    @Test("after a piece does not fit, nothing more is written, even pieces that would")
+    func overflowIsFinal() throws {
+        let result = Self.write(room: 8) { out in
+            out.write("[1,")
+            out.write(string: "too long to fit")
+            out.write("2]")
+        }
+        #expect(!result.fitted && result.bytes == Array("[1,".utf8) && result.guardIntact)
+    }
+
+    @Test("values: what was written parses back to the same value, members sorted")
+    func valuesRoundTrip() throws {
+        var generator = SplitMix(seed: 7)
+        for _ in 0..<200 {
+            let value = JSONValue.object([
+                "b": .string(Self.randomString(&generator)), "a": .int(Int64(bitPattern: generator.next())),
+                "c": .array([.double(0.1), .bool(false), .null, .object([Self.randomString(&generator): .int(1)])]),
+            ])
+            var buffer = ByteBuffer()
+            value.write(to: &buffer)
+            #expect(try JSONValue.parse(buffer) == value)
+            let text = String(buffer: buffer)
+            #expect(text.hasPrefix("{\"a\":"), "members not sorted: \(text)")
+            #expect(!text.utf8.contains { $0 < 0x20 }, "a raw control character in \(text.debugDescription)")
+        }
+    }
+}
+
+/// A small seeded generator, so a failure can be replayed.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+private func String(format byte: UInt8) -> String {
+    let digits = Array("0123456789abcdef")
+    return "\\u00" + String(digits[Int(byte >> 4)]) + String(digits[Int(byte & 0x0F)])
+}
