@@ -1,0 +1,86 @@
+import ArgumentParser
+import KeyholeProtocol
+import NIOCore
+import NIOPosix
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `keyhole-bench floor-server`: the least a SwiftNIO server on keyholed's framing can cost per request.
+///
+/// It cuts frames as keyholed does and answers each with one canned success frame, without parsing
+/// JSON or doing any work. `keyhole-bench load --server-pid` against it gives the CPU time per request
+/// of the event loop, the framing and the socket calls alone: the floor under every keyholed operation,
+/// to set next to Redis's time per GET.
+struct FloorServer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "floor-server",
+        abstract: "Answer every frame with a canned success, to measure SwiftNIO's own cost per request.",
+        discussion: "Runs until interrupted. Drive it with: keyhole-bench load --socket PATH --server-pid PID"
+    )
+
+    @Option(help: "The socket to listen on (removed first if it exists).")
+    var socket: String
+
+    @Option(help: "The size of each answer's body in bytes (session.get's answer with a user is about 420).")
+    var replyBytes = 420
+
+    func validate() throws {
+        guard replyBytes >= 32, replyBytes <= FrameDecoder.limit else {
+            throw ValidationError("--reply-bytes must be 32 to \(FrameDecoder.limit)")
+        }
+    }
+
+    func run() async throws {
+        var body = ByteBuffer(string: #"{"id":1,"ok":true,"result":{"pad":""#)
+        body.writeRepeatingByte(UInt8(ascii: "x"), count: max(0, replyBytes - body.readableBytes - 3))
+        body.writeString(#""}}"#)
+        var reply = ByteBuffer()
+        FrameEncoder.writeFrame(into: &reply) { $0.writeImmutableBuffer(body) }
+        unlink(socket)
+        let canned = reply
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(FloorHandler(reply: canned))
+                }
+            }
+            .bind(unixDomainSocketPath: socket).get()
+        print("floor-server: pid \(getpid()), socket \(socket), \(reply.readableBytes) bytes per answer")
+        try await channel.closeFuture.get()
+    }
+}
+
+/// Cuts frames and answers each with the same bytes, flushing once per read as keyholed does.
+private final class FloorHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let reply: ByteBuffer
+    private var decoder = FrameDecoder(maxFrameBytes: 1 << 20)
+    private var needsFlush = false
+
+    init(reply: ByteBuffer) {
+        self.reply = reply
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        decoder.append(unwrapInboundIn(data))
+        do {
+            while try decoder.next() != nil {
+                // The canned answer is shared, never copied: the cheapest write NIO offers.
+                context.write(wrapOutboundOut(reply), promise: nil)
+                needsFlush = true
+            }
+        } catch {
+            context.close(promise: nil)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        guard needsFlush else { return }
+        needsFlush = false
+        context.flush()
+    }
+}
