@@ -1,7 +1,9 @@
 #!/bin/bash
 # The store's performance next to Redis, through the same client (keyhole-bench) in one run:
 # session.get against GET, and durable session.create against SET with appendfsync always, at the
-# same connections and depth. Needs a release build and redis-server (Debian's redis-server).
+# same connections and depth; and the floor: keyhole-bench floor-server, SwiftNIO and the framing
+# answering canned bytes, the least any operation can cost. Needs a release build and redis-server
+# (Debian's redis-server).
 #
 #     swift build -c release && Scripts/bench-store.sh [seconds]
 set -euo pipefail
@@ -20,8 +22,11 @@ REDIS=$!
 printf '[storage]\nfsync = "always"\n' >"$D/keyholed.toml"
 "$B/keyholed" --config "$D/keyholed.toml" --socket "$D/k.sock" --state-dir "$D/state" --log-level warning 2>"$D/keyholed.err" &
 KEYHOLED=$!
+"$B/keyhole-bench" floor-server --socket "$D/floor.sock" >/dev/null &
+FLOOR=$!
 wait_for_socket "$D/redis.sock"
 wait_for_socket "$D/k.sock"
+wait_for_socket "$D/floor.sock"
 
 echo "== filling: 100000 sessions in keyholed, 100000 keys of 256 bytes in Redis"
 python3 Scripts/make-bench-sessions.py --socket "$D/k.sock" --count 100000 --users 10000 --out "$D/sessions.txt"
@@ -31,6 +36,8 @@ run() { "$B/keyhole-bench" load --seconds "$SECONDS_PER_RUN" --depth 1 "$@"; }
 echo "== reads, 16 connections x 1 in flight"
 run --socket "$D/k.sock" --sessions "$D/sessions.txt" --connections 16 --server-pid $KEYHOLED
 run --socket "$D/redis.sock" --redis --op GET --connections 16 --server-pid $REDIS
+echo "== the floor: floor-server's canned answers (what SwiftNIO and the framing alone cost), 16 connections x 1"
+run --socket "$D/floor.sock" --connections 16 --server-pid $FLOOR
 for connections in 16 64; do
   echo "== durable writes, $connections connections x 1 in flight"
   run --socket "$D/k.sock" --op session.create --args '{"sub":"bench"}' --connections $connections --server-pid $KEYHOLED
