@@ -94,6 +94,13 @@ package final class RawConnection: @unchecked Sendable {
         return try JSONValue.parse(ByteBuffer(bytes: body))
     }
 
+    /// Whether the server has sent bytes not read yet (or closed), found without blocking: tells a
+    /// request answered early from one still waiting.
+    package var hasUnreadBytes: Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, 0) > 0
+    }
+
     /// `true` when the server closed the connection with no further bytes.
     ///
     /// A server that closes while bytes we sent are unread makes Linux report ECONNRESET instead of a
