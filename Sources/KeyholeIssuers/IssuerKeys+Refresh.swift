@@ -76,8 +76,10 @@ extension IssuerKeys {
             defer { state.waiters = [] }
             return (action, inUse, state.cache.expiresAt ?? now, state.waiters, state.keysChanged)
         }
-        for waiter in waiters { waiter.resume(returning: .succeeded) }
+        // Listeners first: whoever waited on this fetch (jwks.refresh, a token with a new kid) must find
+        // the verified-token cache already purged of keys that left the set, as jwks.status shows it.
         for listener in listeners { listener(inUse) }
+        for waiter in waiters { waiter.resume(returning: .succeeded) }
         logger.info("issuer.keys_fetched", metadata: [
             "issuer": "\(configuration.name)", "reason": "\(reason.rawValue)", "keys": "\(inUse.keys.count)",
             "kids": "\(inUse.keys.compactMap(\.kid).joined(separator: ","))", "ttl_s": "\(Int(expiresAt - now))",
