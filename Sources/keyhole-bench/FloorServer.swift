@@ -26,10 +26,14 @@ struct FloorServer: AsyncParsableCommand {
     @Option(help: "The size of each answer's body in bytes (session.get's answer with a user is about 420).")
     var replyBytes = 420
 
+    @Option(help: "Event-loop threads: keyholed's default on a 2-core machine is 1 (half the cores).")
+    var threads = 1
+
     func validate() throws {
         guard replyBytes >= 32, replyBytes <= FrameDecoder.limit else {
             throw ValidationError("--reply-bytes must be 32 to \(FrameDecoder.limit)")
         }
+        guard threads >= 1 else { throw ValidationError("--threads must be positive") }
     }
 
     func run() async throws {
@@ -40,7 +44,9 @@ struct FloorServer: AsyncParsableCommand {
         FrameEncoder.writeFrame(into: &reply) { $0.writeImmutableBuffer(body) }
         unlink(socket)
         let canned = reply
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        // Not the singleton group (a loop per core): keyholed runs half as many, and so must the floor.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
+        let channel = try await ServerBootstrap(group: group)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(FloorHandler(reply: canned))
