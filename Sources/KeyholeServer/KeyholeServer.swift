@@ -68,28 +68,16 @@ public final class KeyholeServer: Service, Sendable {
             if try file.prepare() {
                 logger.notice("server.stale_socket_removed", metadata: ["socket": "\(path)"])
             }
+            let descriptor = try file.bind(mode: mode, backlog: core.configuration.backlog)
             do {
-                channel = try await file.bind(mode: mode) {
-                    try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: false).get()
-                }
-            } catch let error as ServerError {
-                throw error
+                channel = try await adopt(descriptor, bootstrap: bootstrap, name: path)
             } catch {
-                throw ServerError.bindFailed(path, "\(error)")
+                file.remove()
+                throw error
             }
             socketFile = file
         case .descriptor(let descriptor):
-            do {
-                channel = try await bootstrap.withBoundSocket(descriptor).get()
-            } catch {
-                throw ServerError.bindFailed("fd:\(descriptor)", "\(error)")
-            }
-            // NIO called listen(2) again with its own backlog of 128.
-            guard listen(descriptor, CInt(clamping: core.configuration.backlog)) == 0 else {
-                let reason = String(cString: strerror(errno))
-                try? await channel.close()
-                throw ServerError.bindFailed("fd:\(descriptor)", "listen: \(reason)")
-            }
+            channel = try await adopt(descriptor, bootstrap: bootstrap, name: "fd:\(descriptor)")
         }
         logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)"])
         onListening()
@@ -103,6 +91,23 @@ public final class KeyholeServer: Service, Sendable {
         }
         socketFile?.remove()
         logger.info("server.stopped")
+    }
+
+    /// Serves a listening socket: one systemd passed, or one `SocketFile` bound.
+    private func adopt(_ descriptor: CInt, bootstrap: ServerBootstrap, name: String) async throws(ServerError) -> any Channel {
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.withBoundSocket(descriptor).get()
+        } catch {
+            throw ServerError.bindFailed(name, "\(error)")
+        }
+        // NIO called listen(2) again with its own backlog of 128.
+        guard listen(descriptor, CInt(clamping: core.configuration.backlog)) == 0 else {
+            let reason = String(cString: strerror(errno))
+            try? await channel.close()
+            throw ServerError.bindFailed(name, "listen: \(reason)")
+        }
+        return channel
     }
 
     private func makeBootstrap(quiescing: ServerQuiescingHelper) -> ServerBootstrap {

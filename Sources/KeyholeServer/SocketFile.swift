@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -61,24 +63,63 @@ struct SocketFile {
         return result == 0 ? 0 : errno
     }
 
-    /// Runs `bind` under a umask that makes the socket file's mode exactly `mode` from its creation: no
+    /// Creates, binds and listens on the socket, its file's mode exactly `mode` from its creation: no
     /// window with other permissions, and no chmod by path (which would follow a symlink swapped in).
-    mutating func bind<T>(mode: UInt32, _ bind: () async throws -> T) async throws -> T {
-        // The umask is process-wide, but at start-up nothing else creates files.
-        let previous = umask(mode_t(~mode & 0o777))
-        let result: T
-        do {
-            result = try await bind()
-        } catch {
-            umask(previous)
-            throw error
+    /// Returns the listening descriptor, for NIO to adopt.
+    ///
+    /// The mode comes from the umask, which is process-wide. It is changed and restored around the
+    /// bind(2) call alone, synchronously and under a lock: two binds at once (servers started in one
+    /// process, as the tests do) once left it at the other's value for good when it was held across
+    /// an await. Files other threads create meanwhile only get a narrower mode.
+    mutating func bind(mode: UInt32, backlog: Int) throws(ServerError) -> CInt {
+        #if canImport(Glibc)
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        #else
+        let type = SOCK_STREAM
+        #endif
+        let fd = socket(AF_UNIX, type, 0)
+        guard fd >= 0 else { throw .bindFailed(path, "socket: \(String(cString: strerror(errno)))") }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: path.utf8.prefix(Self.maxPathBytes))
         }
-        umask(previous)
+        let failure: Int32 = Self.umaskLock.withLock { _ in
+            let previous = umask(mode_t(~mode & 0o777))
+            defer { umask(previous) }
+            let result = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    systemBind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
+            }
+            return result == 0 ? 0 : errno
+        }
+        guard failure == 0 else {
+            close(fd)
+            throw .bindFailed(path, String(cString: strerror(failure)))
+        }
         var info = stat()
         if lstat(path, &info) == 0 { inode = info.st_ino }
-        return result
+        guard listen(fd, CInt(clamping: backlog)) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            remove()
+            throw .bindFailed(path, "listen: \(reason)")
+        }
+        return fd
     }
 
+    private static let umaskLock = Mutex(())
+}
+
+// bind(2), named apart from `SocketFile.bind`, which would shadow it inside the type.
+#if canImport(Glibc)
+private let systemBind = Glibc.bind
+#elseif canImport(Darwin)
+private let systemBind = Darwin.bind
+#endif
+
+extension SocketFile {
     /// Removes the socket file if it is still the one we created.
     func remove() {
         var info = stat()
