@@ -5,8 +5,9 @@ import NIOCore
 /// Answers are written on every request, piece by piece; going through `ByteBuffer` costs a capacity
 /// check, an index update and an exclusivity check of its storage per piece, which added up to over a
 /// microsecond for a `session.get` answer. This writes into one reserved region instead. It never writes
-/// past the region: a piece that does not fit marks the output `overflowed` and everything after it is
-/// dropped, so the caller can reserve more and write again (`ByteBuffer.writeJSON`).
+/// past the region: a piece that does not fit marks the output `overflowed`, and from then on pieces are
+/// only counted, not written, so that `needed` says exactly how much room a second try takes
+/// (`ByteBuffer.writeJSON(guess:)`).
 ///
 /// Only `ByteBuffer.writeJSON` makes one, and it cannot be copied out of the closure it is lent to.
 public struct JSONOutput: ~Copyable {
@@ -15,17 +16,26 @@ public struct JSONOutput: ~Copyable {
     public private(set) var count = 0
     /// A piece did not fit: what was written is incomplete and must not be used.
     public private(set) var overflowed = false
+    /// Once overflowed: what was written plus what was only counted.
+    private var counted = 0
+    /// The bytes the whole output takes: `count` while everything fits, and also what was only counted
+    /// once a piece did not.
+    public var needed: Int { overflowed ? counted : count }
 
     /// Output into `base`, which outlives it (internal for the tests, which give it exact regions).
     init(_ base: UnsafeMutableRawBufferPointer) {
         self.base = base
     }
 
-    /// Whether `bytes` more fit; marks the output overflowed when they do not.
+    /// Whether `bytes` more fit; when they do not, marks the output overflowed and counts them.
     @inline(__always)
     private mutating func room(for bytes: Int) -> Bool {
         guard !overflowed, bytes <= base.count &- count else {
-            overflowed = true
+            if !overflowed {
+                overflowed = true
+                counted = count
+            }
+            counted &+= bytes
             return false
         }
         return true
@@ -44,7 +54,7 @@ public struct JSONOutput: ~Copyable {
 
     /// Writes bytes that are JSON already (a stored object, an encoded id).
     public mutating func write(json bytes: UnsafeRawBufferPointer) {
-        guard room(for: bytes.count), let source = bytes.baseAddress else { return }
+        guard bytes.count > 0, room(for: bytes.count), let source = bytes.baseAddress else { return }
         (base.baseAddress! + count).copyMemory(from: source, byteCount: bytes.count)
         count &+= bytes.count
     }
@@ -84,29 +94,26 @@ public struct JSONOutput: ~Copyable {
 
     /// Writes UTF-8 `bytes` as a JSON string literal.
     public mutating func write(stringBytes bytes: UnsafeBufferPointer<UInt8>) {
-        @inline(__always) func plain(_ byte: UInt8) -> Bool {
-            byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
-        }
-        // Nearly every string needs no escaping: one scan, then one copy.
-        guard room(for: 2 &+ bytes.count) else { return }
+        // Measured first, so that the room is checked once and a string is never written in part.
+        let length = Self.quotedLength(bytes)
+        guard room(for: length) else { return }
         let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self)
         out[count] = UInt8(ascii: "\"")
         count &+= 1
-        var from = 0
-        while from < bytes.count {
-            var to = from
-            while to < bytes.count && plain(bytes[to]) { to &+= 1 }
-            if to > from {
-                // Room for the plain run was checked with the whole string's.
-                (out + count).update(from: bytes.baseAddress! + from, count: to &- from)
-                count &+= to &- from
+        guard length != bytes.count &+ 2 else {
+            // Nearly every string needs no escaping: one copy.
+            if bytes.count > 0 { (out + count).update(from: bytes.baseAddress!, count: bytes.count) }
+            count &+= bytes.count
+            out[count] = UInt8(ascii: "\"")
+            count &+= 1
+            return
+        }
+        for byte in bytes {
+            guard Self.needsEscape(byte) else {
+                out[count] = byte
+                count &+= 1
+                continue
             }
-            guard to < bytes.count else { break }
-            // The escape, the rest of the string at one byte each at least, and the closing quote: never
-            // more than the whole output needs, so whatever fits exactly is written.
-            let byte = bytes[to]
-            let short = byte >= 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 || byte == 0x08 || byte == 0x0C
-            guard room(for: (short ? 2 : 6) &+ (bytes.count &- to &- 1) &+ 1) else { return }
             out[count] = UInt8(ascii: "\\")
             switch byte {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"): out[count &+ 1] = byte
@@ -124,14 +131,65 @@ public struct JSONOutput: ~Copyable {
                 count &+= 4
             }
             count &+= 2
-            from = to &+ 1
         }
         out[count] = UInt8(ascii: "\"")
         count &+= 1
     }
 
+    @inline(__always)
+    private static func needsEscape(_ byte: UInt8) -> Bool {
+        byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
+    }
+
+    /// The length of `bytes` as a JSON string literal, quotes included.
+    private static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        var length = bytes.count &+ 2
+        for byte in bytes where needsEscape(byte) {
+            // A short escape ("\n") adds one byte, "\u00XX" five.
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: length &+= 1
+            default: length &+= 5
+            }
+        }
+        return length
+    }
+
+    /// The length of `value` as compact JSON, counted without writing it (nor sorting its members).
+    static func length(of value: JSONValue) -> Int {
+        switch value {
+        case .null: return 4
+        case .bool(let value): return value ? 4 : 5
+        case .int(let value): return Self.digits(value)
+        case .double(let value): return value.isFinite ? value.description.utf8.count : 4
+        case .string(var value): return value.withUTF8 { quotedLength($0) }
+        case .array(let elements):
+            return elements.reduce(2 &+ Swift.max(0, elements.count &- 1)) { $0 &+ length(of: $1) }
+        case .object(let members):
+            return members.reduce(2 &+ Swift.max(0, members.count &- 1)) { total, member in
+                var key = member.key
+                return total &+ key.withUTF8 { quotedLength($0) } &+ 1 &+ length(of: member.value)
+            }
+        }
+    }
+
+    /// The decimal digits of `value`, with its sign.
+    private static func digits(_ value: Int64) -> Int {
+        var magnitude = value.magnitude
+        var count = value < 0 ? 2 : 1
+        while magnitude >= 10 {
+            magnitude /= 10
+            count &+= 1
+        }
+        return count
+    }
+
     /// Writes any JSON value; object members in sorted order, non-finite numbers as `null`.
     public mutating func write(value: JSONValue) {
+        if overflowed {
+            // Only counted from here on: no sorting, no writing.
+            counted &+= Self.length(of: value)
+            return
+        }
         switch value {
         case .null:
             write("null")
@@ -180,22 +238,31 @@ extension ByteBuffer {
     /// the buffer unchanged, when that did not fit.
     @discardableResult
     public mutating func writeJSON(reserving bytes: Int, _ body: (inout JSONOutput) -> Void) -> Bool {
-        var fitted = false
+        writeJSONCounting(reserving: bytes, body) == nil
+    }
+
+    /// `writeJSON(reserving:)`, returning `nil` when it fitted, else the bytes the output takes.
+    public mutating func writeJSONCounting(reserving bytes: Int, _ body: (inout JSONOutput) -> Void) -> Int? {
+        var needed: Int?
         writeWithUnsafeMutableBytes(minimumWritableBytes: bytes) { region in
             var output = JSONOutput(region)
             body(&output)
-            fitted = !output.overflowed
-            return fitted ? output.count : 0
+            guard !output.overflowed else {
+                needed = output.needed
+                return 0
+            }
+            return output.count
         }
-        return fitted
+        return needed
     }
 
-    /// Writes what `body` writes, reserving more and writing again until it fits: for output whose size
-    /// is not known beforehand. `guess` is the first reservation.
+    /// Writes what `body` writes, for output whose size is not known beforehand: `guess` bytes are
+    /// reserved first and, when that is too little, exactly what the first try counted.
     public mutating func writeJSON(guess: Int, _ body: (inout JSONOutput) -> Void) {
         var reserve = Swift.max(guess, 64)
-        while !writeJSON(reserving: reserve, body) {
-            reserve = reserve.multipliedReportingOverflow(by: 4).overflow ? Int.max : reserve * 4
+        // A body writes the same each time, so the second try fits; the loop only guards the rule.
+        while let needed = writeJSONCounting(reserving: reserve, body) {
+            reserve = Swift.max(needed, reserve &+ 1)
         }
     }
 }

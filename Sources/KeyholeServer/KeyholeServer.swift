@@ -94,6 +94,10 @@ public final class KeyholeServer: Service, Sendable {
     }
 
     /// Serves a listening socket: one systemd passed, or one `SocketFile` bound.
+    ///
+    /// When NIO refuses the descriptor it may or may not have closed it, and it does not say which: it
+    /// is left open rather than risk closing a number another thread has since been given. keyholed
+    /// exits on this error, so nothing is kept for long.
     private func adopt(_ descriptor: CInt, bootstrap: ServerBootstrap, name: String) async throws(ServerError) -> any Channel {
         let channel: any Channel
         do {

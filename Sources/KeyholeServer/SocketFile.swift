@@ -70,7 +70,9 @@ struct SocketFile {
     /// The mode comes from the umask, which is process-wide. It is changed and restored around the
     /// bind(2) call alone, synchronously and under a lock: two binds at once (servers started in one
     /// process, as the tests do) once left it at the other's value for good when it was held across
-    /// an await. Files other threads create meanwhile only get a narrower mode.
+    /// an await. A file another thread creates in that moment gets this umask, which may be wider than
+    /// the usual one for the group; every file and directory keyholed creates is opened with mode 0600
+    /// or 0700, which no umask widens.
     mutating func bind(mode: UInt32, backlog: Int) throws(ServerError) -> CInt {
         #if canImport(Glibc)
         let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
@@ -82,7 +84,8 @@ struct SocketFile {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: path.utf8.prefix(Self.maxPathBytes))
+            // One byte stays for the NUL (sun_path is 108 bytes on Linux, 104 on Darwin).
+            raw.copyBytes(from: path.utf8.prefix(raw.count - 1))
         }
         let failure: Int32 = Self.umaskLock.withLock { _ in
             let previous = umask(mode_t(~mode & 0o777))
@@ -99,7 +102,13 @@ struct SocketFile {
             throw .bindFailed(path, String(cString: strerror(failure)))
         }
         var info = stat()
-        if lstat(path, &info) == 0 { inode = info.st_ino }
+        guard lstat(path, &info) == 0 else {
+            // Without the inode the file could not be told from one put there later: not served.
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw .bindFailed(path, "lstat after bind: \(reason)")
+        }
+        inode = info.st_ino
         guard listen(fd, CInt(clamping: backlog)) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)

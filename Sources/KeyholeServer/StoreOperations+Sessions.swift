@@ -93,8 +93,12 @@ extension StoreOperations {
             return nil
         case .object(let members)?:
             if members.isEmpty { return nil }
+            // Room for the limit only: data over it is counted, not written out in full.
             var buffer = ByteBuffer()
-            JSONValue.object(members).write(to: &buffer)
+            if let size = buffer.writeJSONCounting(reserving: limit, { $0.write(value: .object(members)) }) {
+                throw .dataTooLarge(size: size, limit: limit)
+            }
+            // The buffer may have had room past the limit.
             guard buffer.readableBytes <= limit else { throw .dataTooLarge(size: buffer.readableBytes, limit: limit) }
             return Array(buffer.readableBytesView)
         default:

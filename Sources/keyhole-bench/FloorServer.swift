@@ -20,7 +20,7 @@ struct FloorServer: AsyncParsableCommand {
         discussion: "Runs until interrupted. Drive it with: keyhole-bench load --socket PATH --server-pid PID"
     )
 
-    @Option(help: "The socket to listen on (removed first if it exists).")
+    @Option(help: "The socket to listen on (whatever is at that path is removed first: a bench tool's socket only).")
     var socket: String
 
     @Option(help: "The size of each answer's body in bytes (session.get's answer with a user is about 420).")
@@ -30,8 +30,9 @@ struct FloorServer: AsyncParsableCommand {
     var threads = 1
 
     func validate() throws {
-        guard replyBytes >= 32, replyBytes <= FrameDecoder.limit else {
-            throw ValidationError("--reply-bytes must be 32 to \(FrameDecoder.limit)")
+        // The smallest answer is {"id":1,"ok":true,"result":{"pad":""}}: 38 bytes.
+        guard replyBytes >= 38, replyBytes <= FrameDecoder.limit else {
+            throw ValidationError("--reply-bytes must be 38 to \(FrameDecoder.limit)")
         }
         guard threads >= 1 else { throw ValidationError("--threads must be positive") }
     }

@@ -95,6 +95,55 @@ struct JSONOutputTests {
         #expect(!result.fitted && result.bytes == Array("[1,".utf8) && result.guardIntact)
     }
 
+    /// Nested values with random strings, numbers and literals.
+    static func randomValue(_ generator: inout SplitMix, depth: Int = 0) -> JSONValue {
+        switch generator.next() % (depth > 2 ? 5 : 7) {
+        case 0: return .null
+        case 1: return .bool(generator.next() % 2 == 0)
+        case 2: return .int(Int64(bitPattern: generator.next()) >> (generator.next() % 64))
+        case 3: return .double(Double(Int64(bitPattern: generator.next() >> 12)) / 1000)
+        case 4: return .string(randomString(&generator))
+        case 5: return .array((0..<Int(generator.next() % 4)).map { _ in randomValue(&generator, depth: depth + 1) })
+        default:
+            var members: [String: JSONValue] = [:]
+            for _ in 0..<Int(generator.next() % 4) { members[randomString(&generator)] = randomValue(&generator, depth: depth + 1) }
+            return .object(members)
+        }
+    }
+
+    @Test("a value that does not fit is counted exactly, so that one more try with that room fits")
+    func neededIsExact() {
+        var generator = SplitMix(seed: 42)
+        for _ in 0..<300 {
+            let value = Self.randomValue(&generator)
+            let whole = Self.write(room: 1 << 16) { $0.write(value: value) }
+            #expect(whole.fitted && whole.guardIntact)
+            for room in Set([0, 1, whole.bytes.count / 2, whole.bytes.count - 1, whole.bytes.count]) where room >= 0 {
+                var needed = -1
+                let result = Self.write(room: room) { out in
+                    out.write(value: value)
+                    needed = out.needed
+                }
+                #expect(result.guardIntact)
+                #expect(result.fitted == (room >= whole.bytes.count))
+                #expect(needed == whole.bytes.count, "counted \(needed) of \(whole.bytes.count) in \(room) bytes")
+                if result.fitted { #expect(result.bytes == whole.bytes) }
+            }
+        }
+    }
+
+    @Test("a one-scalar literal and an empty region write or count without trapping")
+    func edgeRegions() {
+        // A one-character literal may be stored as a scalar rather than as UTF-8 bytes.
+        #expect(Self.write(room: 1) { $0.write("x") }.bytes == [UInt8(ascii: "x")])
+        var output = JSONOutput(UnsafeMutableRawBufferPointer(start: nil, count: 0))
+        [UInt8]().withUnsafeBytes { output.write(json: $0) }
+        output.write("")
+        #expect(!output.overflowed && output.count == 0)
+        output.write(string: "")
+        #expect(output.overflowed && output.needed == 2 && output.count == 0)
+    }
+
     @Test("values: what was written parses back to the same value, members sorted")
     func valuesRoundTrip() throws {
         var generator = SplitMix(seed: 7)

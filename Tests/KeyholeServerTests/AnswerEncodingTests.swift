@@ -65,4 +65,21 @@ struct AnswerEncodingTests {
         ])
         #expect(Self.text(StoreOperations.encodeCreated(token: token, session: session)) == Self.text(expected))
     }
+
+    @Test("session data over the limit is refused with its exact size, the limit's room only written")
+    func dataOverTheLimit() throws {
+        let big: [String: JSONValue] = ["k": .string(String(repeating: "\u{1}", count: 100_000)), "n": .int(-12)]
+        let size = JSONValue.object(big).jsonText.utf8.count
+        let error = try #require(throws: ProtocolError.self) { try StoreOperations.sessionData(.object(big), limit: 4096) }
+        // Errors compare by code; the size is in the message.
+        #expect(error.code == .dataTooLarge && error.message.contains("\(size)"), "\(error.message), expected \(size)")
+        let small: [String: JSONValue] = ["cart": .array([.int(1), .int(2)])]
+        let stored = try #require(try StoreOperations.sessionData(.object(small), limit: 4096))
+        #expect(String(decoding: stored, as: UTF8.self) == #"{"cart":[1,2]}"#)
+        // Exactly at the limit is allowed; one byte over is not.
+        let exact = try #require(try StoreOperations.sessionData(.object(small), limit: 14))
+        #expect(exact.count == 14)
+        let over = try #require(throws: ProtocolError.self) { try StoreOperations.sessionData(.object(small), limit: 13) }
+        #expect(over.code == .dataTooLarge && over.message.contains("14"), "\(over.message)")
+    }
 }
