@@ -96,6 +96,15 @@ package enum ChildProcess {
         return Result(status: code, stdout: outText, stderr: errText.value)
     }
 
+    /// `run` on a thread of its own, for async tests that wait on long commands (package builds, a
+    /// chroot): waiting in `run` itself holds one of the cooperative threads every async test of the
+    /// process shares (two on a 2-core machine), and timing tests elsewhere then resume seconds late.
+    package static func runOffPool(_ argv: [String], environment: [String: String] = [:]) async throws -> Result {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Swift.Result { try run(argv, environment: environment) }) }.start()
+        }
+    }
+
     private static func readAll(_ fd: Int32) -> String {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)

@@ -10,9 +10,9 @@ struct DebianPackageTests {
     static let top = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     /// A package of the debug binaries (whose Swift runtime no Debian package provides, hence the flag).
-    static func build(version: String, into directory: URL) throws -> String {
+    static func build(version: String, into directory: URL) async throws -> String {
         let out = directory.appendingPathComponent("keyhole_\(version).deb").path
-        let run = try ChildProcess.run([
+        let run = try await ChildProcess.runOffPool([
             top.appendingPathComponent("packaging/deb/build-deb.sh").path, "--bin", DaemonProcess.binary.deletingLastPathComponent().path,
             "--out", out, "--version", version, "--allow-unpackaged-libs", "--fast", "--strip",
         ])
@@ -21,12 +21,12 @@ struct DebianPackageTests {
     }
 
     @Test("the package holds the binaries, units, sysusers and tmpfiles entries, the config as a conffile, the man pages and the maintainer scripts")
-    func contents() throws {
+    func contents() async throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let deb = try Self.build(version: "0.1.0-1", into: directory)
+        let deb = try await Self.build(version: "0.1.0-1", into: directory)
 
-        let info = try ChildProcess.run(["/usr/bin/dpkg-deb", "-I", deb])
+        let info = try await ChildProcess.runOffPool(["/usr/bin/dpkg-deb", "-I", deb])
         #expect(info.status == 0)
         for line in ["Package: keyhole", "Version: 0.1.0-1", "Architecture: ", "conffiles", "postinst", "prerm", "postrm"] {
             #expect(info.stdout.contains(line), "\(line) in\n\(info.stdout)")
@@ -35,12 +35,12 @@ struct DebianPackageTests {
         for package in ["libssl3", "libsystemd0", "libc6", "systemd", "init-system-helpers"] {
             #expect(depends.contains(package), "\(depends)")
         }
-        let conffiles = try ChildProcess.run(["/usr/bin/dpkg-deb", "-f", deb, "Package"])
+        let conffiles = try await ChildProcess.runOffPool(["/usr/bin/dpkg-deb", "-f", deb, "Package"])
         #expect(conffiles.stdout == "keyhole\n")
-        let control = try ChildProcess.run(["/bin/sh", "-c", "dpkg-deb --ctrl-tarfile \"$0\" | tar -xOf - ./conffiles", deb])
+        let control = try await ChildProcess.runOffPool(["/bin/sh", "-c", "dpkg-deb --ctrl-tarfile \"$0\" | tar -xOf - ./conffiles", deb])
         #expect(control.stdout == "/etc/keyhole/keyholed.toml\n")
 
-        let listing = try ChildProcess.run(["/usr/bin/dpkg-deb", "-c", deb])
+        let listing = try await ChildProcess.runOffPool(["/usr/bin/dpkg-deb", "-c", deb])
         #expect(listing.status == 0)
         for (path, mode) in [
             ("./usr/bin/keyholed", "-rwxr-xr-x"), ("./usr/bin/keyhole", "-rwxr-xr-x"),
@@ -112,11 +112,11 @@ struct DebianPackageTests {
         """#
 
     @Test("install makes the user, the state directory and enables the socket; upgrade keeps state and an edited config; remove keeps both; purge deletes them")
-    func lifecycleInThrowawayRoot() throws {
+    func lifecycleInThrowawayRoot() async throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let old = try Self.build(version: "0.1.0-1", into: directory)
-        let new = try Self.build(version: "0.1.0-2", into: directory)
+        let old = try await Self.build(version: "0.1.0-1", into: directory)
+        let new = try await Self.build(version: "0.1.0-2", into: directory)
         let layers = directory.appendingPathComponent("overlay").path
         try FileManager.default.createDirectory(atPath: layers, withIntermediateDirectories: false)
         let script = directory.appendingPathComponent("lifecycle.sh")
@@ -141,7 +141,7 @@ struct DebianPackageTests {
             mount -t tmpfs none \(layers)/root/run
             exec chroot \(layers)/root /bin/sh \(script.path) \(old) \(new)
             """
-        let run = try ChildProcess.run(["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup])
+        let run = try await ChildProcess.runOffPool(["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup])
         #expect(run.status == 0, "\(run.stderr)")
         var found: [String: String] = [:]
         for line in run.stdout.split(separator: "\n") {
