@@ -129,8 +129,9 @@ struct AppleTransferEndToEndTests {
         let export = [cli, "apple", "transfer", "export", "--socket", sender.socketPath, "--target", apple.teamID,
                       "--client-id", SignIn.web, input, "--output", exported]
 
-        // Another run holds the output.
-        let held = open(exported, O_RDWR)
+        // Another run holds the output. Close-on-exec: a child another test spawns meanwhile would
+        // otherwise inherit the descriptor, and with it the lock, past close(held) (seen in a full run).
+        let held = open(exported, O_RDWR | O_CLOEXEC)
         #expect(flock(held, LOCK_EX) == 0)
         let busy = try ChildProcess.run(export)
         close(held)
