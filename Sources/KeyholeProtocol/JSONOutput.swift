@@ -115,14 +115,9 @@ public struct JSONOutput: ~Copyable {
                 continue
             }
             out[count] = UInt8(ascii: "\\")
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"): out[count &+ 1] = byte
-            case 0x0A: out[count &+ 1] = UInt8(ascii: "n")
-            case 0x0D: out[count &+ 1] = UInt8(ascii: "r")
-            case 0x09: out[count &+ 1] = UInt8(ascii: "t")
-            case 0x08: out[count &+ 1] = UInt8(ascii: "b")
-            case 0x0C: out[count &+ 1] = UInt8(ascii: "f")
-            default:
+            if let letter = Self.shortEscape(byte) {
+                out[count &+ 1] = letter
+            } else {
                 out[count &+ 1] = UInt8(ascii: "u")
                 out[count &+ 2] = UInt8(ascii: "0")
                 out[count &+ 3] = UInt8(ascii: "0")
@@ -141,15 +136,26 @@ public struct JSONOutput: ~Copyable {
         byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
     }
 
+    /// The character after the backslash of a two-byte escape, or `nil` for a byte written "\u00XX".
+    @inline(__always)
+    private static func shortEscape(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"): byte
+        case 0x0A: UInt8(ascii: "n")
+        case 0x0D: UInt8(ascii: "r")
+        case 0x09: UInt8(ascii: "t")
+        case 0x08: UInt8(ascii: "b")
+        case 0x0C: UInt8(ascii: "f")
+        default: nil
+        }
+    }
+
     /// The length of `bytes` as a JSON string literal, quotes included.
     private static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
         var length = bytes.count &+ 2
         for byte in bytes where needsEscape(byte) {
             // A short escape ("\n") adds one byte, "\u00XX" five.
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: length &+= 1
-            default: length &+= 5
-            }
+            length &+= shortEscape(byte) == nil ? 5 : 1
         }
         return length
     }

@@ -47,20 +47,33 @@ struct SocketFile {
     /// Connects to `path`: 0 when something accepts, else the errno.
     private static func probe(_ path: String) -> Int32 {
         // Non-blocking, so a live server with a full backlog answers EAGAIN instead of hanging start-up.
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        let fd = makeSocket()
         guard fd >= 0 else { return errno }
         defer { close(fd) }
+        let result = withAddress(path) { connect(fd, $0, $1) }
+        return result == 0 ? 0 : errno
+    }
+
+    /// A non-blocking, close-on-exec Unix stream socket; -1 with errno set when none could be made.
+    private static func makeSocket() -> CInt {
+        #if canImport(Glibc)
+        socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        #else
+        socket(AF_UNIX, SOCK_STREAM, 0)
+        #endif
+    }
+
+    /// Calls `body` with `path` as a Unix socket address and its length.
+    private static func withAddress<Result>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Result) -> Result {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: path.utf8)
+            // One byte stays for the NUL (sun_path is 108 bytes on Linux, 104 on Darwin).
+            raw.copyBytes(from: path.utf8.prefix(raw.count - 1))
         }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        return result == 0 ? 0 : errno
     }
 
     /// Creates, binds and listens on the socket, its file's mode exactly `mode` from its creation: no
@@ -74,28 +87,12 @@ struct SocketFile {
     /// the usual one for the group; every file and directory keyholed creates is opened with mode 0600
     /// or 0700, which no umask widens.
     mutating func bind(mode: UInt32, backlog: Int) throws(ServerError) -> CInt {
-        #if canImport(Glibc)
-        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
-        #else
-        let type = SOCK_STREAM
-        #endif
-        let fd = socket(AF_UNIX, type, 0)
+        let fd = Self.makeSocket()
         guard fd >= 0 else { throw .bindFailed(path, "socket: \(String(cString: strerror(errno)))") }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            // One byte stays for the NUL (sun_path is 108 bytes on Linux, 104 on Darwin).
-            raw.copyBytes(from: path.utf8.prefix(raw.count - 1))
-        }
         let failure: Int32 = Self.umaskLock.withLock { _ in
             let previous = umask(mode_t(~mode & 0o777))
             defer { umask(previous) }
-            let result = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    systemBind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-                }
-            }
-            return result == 0 ? 0 : errno
+            return Self.withAddress(path) { systemBind(fd, $0, $1) } == 0 ? 0 : errno
         }
         guard failure == 0 else {
             close(fd)

@@ -116,7 +116,6 @@ extension StoreOperations {
             out.write(integer: session.expiresAt)
             out.write(",\"id\":\"")
             session.id.withText { out.write(json: UnsafeRawBufferPointer($0)) }
-            // A token is base64url behind a fixed prefix: nothing in it needs escaping.
             out.write("\",\"session\":")
             out.write(string: token)
             out.write(byte: UInt8(ascii: "}"))
