@@ -28,7 +28,7 @@ extension Store {
     /// Runs the committer on a thread of its own until `stop()`; `finished` runs when everything queued
     /// has been written (and synced, whatever the durability) and the thread ends.
     func startCommitter(logger: Logger, finished: @escaping @Sendable () -> Void) {
-        StoreThread.start { [self] in
+        StoreThread.start(name: "keyhole-wal") { [self] in
             commitLoop(logger: logger)
             finished()
         }

@@ -28,7 +28,7 @@ extension Store {
     ///   kept), `.io` when the snapshot cannot be written.
     public func snapshot(now: Int64) async throws(StoreError) -> SnapshotReport {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<SnapshotReport, StoreError>, Never>) in
-            StoreThread.start { [self] in
+            StoreThread.start(name: "keyhole-snap") { [self] in
                 continuation.resume(returning: Result { () throws(StoreError) in try writeSnapshot(now: now) })
             }
         }
