@@ -85,6 +85,10 @@ extension AppleSettings {
                     message: "\(source) needs systemd's LoadCredential= ($CREDENTIALS_DIRECTORY is not set); use a _file key otherwise")
             }
             path = directory + "/" + name
+            guard access(path, F_OK) == 0 else {
+                throw ConfigError(key: key, line: nil,
+                    message: "\(source) is not in $CREDENTIALS_DIRECTORY: put the file in the directory the unit's LoadCredential= names (the packaged unit: /etc/keyhole/credentials/\(name.hasPrefix("keyhole_") ? String(name.dropFirst(8)) : "…")), then restart")
+            }
         }
         let bytes: [UInt8]
         do {

@@ -228,6 +228,16 @@ struct AppleSignInEndToEndTests {
         let (noCredentials, noCredentialsText) = try exitStatus(credential, directory: directory)
         #expect(noCredentials == 78)
         #expect(noCredentialsText.contains("CREDENTIALS_DIRECTORY"))
+
+        // The packaged unit hands over /etc/keyhole/credentials/ whole: a file not put there is a
+        // credential that is not there, and the message says where it goes.
+        let emptyCredentials = directory.appendingPathComponent("empty-credentials")
+        try FileManager.default.createDirectory(at: emptyCredentials, withIntermediateDirectories: false)
+        let packaged = config.replacingOccurrences(of: "private_key_file = ", with: "private_key_credential = \"keyhole_apple-key\"\n# ")
+        let absent = try DaemonProcess(config: packaged, directory: directory, environment: ["CREDENTIALS_DIRECTORY": emptyCredentials.path])
+        #expect(try absent.waitForExit() == 78)
+        #expect(absent.stderr.contains("credential 'keyhole_apple-key' is not in $CREDENTIALS_DIRECTORY"), "\(absent.stderr)")
+        #expect(absent.stderr.contains("/etc/keyhole/credentials/apple-key"), "\(absent.stderr)")
         try? FileManager.default.removeItem(at: directory)
 
         let plain = try DaemonProcess.start(config: "")

@@ -48,7 +48,7 @@ struct DebianPackageTests {
             ("./usr/lib/sysusers.d/keyhole.conf", "-rw-r--r--"), ("./usr/lib/tmpfiles.d/keyhole.conf", "-rw-r--r--"),
             ("./etc/keyhole/keyholed.toml", "-rw-r--r--"), ("./usr/share/man/man8/keyholed.8.gz", "-rw-r--r--"),
             ("./usr/share/man/man1/keyhole.1.gz", "-rw-r--r--"), ("./usr/share/man/man5/keyholed.toml.5.gz", "-rw-r--r--"),
-            ("./usr/share/doc/keyhole/copyright", "-rw-r--r--"),
+            ("./usr/share/doc/keyhole/copyright", "-rw-r--r--"), ("./etc/keyhole/credentials/", "drwx------"),
         ] {
             let line = listing.stdout.split(separator: "\n").first { $0.hasSuffix(" " + path) }
             #expect(line?.hasPrefix(mode + " root/root") == true, "\(path): \(line ?? "missing")")
@@ -84,6 +84,7 @@ struct DebianPackageTests {
         say state_dir "$(stat -c '%a %U' /var/lib/keyhole)"
         say socket_enabled "$(exists /etc/systemd/system/sockets.target.wants/keyholed.socket)"
         say config "$(exists /etc/keyhole/keyholed.toml)"
+        say credentials_dir "$(stat -c '%a %U' /etc/keyhole/credentials)"
         start
         say ready "$(grep -c keyholed.ready /tmp/keyholed.log)"
         token=$(k call session.create '{"sub":"u1"}' | sed -n 's/.*"session":"\([^"]*\)".*/\1/p')
@@ -150,7 +151,7 @@ struct DebianPackageTests {
         }
         let expected: [String: String] = [
             "root": "755 root", "install_status": "0", "binary": "yes", "user": "keyhole:/var/lib/keyhole:/usr/sbin/nologin", "group": "keyhole-clients",
-            "state_dir": "700 keyhole", "socket_enabled": "yes", "config": "yes", "ready": "1", "token_made": "yes",
+            "state_dir": "700 keyhole", "socket_enabled": "yes", "config": "yes", "credentials_dir": "700 root", "ready": "1", "token_made": "yes",
             "stopped_status": "0", "upgrade_status": "0", "version": "0.1.0-2", "config_kept": "1", "session_after_upgrade": "yes",
             "remove_status": "0", "binary_after_remove": "no", "state_after_remove": "yes", "config_after_remove": "yes",
             "purge_status": "0", "state_after_purge": "no", "config_after_purge": "no", "socket_enabled_after_purge": "no",

@@ -46,6 +46,7 @@ install -m 0644 "$packaging/systemd/keyholed.service" "$packaging/systemd/keyhol
 install -m 0644 "$packaging/systemd/keyhole.sysusers" "$root/usr/lib/sysusers.d/keyhole.conf"
 install -m 0644 "$packaging/systemd/keyhole.tmpfiles" "$root/usr/lib/tmpfiles.d/keyhole.conf"
 install -m 0644 "$packaging/keyholed.toml" "$root/etc/keyhole/keyholed.toml"
+install -d -m 0700 "$root/etc/keyhole/credentials"
 for page in "$packaging"/man/man*/*; do
     [ -f "$page" ] || { echo "build-deb.sh: no man pages under $packaging/man" >&2; exit 1; }
     section=$(basename "$(dirname "$page")")
