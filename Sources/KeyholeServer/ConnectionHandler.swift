@@ -13,6 +13,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     private let core: ServerCore
     private let idleTimeout: TimeAmount
+    private let firstRequestGrace: TimeAmount
     private var decoder: FrameDecoder
     private var machine: ConnectionStateMachine
     private var logger: Logger
@@ -32,6 +33,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var idleTimer: Scheduled<Void>?
     private var frameTimer: Scheduled<Void>?
     private var drainTimer: Scheduled<Void>?
+    private var firstRequestTimer: Scheduled<Void>?
     /// Asynchronous operations still running, cancelled if the connection goes away.
     private var tasks: [UInt64: Task<Void, Never>] = [:]
     private var nextTaskID: UInt64 = 0
@@ -43,6 +45,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.core = core
         self.logger = logger
         self.idleTimeout = limits.idleTimeout
+        self.firstRequestGrace = limits.firstRequestGrace
         self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
         self.machine = ConnectionStateMachine(
             maxInFlight: limits.maxInFlight,
@@ -73,6 +76,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         idleTimer?.cancel()
         frameTimer?.cancel()
         drainTimer?.cancel()
+        firstRequestTimer?.cancel()
         for task in tasks.values { task.cancel() }
     }
 
@@ -105,8 +109,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
             // The client finished sending: answer what it sent, then close.
             stopReading(context: context)
         case is ChannelShouldQuiesceEvent:
-            logger.debug("connection.draining")
-            stopReading(context: context)
+            switch machine.quiesce(now: .now(), grace: firstRequestGrace) {
+            case .drain:
+                logger.debug("connection.draining")
+                afterStoppingReading(context: context)
+            case .awaitFirstRequest(let deadline):
+                logger.debug("connection.draining_after_first_request")
+                armFirstRequestTimer(at: deadline, context: context)
+            case .none:
+                break
+            }
         default:
             context.fireUserInboundEventTriggered(event)
         }
@@ -151,6 +163,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
             }
         } catch {
             failFraming(error, context: context)
+        }
+        if machine.firstRequestCameDuringShutdown {
+            firstRequestTimer?.cancel()
+            firstRequestTimer = nil
+            machine.stopReading(now: .now())
+            if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
         }
         if machine.state == .draining, machine.drainedIfIdle(framesLeft: decoder.hasCompleteFrame) {
             closeAfterWrites(context: context)
@@ -320,6 +338,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func stopReading(context: ChannelHandlerContext) {
         guard machine.state == .open else { return }
         machine.stopReading(now: .now())
+        afterStoppingReading(context: context)
+    }
+
+    /// Arms the drain deadline and, outside a read (which pumps itself), serves what was read.
+    private func afterStoppingReading(context: ChannelHandlerContext) {
+        firstRequestTimer?.cancel()
+        firstRequestTimer = nil
         if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
         if !reading {
             pump(context: context)
@@ -379,6 +404,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
             flushIfNeeded(context: context)
         case .rearm(let deadline):
             armFrameTimer(at: deadline, context: context)
+        case .close, .disarm:
+            break
+        }
+    }
+
+    private func armFirstRequestTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {
+        firstRequestTimer = schedule(at: deadline, context: context) { $0.firstRequestTimerFired() }
+    }
+
+    private func firstRequestTimerFired() {
+        firstRequestTimer = nil
+        guard let context else { return }
+        switch machine.firstRequestTimerFired(now: .now()) {
+        case .drain:
+            logger.debug("connection.draining")
+            afterStoppingReading(context: context)
+        case .rearm(let deadline):
+            armFirstRequestTimer(at: deadline, context: context)
         case .close, .disarm:
             break
         }

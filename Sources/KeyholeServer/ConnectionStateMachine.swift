@@ -47,6 +47,10 @@ struct ConnectionStateMachine {
     private var partialFrameSince: NIODeadline?
     /// When a draining connection is closed whatever is left.
     private(set) var drainDeadline: NIODeadline?
+    /// Requests started on this connection.
+    private(set) var requestsStarted = 0
+    /// Set while shutdown waits for this connection's first request (see `quiesce`).
+    private(set) var firstRequestDeadline: NIODeadline?
 
     init(maxInFlight: Int, idleTimeout: TimeAmount, frameTimeout: TimeAmount, drainTimeout: TimeAmount, now: NIODeadline) {
         precondition(maxInFlight >= 1)
@@ -106,6 +110,13 @@ struct ConnectionStateMachine {
     mutating func requestStarted() {
         precondition(mayStartRequest, "requestStarted while requests may not start")
         inFlight += 1
+        requestsStarted += 1
+    }
+
+    /// Whether shutdown was waiting for this connection's first request and it has started: reading
+    /// stops now (`stopReading`), and the connection drains.
+    var firstRequestCameDuringShutdown: Bool {
+        state == .open && firstRequestDeadline != nil && requestsStarted > 0
     }
 
     /// A request's response has been handed to the channel (or its connection is gone).
@@ -127,6 +138,30 @@ struct ConnectionStateMachine {
 
     // MARK: Ending
 
+    /// What shutdown does to a connection.
+    enum QuiesceVerdict: Equatable {
+        /// Reading stopped: answer what was read, then close.
+        case drain
+        /// Read on until the first request starts (then drain), or until the deadline (then drain).
+        case awaitFirstRequest(NIODeadline)
+        /// Reading had stopped already.
+        case none
+    }
+
+    /// Shutdown began. A connection that has not started a request yet keeps reading for up to `grace`
+    /// (at most the drain timeout): its client connected just before the listener closed and is
+    /// sending its first request, which closing now would fail. Any other connection stops reading now.
+    mutating func quiesce(now: NIODeadline, grace: TimeAmount) -> QuiesceVerdict {
+        guard state == .open else { return .none }
+        if requestsStarted == 0 {
+            let deadline = now + min(grace, drainTimeout)
+            firstRequestDeadline = deadline
+            return .awaitFirstRequest(deadline)
+        }
+        stopReading(now: now)
+        return .drain
+    }
+
     /// Stop reading (a frame error, shutdown, the client closed its sending side, a frame timeout).
     /// Frames already read are still served; the connection closes once drained, or at the drain deadline.
     mutating func stopReading(now: NIODeadline) {
@@ -134,6 +169,7 @@ struct ConnectionStateMachine {
         state = .draining
         readHeldBack = false
         partialFrameSince = nil
+        firstRequestDeadline = nil
         drainDeadline = now + drainTimeout
     }
 
@@ -169,6 +205,17 @@ struct ConnectionStateMachine {
         guard state == .open, let deadline = frameDeadline else { return .disarm }
         // While we hold reads back the delay is ours, not the client's.
         if readHeldBack || !mayRead { return .rearm(now + frameTimeout) }
+        if deadline <= now {
+            stopReading(now: now)
+            return .drain
+        }
+        return .rearm(deadline)
+    }
+
+    /// The first-request timer fired: a connection still waiting for its first request at shutdown
+    /// stops reading and drains (it is idle, so it closes).
+    mutating func firstRequestTimerFired(now: NIODeadline) -> TimerVerdict {
+        guard state == .open, let deadline = firstRequestDeadline else { return .disarm }
         if deadline <= now {
             stopReading(now: now)
             return .drain

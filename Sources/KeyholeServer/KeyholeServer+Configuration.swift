@@ -39,6 +39,11 @@ extension KeyholeServer {
         /// How long a connection that stopped reading (shutdown, frame error, frame timeout) may take to
         /// answer what it read before it is closed regardless.
         public var drainTimeout = TimeAmount.seconds(30)
+        /// At shutdown, how long a connection that has not sent a request yet may take to send its first
+        /// one, which is then answered. A client that connected just before the listener closed is
+        /// writing its request; closing without reading would fail it. Short: while the old process
+        /// waits, new connections wait in the backlog for the next one.
+        public var firstRequestGrace = TimeAmount.seconds(1)
         /// Offer the `debug.*` operations (tests and development only).
         public var enableDebugOperations = false
 
@@ -53,7 +58,7 @@ extension KeyholeServer {
             guard maxConnections >= 1, maxInFlight >= 1, backlog >= 1 else {
                 throw .invalidConfiguration("maxConnections, maxInFlight and backlog must be at least 1")
             }
-            guard idleTimeout > .zero, frameTimeout > .zero, drainTimeout > .zero else {
+            guard idleTimeout > .zero, frameTimeout > .zero, drainTimeout > .zero, firstRequestGrace > .zero else {
                 throw .invalidConfiguration("timeouts must be positive")
             }
         }

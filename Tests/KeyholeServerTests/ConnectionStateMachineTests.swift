@@ -159,4 +159,49 @@ struct ConnectionStateMachineTests {
         #expect(r2 == .init(read: true))
         #expect(m.frameDeadline == start + .seconds(71))
     }
+
+    @Test("shutdown: a connection with no request yet reads on for its first one, then drains; others drain at once")
+    func quiesceWaitsForFirstRequest() {
+        var fresh = machine()
+        let verdict = fresh.quiesce(now: start, grace: .seconds(1))
+        #expect(verdict == .awaitFirstRequest(start + .seconds(1)))
+        #expect(fresh.state == .open)
+        #expect(!fresh.firstRequestCameDuringShutdown)
+        fresh.requestStarted()
+        #expect(fresh.firstRequestCameDuringShutdown)
+        fresh.stopReading(now: start + .milliseconds(5))
+        #expect(fresh.state == .draining)
+        #expect(!fresh.firstRequestCameDuringShutdown)
+        #expect(fresh.drainDeadline == start + .milliseconds(5) + .seconds(30))
+        // Its timer, firing late, finds nothing to do.
+        let late = fresh.firstRequestTimerFired(now: start + .seconds(2))
+        #expect(late == .disarm)
+
+        var used = machine()
+        used.requestStarted()
+        _ = used.requestFinished(now: start)
+        let drained = used.quiesce(now: start, grace: .seconds(1))
+        #expect(drained == .drain)
+        #expect(used.state == .draining)
+        let again = used.quiesce(now: start, grace: .seconds(1))
+        #expect(again == .none)
+    }
+
+    @Test("shutdown: a connection that sends nothing within the grace drains (and, idle, closes); the grace never exceeds drain_timeout")
+    func quiesceGraceRunsOut() {
+        var silent = machine()
+        _ = silent.quiesce(now: start, grace: .seconds(1))
+        let early = silent.firstRequestTimerFired(now: start + .milliseconds(400))
+        #expect(early == .rearm(start + .seconds(1)))
+        #expect(silent.state == .open)
+        let due = silent.firstRequestTimerFired(now: start + .seconds(1))
+        #expect(due == .drain)
+        #expect(silent.state == .draining)
+        let closes = silent.drainedIfIdle(framesLeft: false)
+        #expect(closes)
+
+        var long = machine()
+        let capped = long.quiesce(now: start, grace: .seconds(600))
+        #expect(capped == .awaitFirstRequest(start + .seconds(30)))
+    }
 }

@@ -28,6 +28,29 @@ struct LifecycleEndToEndTests {
         #expect(daemon.stderr.contains("server.draining"))
     }
 
+    @Test("SIGTERM while a client has connected but not yet sent: its first request is still answered; a silent one is closed after the grace")
+    func sigtermAnswersAFreshConnectionsFirstRequest() throws {
+        let daemon = try DaemonProcess.start(config: "[server]\ndrain_timeout = \"20s\"\n")
+        // Accepted (a served round trip on another connection proves the listener has taken both).
+        let fresh = try RawConnection(path: daemon.socketPath)
+        let silent = try RawConnection(path: daemon.socketPath)
+        let used = try RawConnection(path: daemon.socketPath)
+        try used.sendFrame(#"{"op":"ping","id":"before"}"#)
+        #expect(try used.readResponse()["id"] == "before")
+        daemon.signal(SIGTERM)
+        try daemon.waitForStderr(containing: "server.draining")
+        // A connection that had been used is idle at shutdown: it is closed.
+        #expect(try used.readsEndOfStream())
+        try fresh.sendFrame(#"{"op":"ping","id":"late"}"#)
+        let answer = try fresh.readResponse()
+        #expect(answer["id"] == "late")
+        #expect(answer["ok"] == true)
+        #expect(try fresh.readsEndOfStream())
+        // The silent one holds shutdown up for the grace (1 s), not the 20 s drain timeout.
+        #expect(try silent.readsEndOfStream())
+        #expect(try daemon.waitForExit(seconds: 10) == 0)
+    }
+
     @Test("a client that pipelines and never reads cannot hold up shutdown past drain_timeout")
     func nonReadingClientDoesNotBlockShutdown() throws {
         let daemon = try DaemonProcess.start(config: "[server]\ndrain_timeout = \"1s\"\n")
