@@ -3,8 +3,8 @@ import KeyholeTestSupport
 import Testing
 
 /// packaging/deb/build-deb.sh (what `make deb` runs) on the binaries under test, and the package's
-/// life (install, upgrade, remove, purge) in a throwaway root: this machine's root under an overlay
-/// whose changes vanish with the test's mount namespace.
+/// life (install, upgrade, remove, purge) under a real systemd: Scripts/systemd-container.sh boots one
+/// as PID 1 of a throwaway container over this machine's root, whose changes vanish with it.
 @Suite("Debian package", .serialized)
 struct DebianPackageTests {
     static let top = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -58,48 +58,69 @@ struct DebianPackageTests {
         #expect(!listing.stdout.contains("./var/") && !listing.stdout.contains("./run/"))
     }
 
-    /// Runs in the throwaway root: prints a `name=value` line per finding for the test to check.
+    /// Runs in the container under systemd: prints a `name=value` line per finding for the test to check.
     static let lifecycle = #"""
         set -u
         old=$1 new=$2
         say() { printf '%s=%s\n' "$1" "$2"; }
         exists() { if [ -e "$1" ] || [ -L "$1" ]; then echo yes; else echo no; fi; }
-        start() {
-            rm -f /tmp/keyholed.log
-            setpriv --reuid=keyhole --regid=keyhole --init-groups /usr/bin/keyholed --config /etc/keyhole/keyholed.toml \
-                --socket /var/lib/keyhole/test.sock 2>/tmp/keyholed.log &
-            pid=$!
-            # Until keyholed says it is ready (or gave up): a condition, at most 60 s.
-            i=0
-            until grep -q keyholed.ready /tmp/keyholed.log || ! kill -0 $pid 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done
-        }
-        stop() { kill -TERM $pid; wait $pid; say stopped_status $?; }
-        k() { /usr/bin/keyhole "$@" --socket /var/lib/keyhole/test.sock; }
+        prop() { systemctl show -P "$2" "$1"; }
+        k() { /usr/bin/keyhole "$@"; }
 
         say root "$(stat -c '%a %U' /)"
+        say pid1 "$(cat /proc/1/comm)"
         dpkg -i "$old" >/tmp/dpkg.log 2>&1; say install_status $?
         say binary "$(exists /usr/bin/keyholed)"
         say user "$(getent passwd keyhole | cut -d: -f1,6,7)"
         say group "$(getent group keyhole-clients | cut -d: -f1)"
         say state_dir "$(stat -c '%a %U' /var/lib/keyhole)"
-        say socket_enabled "$(exists /etc/systemd/system/sockets.target.wants/keyholed.socket)"
-        say config "$(exists /etc/keyhole/keyholed.toml)"
         say credentials_dir "$(stat -c '%a %U' /etc/keyhole/credentials)"
-        start
-        say ready "$(grep -c keyholed.ready /tmp/keyholed.log)"
+        say config "$(exists /etc/keyhole/keyholed.toml)"
+        say socket_enabled "$(systemctl is-enabled keyholed.socket)"
+        say socket_active "$(systemctl is-active keyholed.socket)"
+        say socket_file "$(stat -c '%a %U %G' /run/keyhole/keyhole.sock 2>&1)"
+        # Socket activation: nothing runs until the first client connects, which it then answers.
+        say service_before_connection "$(systemctl is-active keyholed.service)"
+        say first_ping "$(k call ping '{}' >/dev/null 2>&1 && echo answered || echo failed)"
+        say service_after_connection "$(systemctl is-active keyholed.service)"
+        say service_status "$(prop keyholed.service StatusText | cut -d: -f1)"
+        pid=$(prop keyholed.service MainPID)
+        say service_user "$(ps -o user= -p "$pid")"
+        say sandbox "$(grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/$pid/status | tr -s ' \t' ' ' | tr '\n' ' ')"
+        say watchdog "$(prop keyholed.service WatchdogUSec)"
+        say ready_logged "$(journalctl -u keyholed.service -o cat --no-pager | grep -c keyholed.ready)"
         token=$(k call session.create '{"sub":"u1"}' | sed -n 's/.*"session":"\([^"]*\)".*/\1/p')
         say token_made "$([ -n "$token" ] && echo yes || echo no)"
-        stop
+        say reload_status "$(systemctl reload keyholed.service >/tmp/reload.log 2>&1; echo $?)"
+        say reload_logged "$(journalctl -u keyholed.service -o cat --no-pager | grep -c config.reloaded)"
 
+        # The upgrade, with a client connecting for each request all along: the listening socket stays
+        # with systemd, so none may see an error.
         echo '# edited by the admin' >> /etc/keyhole/keyholed.toml
+        pid_before=$(prop keyholed.service MainPID)
+        socket_since=$(prop keyholed.socket ActiveEnterTimestampMonotonic)
+        ( answered=0 failed=0
+          while [ ! -e /tmp/upgraded ]; do
+              if k call ping '{}' >/dev/null 2>>/tmp/load.err; then answered=$((answered+1)); else failed=$((failed+1)); fi
+          done
+          echo "$answered $failed" >/tmp/load.result ) &
+        loader=$!
         dpkg -i "$new" >>/tmp/dpkg.log 2>&1; say upgrade_status $?
+        touch /tmp/upgraded; wait $loader
+        read answered failed </tmp/load.result
+        say failed_during_upgrade "$failed"
+        say answered_during_upgrade "$([ "$answered" -gt 0 ] && echo yes || echo no)"
         say version "$(dpkg-query -W -f='${Version}' keyhole)"
         say config_kept "$(grep -c '# edited by the admin' /etc/keyhole/keyholed.toml)"
-        start
+        say service_restarted "$([ "$(prop keyholed.service MainPID)" != "$pid_before" ] && echo yes || echo no)"
+        say service_after_upgrade "$(systemctl is-active keyholed.service)"
+        say socket_kept "$([ "$(prop keyholed.socket ActiveEnterTimestampMonotonic)" = "$socket_since" ] && echo yes || echo no)"
         say session_after_upgrade "$(k call session.get "{\"session\":\"$token\"}" >/dev/null 2>&1 && echo yes || echo no)"
-        stop
 
         dpkg -r keyhole >>/tmp/dpkg.log 2>&1; say remove_status $?
+        say socket_after_remove "$(systemctl is-active keyholed.socket)"
+        say service_after_remove "$(systemctl is-active keyholed.service)"
+        say socket_file_after_remove "$(exists /run/keyhole/keyhole.sock)"
         say binary_after_remove "$(exists /usr/bin/keyholed)"
         say state_after_remove "$(exists /var/lib/keyhole/wal)"
         say config_after_remove "$(exists /etc/keyhole/keyholed.toml)"
@@ -110,39 +131,22 @@ struct DebianPackageTests {
         say socket_enabled_after_purge "$(exists /etc/systemd/system/sockets.target.wants/keyholed.socket)"
         say dpkg_status "$(dpkg-query -W -f='${Status}' keyhole 2>&1 | head -c 40)"
         echo "--- dpkg"; cat /tmp/dpkg.log
+        echo "--- client errors during the upgrade"; sort /tmp/load.err | uniq -c
+        echo "--- journal"; journalctl -u keyholed.service -o short-monotonic --no-pager | tail -n 40
         """#
 
-    @Test("install makes the user, the state directory and enables the socket; upgrade keeps state and an edited config; remove keeps both; purge deletes them")
-    func lifecycleInThrowawayRoot() async throws {
+    @Test("under systemd (a throwaway container): install enables and starts the socket, the first client starts keyholed; upgrade restarts it under load with the socket kept and no client error; remove stops both; purge deletes state and config")
+    func lifecycleUnderSystemd() async throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let old = try await Self.build(version: "0.1.0-1", into: directory)
-        let new = try await Self.build(version: "0.1.0-2", into: directory)
-        let layers = directory.appendingPathComponent("overlay").path
-        try FileManager.default.createDirectory(atPath: layers, withIntermediateDirectories: false)
-        let script = directory.appendingPathComponent("lifecycle.sh")
-        try Self.lifecycle.write(to: script, atomically: true, encoding: .utf8)
-        // This machine's root, copy-on-write into a tmpfs that goes with the mount namespace.
-        // umask 022 first: the shell inherits this test process's umask at the moment it is spawned,
-        // and that is not always 022. KeyholeServer's SocketFile.bind sets the process-wide umask to
-        // 0177 across an await while it binds a 0600 socket, and in a full `swift test` the
-        // KeyholeClientTests run servers in this very process; a shell spawned then made `upper` 0600,
-        // the overlay's root takes the upper directory's mode, and every non-root user in the
-        // chroot (keyholed as keyhole, mandb as man) failed to load libc.so.6 with EACCES, exit 127,
-        // while every step run as root passed. The chroot's dpkg and maintainer scripts get 022 too,
-        // as they would from an administrator's shell.
-        let setup = """
-            set -e
-            umask 022
-            mount -t tmpfs none \(layers)
-            mkdir \(layers)/upper \(layers)/work \(layers)/root
-            mount -t overlay overlay -o lowerdir=/,upperdir=\(layers)/upper,workdir=\(layers)/work \(layers)/root
-            mount --bind /proc \(layers)/root/proc
-            mount --bind /dev \(layers)/root/dev
-            mount -t tmpfs none \(layers)/root/run
-            exec chroot \(layers)/root /bin/sh \(script.path) \(old) \(new)
-            """
-        let run = try await ChildProcess.runOffPool(["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup])
+        _ = try await Self.build(version: "0.1.0-1", into: directory)
+        _ = try await Self.build(version: "0.1.0-2", into: directory)
+        try Self.lifecycle.write(to: directory.appendingPathComponent("lifecycle.sh"), atomically: true, encoding: .utf8)
+        // The container sees the test directory as /srv/keyhole-test (Scripts/systemd-container.sh).
+        let run = try await ChildProcess.runOffPool([
+            Self.top.appendingPathComponent("Scripts/systemd-container.sh").path, directory.path,
+            "/bin/sh", "/srv/keyhole-test/lifecycle.sh", "/srv/keyhole-test/keyhole_0.1.0-1.deb", "/srv/keyhole-test/keyhole_0.1.0-2.deb",
+        ])
         #expect(run.status == 0, "\(run.stderr)")
         var found: [String: String] = [:]
         for line in run.stdout.split(separator: "\n") {
@@ -150,10 +154,18 @@ struct DebianPackageTests {
             found[String(line[..<equals])] = String(line[line.index(after: equals)...])
         }
         let expected: [String: String] = [
-            "root": "755 root", "install_status": "0", "binary": "yes", "user": "keyhole:/var/lib/keyhole:/usr/sbin/nologin", "group": "keyhole-clients",
-            "state_dir": "700 keyhole", "socket_enabled": "yes", "config": "yes", "credentials_dir": "700 root", "ready": "1", "token_made": "yes",
-            "stopped_status": "0", "upgrade_status": "0", "version": "0.1.0-2", "config_kept": "1", "session_after_upgrade": "yes",
-            "remove_status": "0", "binary_after_remove": "no", "state_after_remove": "yes", "config_after_remove": "yes",
+            "root": "755 root", "pid1": "systemd", "install_status": "0", "binary": "yes",
+            "user": "keyhole:/var/lib/keyhole:/usr/sbin/nologin", "group": "keyhole-clients", "state_dir": "700 keyhole",
+            "credentials_dir": "700 root", "config": "yes", "socket_enabled": "enabled", "socket_active": "active",
+            "socket_file": "660 keyhole keyhole-clients", "service_before_connection": "inactive", "first_ping": "answered",
+            "service_after_connection": "active", "service_status": "serving", "service_user": "keyhole",
+            "sandbox": "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 ", "watchdog": "30s", "ready_logged": "1", "token_made": "yes",
+            "reload_status": "0", "reload_logged": "1",
+            "upgrade_status": "0", "failed_during_upgrade": "0", "answered_during_upgrade": "yes", "version": "0.1.0-2",
+            "config_kept": "1", "service_restarted": "yes", "service_after_upgrade": "active", "socket_kept": "yes",
+            "session_after_upgrade": "yes",
+            "remove_status": "0", "socket_after_remove": "inactive", "service_after_remove": "inactive",
+            "socket_file_after_remove": "no", "binary_after_remove": "no", "state_after_remove": "yes", "config_after_remove": "yes",
             "purge_status": "0", "state_after_purge": "no", "config_after_purge": "no", "socket_enabled_after_purge": "no",
         ]
         for (key, value) in expected.sorted(by: { $0.key < $1.key }) {
