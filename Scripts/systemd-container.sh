@@ -56,13 +56,17 @@ mount --bind "$share" "$root/srv/keyhole-test"
 rm -f "$root/usr/sbin/policy-rc.d"
 cd "$root"
 mkdir -p .host
-# pivot_root, not chroot: a chrooted process may not create user namespaces (PrivateUsers=).
+# pivot_root, not chroot: a chrooted process may not create user namespaces (PrivateUsers=). Then
+# every mount shared, as on a booted host: a unit's credentials (LoadCredential=) are mounted in a
+# child's namespace and reach the service's only through propagation.
 pivot_root . .host
 exec env -i container=keyhole-test TERM=dumb /bin/sh -c \
-    'umount -l /.host && rmdir /.host && exec /lib/systemd/systemd --unit=basic.target --log-target=journal --show-status=no'
+    'umount -l /.host && rmdir /.host && mount --make-rshared / && exec /lib/systemd/systemd --unit=basic.target --log-target=journal --show-status=no'
 BOOT
 
-mkdir "$group" && echo $$ >"$group/cgroup.procs" || exit 70
+fail() { echo "systemd-container: $*" >&2; [ -s "$work/boot.log" ] && sed 's/^/  boot: /' "$work/boot.log" >&2; exit 70; }
+mkdir "$group" || fail "cannot make the cgroup $group"
+echo $$ >"$group/cgroup.procs" || fail "cannot enter the cgroup $group"
 unshare --pid --fork --mount --propagation private --uts --cgroup /bin/sh "$work/boot.sh" "$work" "$share" 2>"$work/boot.log" &
 outer=$!
 # Back out of the container's cgroup: only the container belongs there.
@@ -75,11 +79,11 @@ while [ $i -lt 300 ]; do
     sleep 0.1
     i=$((i + 1))
 done
-[ -n "$init" ] || { echo "systemd-container: systemd did not start" >&2; cat "$work/boot.log" >&2; exit 70; }
+[ -n "$init" ] || fail "systemd did not start (unshare $(kill -0 "$outer" 2>/dev/null && echo running || echo ended))"
 enter() { nsenter -t "$init" -m -p -u -C -r -w "$@"; }
 state=$(enter timeout 60 systemctl is-system-running --wait 2>&1)
 case $state in
     running|degraded) ;;
-    *) echo "systemd-container: boot did not finish: $state" >&2; exit 70 ;;
+    *) fail "boot did not finish: $state" ;;
 esac
 enter "$@"

@@ -58,8 +58,14 @@ struct IssuerKeysHarness {
         let clock = ManualClock(now: start)
         let configuration = makeConfiguration(server.url)
         let keys = IssuerKeys(configuration: configuration, cache: cache, persisted: persisted, clock: clock)
-        let client = KeySetFetcher.makeClient()
-        let fetcher = KeySetFetcher(client: client)
+        // Fetch timeouts far beyond any test's holds: a test that holds the server's reply until its
+        // waiters are counted must not race the 5 s default on a loaded CI runner (a full run saw the
+        // held fetch time out and all sixteen waiters fail). KeySetFetcherTests test the timeouts.
+        var fetching = KeySetFetcher.Configuration()
+        fetching.totalTimeout = .seconds(120)
+        fetching.readTimeout = .seconds(120)
+        let client = KeySetFetcher.makeClient(configuration: fetching)
+        let fetcher = KeySetFetcher(client: client, configuration: fetching)
         let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
         let loop = Task { await keys.run(fetcher: fetcher, store: store, logger: logger) }
         let harness = IssuerKeysHarness(server: server, clock: clock, keys: keys, configuration: configuration)

@@ -79,6 +79,8 @@ struct DebianPackageTests {
         say socket_enabled "$(systemctl is-enabled keyholed.socket)"
         say socket_active "$(systemctl is-active keyholed.socket)"
         say socket_file "$(stat -c '%a %U %G' /run/keyhole/keyhole.sock 2>&1)"
+        # A file in /etc/keyhole/credentials reaches keyholed as credential keyhole_<name> (LoadCredential=).
+        echo probe-secret >/etc/keyhole/credentials/probe
         # Socket activation: nothing runs until the first client connects, which it then answers.
         say service_before_connection "$(systemctl is-active keyholed.service)"
         say first_ping "$(k call ping '{}' >/dev/null 2>&1 && echo answered || echo failed)"
@@ -88,11 +90,32 @@ struct DebianPackageTests {
         say service_user "$(ps -o user= -p "$pid")"
         say sandbox "$(grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/$pid/status | tr -s ' \t' ' ' | tr '\n' ' ')"
         say watchdog "$(prop keyholed.service WatchdogUSec)"
-        say ready_logged "$(journalctl -u keyholed.service -o cat --no-pager | grep -c keyholed.ready)"
+        say credential "$(cat /run/credentials/keyholed.service/keyhole_probe 2>&1)"
+        rm /etc/keyhole/credentials/probe
+        # The journal gets structured entries (JOURNAL_STREAM): an event field, and info as priority 6.
+        say ready_logged "$(journalctl KEYHOLE_EVENT=keyholed.ready _SYSTEMD_UNIT=keyholed.service -o export --no-pager | grep -c '^PRIORITY=6$')"
         token=$(k call session.create '{"sub":"u1"}' | sed -n 's/.*"session":"\([^"]*\)".*/\1/p')
         say token_made "$([ -n "$token" ] && echo yes || echo no)"
         say reload_status "$(systemctl reload keyholed.service >/tmp/reload.log 2>&1; echo $?)"
-        say reload_logged "$(journalctl -u keyholed.service -o cat --no-pager | grep -c config.reloaded)"
+        say reload_logged "$(journalctl KEYHOLE_EVENT=config.reloaded -o cat --no-pager | wc -l)"
+
+        # A wedged keyholed (stopped: no more WATCHDOG=1) is killed and restarted, and keeps its data.
+        # A 2 s watchdog for the test; the abort timeout too, as a stopped process ignores SIGABRT.
+        mkdir -p /etc/systemd/system/keyholed.service.d
+        printf '[Service]\nWatchdogSec=2s\nTimeoutAbortSec=2s\n' >/etc/systemd/system/keyholed.service.d/test.conf
+        systemctl daemon-reload && systemctl restart keyholed.service
+        wedged=$(prop keyholed.service MainPID)
+        kill -STOP "$wedged"
+        # Until systemd has started another (a condition, polled for at most 30 s).
+        i=0
+        while [ "$(prop keyholed.service MainPID)" = "$wedged" ] || [ "$(systemctl is-active keyholed.service)" != active ]; do
+            [ $i -ge 150 ] && break; sleep 0.2; i=$((i+1))
+        done
+        say watchdog_restarted "$([ "$(prop keyholed.service MainPID)" != "$wedged" ] && echo yes || echo no)"
+        say watchdog_logged "$(journalctl -u keyholed.service -o cat --no-pager | grep -c 'Watchdog timeout')"
+        say session_after_watchdog "$(k call session.get "{\"session\":\"$token\"}" >/dev/null 2>&1 && echo yes || echo no)"
+        rm -r /etc/systemd/system/keyholed.service.d
+        systemctl daemon-reload && systemctl restart keyholed.service
 
         # The upgrade, with a client connecting for each request all along: the listening socket stays
         # with systemd, so none may see an error.
@@ -159,8 +182,8 @@ struct DebianPackageTests {
             "credentials_dir": "700 root", "config": "yes", "socket_enabled": "enabled", "socket_active": "active",
             "socket_file": "660 keyhole keyhole-clients", "service_before_connection": "inactive", "first_ping": "answered",
             "service_after_connection": "active", "service_status": "serving", "service_user": "keyhole",
-            "sandbox": "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 ", "watchdog": "30s", "ready_logged": "1", "token_made": "yes",
-            "reload_status": "0", "reload_logged": "1",
+            "sandbox": "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 ", "watchdog": "30s", "credential": "probe-secret", "ready_logged": "1", "token_made": "yes",
+            "reload_status": "0", "reload_logged": "1", "watchdog_restarted": "yes", "watchdog_logged": "1", "session_after_watchdog": "yes",
             "upgrade_status": "0", "failed_during_upgrade": "0", "answered_during_upgrade": "yes", "version": "0.1.0-2",
             "config_kept": "1", "service_restarted": "yes", "service_after_upgrade": "active", "socket_kept": "yes",
             "session_after_upgrade": "yes",
