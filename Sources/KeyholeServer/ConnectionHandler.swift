@@ -18,6 +18,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var machine: ConnectionStateMachine
     private var logger: Logger
     private var context: ChannelHandlerContext?
+    /// The peer, as the kernel gave it when the connection was accepted (`nil` until then, or if not).
+    private var peer: PeerCredentials?
+    /// The operation groups the peer may use, worked out under policy version `accessVersion`.
+    private var allowed: AccessPolicy.Groups = []
+    private var accessVersion = UInt64.max
+    /// A connection's first refusal is logged at notice, later ones at debug: a client looping on a
+    /// denied operation must not flood the log.
+    private var refusals = 0
     /// Inside `channelRead`: responses are flushed once, in `channelReadComplete`.
     private var reading = false
     private var needsFlush = false
@@ -64,6 +72,21 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
         cancelEverything()
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        // The kernel's answer is at hand, so this completes before the first read is served.
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        core.credentials(context.channel).whenSuccess { peer in
+            let handler = loopBound.value
+            handler.peer = peer
+            handler.accessVersion = .max
+            if let peer {
+                handler.logger[metadataKey: "peer_uid"] = "\(peer.uid)"
+                handler.logger[metadataKey: "peer_pid"] = "\(peer.pid)"
+            }
+        }
+        context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -188,6 +211,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return Response(id: request.id, outcome: .failure(.unknownOp(request.op)))
         }
         entry.counter.add()
+        if !entry.requires.isEmpty, let refusal = refusal(of: request.op, requiring: entry.requires) {
+            return Response(id: request.id, outcome: .failure(refusal))
+        }
         let requestContext = RequestContext(logger: logger, eventLoop: context.eventLoop)
         switch entry.operation.body {
         case .sync(let body):
@@ -219,6 +245,22 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 return Response(id: request.id, outcome: .failure(error))
             }
         }
+    }
+
+    /// The error for `op` when the peer may not use its group, else `nil`. The allowed groups are
+    /// worked out again only when the policy changed (a reload).
+    private func refusal(of op: String, requiring required: AccessPolicy.Groups) -> ProtocolError? {
+        let version = core.access.currentVersion
+        if version != accessVersion { (allowed, accessVersion) = core.access.allowed(for: peer) }
+        guard allowed.isDisjoint(with: required) else { return nil }
+        let group = AccessPolicy.group(of: op)?.rawValue ?? "admin"
+        let who = peer.map { "uid \($0.uid)" } ?? "a peer of unknown credentials"
+        refusals += 1
+        logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: [
+            "op": "\(op)", "group": "\(group)", "uid": "\(peer.map { "\($0.uid)" } ?? "unknown")",
+            "pid": "\(peer.map { "\($0.pid)" } ?? "unknown")",
+        ])
+        return .permissionDenied("'\(op)' is in operation group '\(group)', which \(who) may not use ([[access]] in keyholed.toml)")
     }
 
     /// Runs `work` in a task that answers `request` on the event loop when done.

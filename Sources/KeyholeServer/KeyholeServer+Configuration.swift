@@ -1,6 +1,12 @@
 import KeyholeProtocol
 import NIOCore
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 extension KeyholeServer {
     /// Where the server listens.
     public enum Listener: Sendable, Equatable, CustomStringConvertible {
@@ -46,6 +52,12 @@ extension KeyholeServer {
         public var firstRequestGrace = TimeAmount.seconds(1)
         /// Offer the `debug.*` operations (tests and development only).
         public var enableDebugOperations = false
+        /// Who may ask what. Its `socketGroup` is filled in from the socket file once the server
+        /// listens, unless set here.
+        public var access = AccessPolicy(serverUser: UInt32(geteuid()))
+        /// Where connections' peer credentials come from; `nil` for the kernel's (SO_PEERCRED). Tests
+        /// on channels without a peer put their own here.
+        public var credentialSource: (@Sendable (any Channel) -> EventLoopFuture<PeerCredentials?>)?
 
         /// The defaults.
         public init() {}

@@ -55,6 +55,21 @@ public final class KeyholeServer: Service, Sendable {
         core.limits.replace(limits)
     }
 
+    /// A reload's access rules (`nil`: the default), for every connection from its next request on.
+    public func applyAccess(rules: [AccessPolicy.Rule]?) {
+        core.access.update { $0.rules = rules }
+    }
+
+    /// The access policy in force.
+    public var accessPolicy: AccessPolicy { core.access.current }
+
+    /// The default policy's clients are the socket file's group: taken from the file once listening.
+    private func fillInSocketGroup(from descriptor: CInt) {
+        core.access.update { policy in
+            if policy.socketGroup == nil { policy.socketGroup = AccessControl.socketGroup(of: descriptor) }
+        }
+    }
+
     /// Listens and serves until graceful shutdown.
     public func run() async throws {
         try core.configuration.validate()
@@ -76,8 +91,10 @@ public final class KeyholeServer: Service, Sendable {
                 throw error
             }
             socketFile = file
+            fillInSocketGroup(from: descriptor)
         case .descriptor(let descriptor):
             channel = try await adopt(descriptor, bootstrap: bootstrap, name: "fd:\(descriptor)")
+            fillInSocketGroup(from: descriptor)
         }
         logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)"])
         onListening()

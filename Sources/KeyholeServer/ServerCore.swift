@@ -7,6 +7,8 @@ final class ServerCore: Sendable {
     struct Entry: Sendable {
         let operation: Operation
         let counter: ServerStats.Counter
+        /// The groups of which one must be allowed (`AccessPolicy.Groups`); empty for `ping`.
+        let requires: AccessPolicy.Groups
     }
 
     /// As the server started: where it listens, its backlog and its operations never change.
@@ -15,6 +17,10 @@ final class ServerCore: Sendable {
     let limits: Reloadable<KeyholeServer.Configuration>
     let operations: [String: Entry]
     let stats: ServerStats
+    /// Who may ask what (a reload may replace the rules).
+    let access: AccessControl
+    /// Where a connection's peer credentials come from: the kernel, or a test's.
+    let credentials: @Sendable (any Channel) -> EventLoopFuture<PeerCredentials?>
     /// One per event loop, made on first use.
     private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
 
@@ -33,8 +39,11 @@ final class ServerCore: Sendable {
         self.configuration = configuration
         self.limits = Reloadable(configuration)
         self.stats = stats
+        self.access = AccessControl(configuration.access)
+        self.credentials = configuration.credentialSource ?? PeerCredentials.read(from:)
         self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
-            (name, Entry(operation: operation, counter: stats.requestCounter(for: name)!))
+            let requires = AccessPolicy.group(of: name).map(AccessPolicy.Groups.init) ?? []
+            return (name, Entry(operation: operation, counter: stats.requestCounter(for: name)!, requires: requires))
         })
     }
 

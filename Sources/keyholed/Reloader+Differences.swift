@@ -55,6 +55,7 @@ extension Reloader {
         compare("sessions.idle_timeout", \.sessions.defaultIdle)
         compare("sessions.max_data", \.sessions.maxDataBytes)
         compare("log.level", \.logLevel)
+        compare("access", \.server.access.rules)
         compare("apple.client_ids", \.apple?.clientIDs)
         compare("apple.redirect_uris", \.apple?.redirectURIs)
         let old = Dictionary(running.issuers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })

@@ -96,6 +96,7 @@ final class Reloader: Sendable {
         let applied = Self.liveChanges(from: running, to: effective)
 
         try? server.withLock { server throws(ServerError) in try server?.applyLimits(of: effective.serverConfiguration) }
+        server.withLock { $0?.applyAccess(rules: effective.server.access.rules) }
         var sessions = effective.sessions
         sessions.issuers = effective.issuers.map(\.name)
         targets.sessions.replace(sessions)

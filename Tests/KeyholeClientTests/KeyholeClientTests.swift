@@ -12,6 +12,14 @@ func withServer(
     configure: (inout KeyholeServer.Configuration) -> Void = { _ in },
     _ body: (String) async throws -> Void
 ) async throws {
+    try await withServer(configure: configure) { path, _ in try await body(path) }
+}
+
+/// As `withServer`, with the server itself (to apply a reload's settings, say).
+func withServer(
+    configure: (inout KeyholeServer.Configuration) -> Void = { _ in },
+    _ body: (String, KeyholeServer) async throws -> Void
+) async throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("khc-\(UInt32.random(in: 0...UInt32.max))")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
@@ -43,7 +51,7 @@ func withServer(
             throw CancellationError()
         }
         do {
-            try await body(path)
+            try await body(path, server)
         } catch {
             await group.triggerGracefulShutdown()
             throw error

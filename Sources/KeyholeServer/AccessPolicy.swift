@@ -1,0 +1,98 @@
+/// Who may ask what: operations fall into four groups, and a peer is allowed a set of them from its
+/// credentials. Default deny: an operation of no listed group counts as `admin`, a peer no rule names
+/// gets nothing but `ping`.
+///
+/// Root and keyholed's own user always get every group (an administrator cannot lock themselves
+/// out). Without `rules`, members of the socket's group get verify, session and signin, which is what
+/// the packaged socket's mode (0660, group keyhole-clients) gives web apps. With `rules`, those rules
+/// alone decide for everyone else: each rule that names the peer's uid, or a group it belongs to,
+/// adds its groups.
+public struct AccessPolicy: Sendable, Equatable {
+    /// A group of operations, the unit of permission.
+    public enum Group: String, Sendable, CaseIterable {
+        /// token.verify, jwks.status.
+        case verify
+        /// session.*, user.get.
+        case session
+        /// apple.sign_in, apple.notification.
+        case signin
+        /// Everything else: user.update, user.delete, admin.*, jwks.refresh, apple.transfer.*,
+        /// apple.pending, apple.refresh_check, stats, debug.*.
+        case admin
+    }
+
+    /// A set of groups, as one word: checked on every request.
+    public struct Groups: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        /// A set from its bits.
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// The set holding `group` only.
+        public init(_ group: Group) { self.init(rawValue: 1 << UInt8(Group.allCases.firstIndex(of: group)!)) }
+        /// The set of `groups`.
+        public init(_ groups: some Sequence<Group>) { self.init(rawValue: groups.reduce(0) { $0 | Groups($1).rawValue }) }
+        /// Every group.
+        public static let all = Groups(Group.allCases)
+        /// What the socket's group gets by default.
+        public static let clients = Groups([.verify, .session, .signin])
+    }
+
+    /// One `[[access]]` rule: the peers it names get `allow`.
+    public struct Rule: Sendable, Equatable {
+        /// User ids named by the rule.
+        public var users: Set<UInt32>
+        /// Group ids: a peer whose effective or supplementary group is one of them matches.
+        public var groups: Set<UInt32>
+        /// What the rule allows.
+        public var allow: Groups
+
+        /// A rule.
+        public init(users: Set<UInt32> = [], groups: Set<UInt32> = [], allow: Groups) {
+            self.users = users
+            self.groups = groups
+            self.allow = allow
+        }
+
+        func matches(_ peer: PeerCredentials) -> Bool {
+            users.contains(peer.uid) || groups.contains { peer.isMember(of: $0) }
+        }
+    }
+
+    /// The configured rules; `nil` for the default (the socket's group gets `Groups.clients`).
+    public var rules: [Rule]?
+    /// The group owning the socket file, when known (set by the server once it listens).
+    public var socketGroup: UInt32?
+    /// keyholed's own user, which gets every group like root.
+    public var serverUser: UInt32
+
+    /// The default policy for a server running as `serverUser`.
+    public init(rules: [Rule]? = nil, socketGroup: UInt32? = nil, serverUser: UInt32) {
+        self.rules = rules
+        self.socketGroup = socketGroup
+        self.serverUser = serverUser
+    }
+
+    /// What `peer` may do; nothing (but `ping`) for unknown credentials.
+    public func allowed(for peer: PeerCredentials?) -> Groups {
+        guard let peer else { return [] }
+        if peer.uid == 0 || peer.uid == serverUser { return .all }
+        guard let rules else {
+            if let socketGroup, peer.isMember(of: socketGroup) { return .clients }
+            return []
+        }
+        var allowed: Groups = []
+        for rule in rules where rule.matches(peer) { allowed.formUnion(rule.allow) }
+        return allowed
+    }
+
+    /// The group of operation `op`; `nil` for `ping`, which everyone may send.
+    public static func group(of op: String) -> Group? {
+        switch op {
+        case "ping": nil
+        case "token.verify", "jwks.status": .verify
+        case "user.get": .session
+        case "apple.sign_in", "apple.notification": .signin
+        case _ where op.hasPrefix("session."): .session
+        default: .admin
+        }
+    }
+}
