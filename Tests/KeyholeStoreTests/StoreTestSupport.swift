@@ -1,4 +1,5 @@
 import Foundation
+import KeyholeTestSupport
 import Logging
 @testable import KeyholeStore
 
@@ -36,7 +37,10 @@ final class RunningStore: Sendable {
     private let finish: AsyncStream<Void>.Continuation
 
     init(_ directory: TemporaryStateDirectory, configuration: Store.Configuration = Store.Configuration(), repair: Bool = false, now: Int64) throws {
-        (store, report) = try Store.open(stateDirectory: directory.path, configuration: configuration, repair: repair, now: now)
+        // Not while another test spawns a child, which would hold this directory's lock until its exec.
+        (store, report) = try ChildProcess.withoutSpawning {
+            try Store.open(stateDirectory: directory.path, configuration: configuration, repair: repair, now: now)
+        }
         (finished, finish) = AsyncStream<Void>.makeStream()
         let finish = self.finish
         store.startCommitter(logger: Logger(label: "test")) { finish.finish() }

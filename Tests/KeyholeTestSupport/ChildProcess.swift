@@ -7,6 +7,17 @@ import Foundation
 package enum ChildProcess {
     private static let spawnLock = NSLock()
 
+    /// Runs `body` while no child is being spawned by this process. A child shares every open file
+    /// description of the test process from fork until exec closes the close-on-exec ones, so for that
+    /// moment it holds their flocks too: a test that releases a state directory's lock and takes it
+    /// again at once could find it held by another test's child. posix_spawn returns only after the
+    /// exec, so under the spawn lock no child holds anything of ours.
+    package static func withoutSpawning<T>(_ body: () throws -> T) rethrows -> T {
+        spawnLock.lock()
+        defer { spawnLock.unlock() }
+        return try body()
+    }
+
     /// A product of this package, found beside the test bundle (both live in .build/<configuration>).
     package static func builtProduct(_ name: String) -> URL {
         let testBinary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
