@@ -81,6 +81,14 @@ while [ $i -lt 300 ]; do
 done
 [ -n "$init" ] || fail "systemd did not start (unshare $(kill -0 "$outer" 2>/dev/null && echo running || echo ended))"
 enter() { nsenter -t "$init" -m -p -u -C -r -w "$@"; }
+# systemctl needs systemd's control socket, which appears a little after the exec (later on a cold
+# cache): asked before, `is-system-running --wait` fails at once with "Failed to connect to bus".
+i=0
+until enter test -S /run/systemd/private; do
+    [ $i -lt 300 ] || fail "systemd opened no control socket in 30 s"
+    sleep 0.1
+    i=$((i + 1))
+done
 state=$(enter timeout 60 systemctl is-system-running --wait 2>&1)
 case $state in
     running|degraded) ;;
