@@ -1,11 +1,5 @@
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// The server's access policy, replaceable by a reload: a connection keeps the groups its peer may
 /// use and the version they were worked out for, and works them out again when the version moved,
 /// so a tightened policy applies to open connections from their next request on.
@@ -34,22 +28,5 @@ final class AccessControl: Sendable {
             change(&policy)
             version.add(1, ordering: .releasing)
         }
-    }
-
-    /// The group owning the socket file `descriptor` listens on, if it is bound to a path.
-    static func socketGroup(of descriptor: CInt) -> UInt32? {
-        var address = sockaddr_un()
-        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
-        }
-        guard named == 0, address.sun_family == sa_family_t(AF_UNIX) else { return nil }
-        let path = withUnsafeBytes(of: address.sun_path) { bytes in
-            String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-        }
-        guard path.hasPrefix("/") else { return nil }
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return UInt32(info.st_gid)
     }
 }

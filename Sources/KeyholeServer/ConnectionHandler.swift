@@ -188,10 +188,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             failFraming(error, context: context)
         }
         if machine.firstRequestCameDuringShutdown {
-            firstRequestTimer?.cancel()
-            firstRequestTimer = nil
             machine.stopReading(now: .now())
-            if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
+            armDrainDeadline(context: context)
         }
         if machine.state == .draining, machine.drainedIfIdle(framesLeft: decoder.hasCompleteFrame) {
             closeAfterWrites(context: context)
@@ -256,10 +254,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let group = AccessPolicy.group(of: op)?.rawValue ?? "admin"
         let who = peer.map { "uid \($0.uid)" } ?? "a peer of unknown credentials"
         refusals += 1
-        logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: [
-            "op": "\(op)", "group": "\(group)", "uid": "\(peer.map { "\($0.uid)" } ?? "unknown")",
-            "pid": "\(peer.map { "\($0.pid)" } ?? "unknown")",
-        ])
+        // The connection's logger carries peer_uid and peer_pid.
+        logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: ["op": "\(op)", "group": "\(group)"])
         return .permissionDenied("'\(op)' is in operation group '\(group)', which \(who) may not use ([[access]] in keyholed.toml)")
     }
 
@@ -385,9 +381,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Arms the drain deadline and, outside a read (which pumps itself), serves what was read.
     private func afterStoppingReading(context: ChannelHandlerContext) {
-        firstRequestTimer?.cancel()
-        firstRequestTimer = nil
-        if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
+        armDrainDeadline(context: context)
         if !reading {
             pump(context: context)
             flushIfNeeded(context: context)
@@ -441,14 +435,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
         switch machine.frameTimerFired(now: .now()) {
         case .drain:
             logger.notice("connection.frame_timeout", metadata: ["buffered_bytes": "\(decoder.bufferedBytes)"])
-            if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
-            pump(context: context)
-            flushIfNeeded(context: context)
+            afterStoppingReading(context: context)
         case .rearm(let deadline):
             armFrameTimer(at: deadline, context: context)
         case .close, .disarm:
             break
         }
+    }
+
+    /// Reading stopped: a wait for the first request is over, and the drain deadline runs.
+    private func armDrainDeadline(context: ChannelHandlerContext) {
+        firstRequestTimer?.cancel()
+        firstRequestTimer = nil
+        if let deadline = machine.drainDeadline { armDrainTimer(at: deadline, context: context) }
     }
 
     private func armFirstRequestTimer(at deadline: NIODeadline, context: ChannelHandlerContext) {

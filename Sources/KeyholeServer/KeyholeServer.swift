@@ -66,7 +66,7 @@ public final class KeyholeServer: Service, Sendable {
     /// The default policy's clients are the socket file's group: taken from the file once listening.
     private func fillInSocketGroup(from descriptor: CInt) {
         core.access.update { policy in
-            if policy.socketGroup == nil { policy.socketGroup = AccessControl.socketGroup(of: descriptor) }
+            if policy.socketGroup == nil { policy.socketGroup = SocketFile.group(ofListening: descriptor) }
         }
     }
 

@@ -126,6 +126,23 @@ private let systemBind = Darwin.bind
 #endif
 
 extension SocketFile {
+    /// The group owning the socket file `descriptor` listens on, if it is bound to a path.
+    static func group(ofListening descriptor: CInt) -> UInt32? {
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        guard named == 0, address.sun_family == sa_family_t(AF_UNIX) else { return nil }
+        let path = withUnsafeBytes(of: address.sun_path) { bytes in
+            String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        guard path.hasPrefix("/") else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return UInt32(info.st_gid)
+    }
+
     /// Removes the socket file if it is still the one we created.
     func remove() {
         var info = stat()
