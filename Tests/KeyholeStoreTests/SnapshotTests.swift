@@ -168,7 +168,7 @@ struct SnapshotTests {
         damaged[SnapshotHeader.size + 30] ^= 0x01
         try Data(damaged).write(to: URL(fileURLWithPath: path))
         do {
-            _ = try Store.open(stateDirectory: directory.path, now: now + 200)
+            _ = try openStore(directory.path, now: now + 200)
             Issue.record("a damaged snapshot opened")
         } catch {
             #expect(error.isCorruption)
@@ -178,7 +178,7 @@ struct SnapshotTests {
         // Cut short: the counts in the header do not match.
         try Data(original.prefix(original.count - 10)).write(to: URL(fileURLWithPath: path))
         #expect(throws: StoreError.corrupt(file: "", offset: 0, "")) {
-            _ = try Store.open(stateDirectory: directory.path, now: now + 200)
+            _ = try openStore(directory.path, now: now + 200)
         }
 
         let repaired = try RunningStore(directory, repair: true, now: now + 200)

@@ -119,7 +119,7 @@ struct StoreTests {
         try Data(bytes).write(to: URL(fileURLWithPath: segment))
 
         do {
-            _ = try Store.open(stateDirectory: directory.path, now: now)
+            _ = try openStore(directory.path, now: now)
             Issue.record("a corrupt log opened")
         } catch {
             #expect(error.isCorruption)

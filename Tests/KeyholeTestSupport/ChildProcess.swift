@@ -10,9 +10,10 @@ package enum ChildProcess {
     /// Runs `body` while no child is being spawned by this process. A child shares every open file
     /// description of the test process from fork until exec closes the close-on-exec ones, so for that
     /// moment it holds their flocks too: a test that releases a state directory's lock and takes it
-    /// again at once could find it held by another test's child. posix_spawn returns only after the
-    /// exec, so under the spawn lock no child holds anything of ours.
-    package static func withoutSpawning<T>(_ body: () throws -> T) rethrows -> T {
+    /// again at once could find it held by another test's child. posix_spawn returns once the child
+    /// has its new program, and the kernel closes the close-on-exec descriptors just after that: under
+    /// the spawn lock no child is between fork and exec, but one may still be finishing its exec.
+    package static func withoutSpawning<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
         spawnLock.lock()
         defer { spawnLock.unlock() }
         return try body()
