@@ -19,7 +19,19 @@ public enum Base64URL {
         Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     /// Whether `byte` is one of the 64 characters of the base64url alphabet.
-    public static func isAlphabet(_ byte: UInt8) -> Bool { decodeTable[Int(byte)] != invalid }
+    ///
+    /// By ranges rather than through the decoding table: callers test every byte of a token, and each
+    /// reach for a global costs a check that it is initialised.
+    @inlinable
+    public static func isAlphabet(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+            return true
+        default:
+            return false
+        }
+    }
 
     /// The bytes `text` encodes, or `nil` when it is not canonical unpadded base64url.
     ///

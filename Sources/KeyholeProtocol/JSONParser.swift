@@ -114,6 +114,28 @@ struct JSONParser {
         }
     }
 
+    /// Parses `bytes` as one JSON text whose top level is an object, handing its members to `member`
+    /// (name, the name's offset, value) without building a dictionary of them: a request envelope is
+    /// read this way. Returns `false`, once the whole text has parsed, when the top level is not an
+    /// object. `member` must refuse duplicate names itself.
+    static func parseObjectMembers(
+        _ bytes: UnsafeRawBufferPointer, _ member: (String, Int, JSONValue) throws(Failure) -> Void
+    ) throws(Failure) -> Bool {
+        var parser = JSONParser(bytes: bytes)
+        if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF {
+            throw parser.failure(.byteOrderMark, at: 0)
+        }
+        parser.skipWhitespace()
+        guard parser.index < bytes.count, bytes[parser.index] == UInt8(ascii: "{") else {
+            _ = try parser.parseDocument()
+            return false
+        }
+        try parser.parseMembers(member)
+        parser.skipWhitespace()
+        guard parser.index == bytes.count else { throw parser.failure(.trailingData) }
+        return true
+    }
+
     // MARK: - Structure
 
     private mutating func parseDocument() throws(Failure) -> JSONValue {
@@ -167,15 +189,29 @@ struct JSONParser {
     }
 
     private mutating func parseObject() throws(Failure) -> JSONValue {
+        var members: [String: JSONValue] = [:]
+        try parseMembers { name, nameOffset, value throws(Failure) in
+            if members.isEmpty { members.reserveCapacity(4) }
+            if members.updateValue(value, forKey: name) != nil {
+                throw Failure(offset: nameOffset, reason: .duplicateMember(name), atEnd: false)
+            }
+        }
+        return .object(members)
+    }
+
+    /// Parses the object whose `{` is at `index`, handing each member to `member` as it is read: its
+    /// name, the name's offset and its value. Duplicates are `member`'s to refuse.
+    private mutating func parseMembers(
+        _ member: (String, Int, JSONValue) throws(Failure) -> Void
+    ) throws(Failure) {
         try enterContainer()
         guard index < bytes.count else { throw failure(.expected("a member name or '}'")) }
         if bytes[index] == UInt8(ascii: "}") {
             index += 1
             depth -= 1
-            return .object([:])
+            return
         }
         guard bytes[index] == UInt8(ascii: "\"") else { throw failure(.expected("a member name or '}'")) }
-        var members = [String: JSONValue](minimumCapacity: 4)
         while true {
             let nameOffset = index
             let name = try parseString()
@@ -183,10 +219,7 @@ struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw failure(.expected("':'")) }
             index += 1
             skipWhitespace()
-            let value = try parseValue()
-            if members.updateValue(value, forKey: name) != nil {
-                throw failure(.duplicateMember(name), at: nameOffset)
-            }
+            try member(name, nameOffset, try parseValue())
             skipWhitespace()
             guard index < bytes.count else { throw failure(.expected("',' or '}'")) }
             switch bytes[index] {
@@ -199,7 +232,7 @@ struct JSONParser {
             case UInt8(ascii: "}"):
                 index += 1
                 depth -= 1
-                return .object(members)
+                return
             default:
                 throw failure(.expected("',' or '}'"))
             }

@@ -14,13 +14,19 @@ public enum SessionToken {
     /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
     static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
         guard let token = SecureRandom.withBytes32({ Base64URL.encode($0, prefix: prefixLiteral) }) else { return nil }
-        guard let (id, check) = digest(token) else { return nil }
+        guard let (id, check) = digest(wellFormed: token) else { return nil }
         return (token, id, check)
     }
 
     /// The id and check of `token`, or `nil` when it does not have a token's form.
     static func digest(_ token: String) -> (SessionID, SessionCheck)? {
-        guard isWellFormed(token), let digest = SHA256.digest(utf8: token) else { return nil }
+        guard isWellFormed(token) else { return nil }
+        return digest(wellFormed: token)
+    }
+
+    /// `digest` of a token known to have a token's form (one just made).
+    private static func digest(wellFormed token: String) -> (SessionID, SessionCheck)? {
+        guard let digest = SHA256.digest(utf8: token) else { return nil }
         // Digest words are in memory order; the id is defined over the bytes, so read them big-endian.
         let words = digest.words
         return (
@@ -33,10 +39,12 @@ public enum SessionToken {
     public static func isWellFormed(_ text: String) -> Bool {
         let utf8 = text.utf8
         guard utf8.count == length else { return false }
-        // Byte comparisons: `hasPrefix` compares by Unicode rules, which a fixed ASCII prefix does not need.
-        func check(_ bytes: some Collection<UInt8>) -> Bool {
-            bytes.starts(with: prefix.utf8) && bytes.dropFirst(prefix.utf8.count).allSatisfy(Base64URL.isAlphabet)
+        // Byte comparisons against literals: `hasPrefix` compares by Unicode rules, which a fixed ASCII
+        // prefix does not need, and `prefix` is a global, checked for initialisation on each use.
+        func check(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            bytes[0] == UInt8(ascii: "k") && bytes[1] == UInt8(ascii: "h") && bytes[2] == UInt8(ascii: "_")
+                && bytes[3...].allSatisfy(Base64URL.isAlphabet)
         }
-        return utf8.withContiguousStorageIfAvailable(check) ?? check(utf8)
+        return utf8.withContiguousStorageIfAvailable(check) ?? Array(utf8).withUnsafeBufferPointer(check)
     }
 }

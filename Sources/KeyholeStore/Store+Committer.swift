@@ -42,10 +42,18 @@ extension Store {
 
     private func commitLoop(logger: Logger) {
         var spare: [UInt8] = []
+        // The last batch's arrays, emptied and swapped back in, so that queueing allocates only
+        // when a batch outgrows every earlier one.
+        var spareUndo: [StoreTables.Undo] = []
+        var spareWaiters: [Completion] = []
         var lastSync = ContinuousClock.now
         var unsynced = false
         var probeDue = ContinuousClock.now
         while true {
+            // The last step's batch is gone by now, so these arrays are uniquely held and keep
+            // their storage.
+            spareUndo.removeAll(keepingCapacity: true)
+            spareWaiters.removeAll(keepingCapacity: true)
             let now = ContinuousClock.now
             let step = state.withLock { state -> Step in
                 // When the step taken now began, until one finds nothing to do: a write or sync that
@@ -64,10 +72,10 @@ extension Store {
                 }
                 if state.pendingCount > 0 {
                     swap(&spare, &state.pending)
-                    let batch = Batch(count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
+                    swap(&spareUndo, &state.pendingUndo)
+                    swap(&spareWaiters, &state.pendingWaiters)
+                    let batch = Batch(count: state.pendingCount, undo: spareUndo, waiters: spareWaiters)
                     state.pendingCount = 0
-                    state.pendingUndo = []
-                    state.pendingWaiters = []
                     return .write(batch)
                 }
                 if state.stopping { return .stop }

@@ -21,8 +21,8 @@ extension Store {
                 id: id, check: check, principal: principal, createdAt: now, expiresAt: now + ttl, idleSeconds: idle, data: data)
             let created = try change(completion) { tables, undo throws(StoreError) -> (Session?, [StoreRecord]) in
                 guard tables.slot(of: id) == nil else { return (nil, []) }
-                tables.create(new, undo: &undo)
-                return (tables.session(at: tables.slot(of: id)!), [.sessionCreate(new)])
+                let slot = tables.createAbsent(new, undo: &undo)
+                return (tables.session(at: slot), [.sessionCreate(new)])
             }
             if let created { return (token, created) }
         }

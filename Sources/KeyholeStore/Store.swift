@@ -133,11 +133,26 @@ public final class Store: Sendable {
         let (result, queued, ring) = try state.withLock { state throws(StoreError) -> (Result, Bool, Bool) in
             if let failure = state.failure { throw .unavailable(failure) }
             if state.stopping { throw .unavailable("the store is stopping") }
-            var undo: [StoreTables.Undo]? = []
-            let (result, records) = try body(&state.tables, &undo)
-            guard !records.isEmpty else { return (result, false, false) }
+            // The body appends its undo entries straight to the queue's (moved out, so appending does
+            // not copy); they are cut off again when it throws or changes nothing.
+            var undo: [StoreTables.Undo]? = state.pendingUndo
+            state.pendingUndo = []
+            let mark = undo!.count
+            defer { state.pendingUndo = undo! }
+            let result: Result
+            let records: [StoreRecord]
+            do throws(StoreError) {
+                (result, records) = try body(&state.tables, &undo)
+            } catch {
+                undo!.removeSubrange(mark...)
+                throw error
+            }
+            guard !records.isEmpty else {
+                undo!.removeSubrange(mark...)
+                return (result, false, false)
+            }
             state.pendingWaiters.append(completion)
-            return (result, true, state.queue(records, undo: undo ?? []))
+            return (result, true, state.queue(records))
         }
         if !queued { completion(.success(())) }
         if ring { ringDoorbell() }
@@ -153,8 +168,14 @@ public final class Store: Sendable {
 extension Store.State {
     /// Queues `records` and their undo entries; returns whether the committer waits and must be woken.
     mutating func queue(_ records: [StoreRecord], undo: [StoreTables.Undo]) -> Bool {
-        for record in records { enqueue(record) }
         pendingUndo += undo
+        return queue(records)
+    }
+
+    /// Queues `records` whose undo entries are already queued; returns whether the committer waits
+    /// and must be woken.
+    mutating func queue(_ records: [StoreRecord]) -> Bool {
+        for record in records { enqueue(record) }
         defer { committerWaiting = false }
         return committerWaiting
     }

@@ -128,17 +128,25 @@ struct StoreTables {
     /// (WALRecordTypes.md, replay of session.create).
     mutating func create(_ new: StoreRecord.NewSession, undo: inout [Undo]?) {
         if slot(of: new.id) != nil { remove(new.id, undo: &undo) }
+        createAbsent(new, undo: &undo)
+    }
+
+    /// `create` of a session whose id is known to be unused; returns its slot.
+    @discardableResult
+    mutating func createAbsent(_ new: StoreRecord.NewSession, undo: inout [Undo]?) -> UInt32 {
         let principal = principalSlot(for: new.principal)
         let before = principalSlots[principal].user
         undo?.append(.restoreUser(new.principal, before))
         var user = before ?? UserState(createdAt: new.createdAt, updatedAt: new.createdAt, lastLoginAt: nil, fields: [:])
         user.lastLoginAt = max(user.lastLoginAt ?? new.createdAt, new.createdAt)
         setUser(principal, user)
-        insert(new, principal: principal, lastSeenAt: new.createdAt, loggedSeenAt: new.createdAt)
+        let slot = insert(new, principal: principal, lastSeenAt: new.createdAt, loggedSeenAt: new.createdAt)
         undo?.append(.removeSession(new.id))
+        return slot
     }
 
-    mutating func insert(_ new: StoreRecord.NewSession, principal: UInt32, lastSeenAt: Int64, loggedSeenAt: Int64) {
+    @discardableResult
+    mutating func insert(_ new: StoreRecord.NewSession, principal: UInt32, lastSeenAt: Int64, loggedSeenAt: Int64) -> UInt32 {
         let head = principalSlots[principal].firstSession
         let entry = SessionSlot(
             id: new.id, check: new.check, principal: principal, createdAt: new.createdAt, expiresAt: new.expiresAt,
@@ -148,6 +156,7 @@ struct StoreTables {
         if head != Self.none { sessionSlots[head].previous = slot }
         principalSlots[principal].firstSession = slot
         sessionIndex.insert(slot, in: sessionSlots)
+        return slot
     }
 
     /// Marks session `slot` as presented at `now`. Returns the touch record to log when the log's

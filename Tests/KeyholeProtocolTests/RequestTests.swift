@@ -33,6 +33,41 @@ struct RequestTests {
         request.write(to: &buffer)
         #expect(try Request.parse(buffer) == request)
     }
+
+    /// The envelope is read member by member, without the general parser's dictionary: its refusals
+    /// must still say exactly what the general parser says (offsets included).
+    @Test(
+        "a malformed envelope is refused with the general parser's message",
+        arguments: [
+            #"{"op":"ping","id":1,"op":"stats"}"#, #"{"op":"ping","x":1,"y":2,"x":3}"#, #"{"op":"ping","id":2,}"#,
+            #"{"op":"ping"} x"#, #"  {"op":"#, "\u{FEFF}{}", #"{"op":"ping","args":{"a":1,"a":2}}"#, "{", "{}}",
+            #"{"op" "ping"}"#, #"{op:"ping"}"#, "[1,", "\u{01}",
+            "{\"args\":" + String(repeating: "[", count: 64) + String(repeating: "]", count: 64) + "}",
+        ])
+    func envelopeMessages(payload: String) {
+        let expected: String
+        do {
+            _ = try JSONValue.parse(ByteBuffer(string: payload))
+            Issue.record("\(payload) should not parse")
+            return
+        } catch {
+            expected = error.message
+        }
+        #expect(throws: Request.Rejection.self) { try Request.parse(ByteBuffer(string: payload)) }
+        do {
+            _ = try Request.parse(ByteBuffer(string: payload))
+        } catch {
+            #expect(error.error.message == expected)
+            #expect(error.error.code == .badRequest)
+            #expect(error.id == nil)
+        }
+    }
+
+    @Test("members outside the envelope's four are ignored; the envelope's own are read wherever they stand")
+    func memberOrder() throws {
+        let request = try Request.parse(ByteBuffer(string: #"{"args":{"k":[1]},"x":{"op":"no"},"id":"r","v":1,"op":"o"}"#))
+        #expect(request == Request(id: .string("r"), op: "o", args: ["k": [1]]))
+    }
 }
 
 @Suite("Response envelope")
