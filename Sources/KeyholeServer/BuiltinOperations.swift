@@ -27,11 +27,20 @@ enum BuiltinOperations {
             guard case .int(let ms)? = request.args["ms"], (0...60_000).contains(ms) else {
                 throw .badRequest("'ms' must be an integer from 0 to 60000")
             }
+            // A large answer that arrives late: how tests make unsent output pile up.
+            var padding = 0
+            if let bytes = request.args["reply_bytes"] {
+                guard case .int(let bytes) = bytes, (0...(1 << 20)).contains(bytes) else {
+                    throw .badRequest("'reply_bytes' must be an integer from 0 to 1048576")
+                }
+                padding = Int(bytes)
+            }
             do {
                 try await Task.sleep(for: .milliseconds(ms))
             } catch {
                 throw .shuttingDown()
             }
+            if padding > 0 { return ["slept_ms": .int(ms), "padding": .string(String(repeating: "x", count: padding))] }
             return ["slept_ms": .int(ms)]
         },
         "debug.echo": .sync { request, _ in request.args },

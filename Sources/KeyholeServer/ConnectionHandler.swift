@@ -14,6 +14,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private let core: ServerCore
     private let idleTimeout: TimeAmount
     private let firstRequestGrace: TimeAmount
+    private let maxUnsentBytes: Int
+    private let maxConnectionsPerUID: Int
+    private let requestsPerSecond: Double
+    private let requestBurst: Double
+    /// The peer's uid, once this connection counts towards its per-uid limit.
+    private var countedUID: UInt32?
     private var decoder: FrameDecoder
     private var machine: ConnectionStateMachine
     private var logger: Logger
@@ -54,6 +60,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.logger = logger
         self.idleTimeout = limits.idleTimeout
         self.firstRequestGrace = limits.firstRequestGrace
+        self.maxUnsentBytes = limits.maxUnsentBytes
+        self.maxConnectionsPerUID = limits.maxConnectionsPerUID
+        self.requestsPerSecond = limits.requestsPerSecondPerUID
+        self.requestBurst = limits.effectiveRequestBurstPerUID
         self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
         self.machine = ConnectionStateMachine(
             maxInFlight: limits.maxInFlight,
@@ -72,6 +82,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
         cancelEverything()
+        releaseUID()
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -84,6 +95,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             if let peer {
                 handler.logger[metadataKey: "peer_uid"] = "\(peer.uid)"
                 handler.logger[metadataKey: "peer_pid"] = "\(peer.pid)"
+                if let context = handler.context { handler.admit(peer, context: context) }
             }
         }
         context.fireChannelActive()
@@ -92,7 +104,30 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         machine.closed()
         cancelEverything()
+        releaseUID()
         context.fireChannelInactive()
+    }
+
+    /// Counts the connection towards its uid's limit, or refuses it when the uid is at the limit.
+    private func admit(_ peer: PeerCredentials, context: ChannelHandlerContext) {
+        let limit = maxConnectionsPerUID
+        if core.peers.withLock({ $0.openConnection(uid: peer.uid, limit: limit) }) {
+            countedUID = peer.uid
+            return
+        }
+        core.stats.rejectedConnections.add()
+        logger.notice("connection.refused", metadata: ["reason": "max_connections_per_uid", "limit": "\(limit)"])
+        let error = ProtocolError.overloaded(
+            "uid \(peer.uid) has \(limit) connections open, its limit ([server] max_connections_per_uid)", retryAfterMs: 1000)
+        write(Response(id: nil, outcome: .failure(error)), context: context)
+        machine.closed()
+        closeAfterWrites(context: context)
+    }
+
+    private func releaseUID() {
+        guard let uid = countedUID else { return }
+        countedUID = nil
+        core.peers.withLock { $0.closeConnection(uid: uid) }
     }
 
     private func cancelEverything() {
@@ -205,6 +240,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } catch {
             return Response(id: error.id, outcome: .failure(error.error))
         }
+        if requestsPerSecond > 0, let refusal = rateRefusal() {
+            return Response(id: request.id, outcome: .failure(refusal))
+        }
         guard let entry = core.operations[request.op] else {
             return Response(id: request.id, outcome: .failure(.unknownOp(request.op)))
         }
@@ -257,6 +295,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
         // The connection's logger carries peer_uid and peer_pid.
         logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: ["op": "\(op)", "group": "\(group)"])
         return .permissionDenied("'\(op)' is in operation group '\(group)', which \(who) may not use ([[access]] in keyholed.toml)")
+    }
+
+    /// `overloaded` when the peer's uid is over its request rate, else `nil`.
+    private func rateRefusal() -> ProtocolError? {
+        guard let uid = countedUID else { return nil }
+        let (rate, burst) = (requestsPerSecond, requestBurst)
+        guard let wait = core.peers.withLock({ $0.takeRequest(uid: uid, now: .now(), rate: rate, burst: burst) }) else {
+            return nil
+        }
+        refusals += 1
+        logger.log(level: refusals == 1 ? .notice : .debug, "request.rate_limited")
+        let milliseconds = Int((wait.nanoseconds + 999_999) / 1_000_000)
+        return .overloaded(
+            "uid \(uid) is over its request rate ([server] requests_per_second_per_uid)", retryAfterMs: max(1, milliseconds))
     }
 
     /// Runs `work` in a task that answers `request` on the event loop when done.
@@ -326,6 +378,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func write(_ response: Response, context: ChannelHandlerContext) {
+        guard !closing else { return }
+        if !context.channel.isWritable, unsentBytes(context: context) > maxUnsentBytes {
+            cutSlowReader(context: context)
+            return
+        }
         if case .failure(let error) = response.outcome {
             core.stats.countError(error.code)
             logger.debug("request.failed", metadata: ["code": "\(error.code)"])
@@ -362,7 +419,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
         context.flush()
     }
 
+    /// Responses not yet on the socket: batched here, and queued in the channel. The channel's
+    /// queue is asked for only when it pushes back (not writable), which it does well below the limit.
+    private func unsentBytes(context: ChannelHandlerContext) -> Int {
+        let batched = outboundHandedOver ? 0 : outbound.readableBytes
+        let queued = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+        return batched + queued
+    }
+
     // MARK: Ending
+
+    /// The client does not read what it asked for: close rather than hold more for it.
+    private func cutSlowReader(context: ChannelHandlerContext) {
+        let unsent = unsentBytes(context: context)
+        core.stats.slowReaders.add()
+        logger.notice("connection.slow_reader", metadata: ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)"])
+        machine.closed()
+        closing = true
+        context.close(promise: nil)
+    }
 
     private func failFraming(_ error: ProtocolError, context: ChannelHandlerContext) {
         logger.notice("connection.bad_frame", metadata: ["code": "\(error.code)"])

@@ -42,6 +42,19 @@ extension KeyholeServer {
         public var frameTimeout = TimeAmount.seconds(10)
         /// Requests served at once on one connection before the server stops reading from it.
         public var maxInFlight = 128
+        /// A connection whose responses waiting to be sent pass this many bytes is closed: a client
+        /// that does not read what it asked for must not make keyholed hold ever more for it. At least
+        /// 64 KiB (where the channel starts pushing back); a single response may take it past this.
+        public var maxUnsentBytes = 1 << 20
+        /// Connections one uid may have open at once (over all event loops); more are answered
+        /// `overloaded` and closed, so that one runaway client cannot take every connection.
+        public var maxConnectionsPerUID = 256
+        /// Requests per second one uid may make over all its connections, as a token bucket; `0`: no
+        /// limit. A request over it is answered `overloaded` with the wait in `retry_after_ms`.
+        public var requestsPerSecondPerUID = 0.0
+        /// How many requests a uid that was quiet may make at once (the bucket's size); `nil`: one
+        /// second's worth.
+        public var requestBurstPerUID: Double?
         /// How long a connection that stopped reading (shutdown, frame error, frame timeout) may take to
         /// answer what it read before it is closed regardless.
         public var drainTimeout = TimeAmount.seconds(30)
@@ -62,6 +75,9 @@ extension KeyholeServer {
         /// The defaults.
         public init() {}
 
+        /// The request bucket's size per uid.
+        var effectiveRequestBurstPerUID: Double { requestBurstPerUID ?? max(1, requestsPerSecondPerUID) }
+
         /// Refuses settings the server cannot run with.
         public func validate() throws(ServerError) {
             guard (256...FrameDecoder.limit).contains(maxFrameBytes) else {
@@ -69,6 +85,15 @@ extension KeyholeServer {
             }
             guard maxConnections >= 1, maxInFlight >= 1, backlog >= 1 else {
                 throw .invalidConfiguration("maxConnections, maxInFlight and backlog must be at least 1")
+            }
+            guard maxUnsentBytes >= 65_536 else {
+                throw .invalidConfiguration("maxUnsentBytes must be at least 65536")
+            }
+            guard maxConnectionsPerUID >= 1 else {
+                throw .invalidConfiguration("maxConnectionsPerUID must be at least 1")
+            }
+            guard requestsPerSecondPerUID >= 0, requestsPerSecondPerUID.isFinite, (requestBurstPerUID ?? 1) >= 1 else {
+                throw .invalidConfiguration("requestsPerSecondPerUID must be 0 or more and requestBurstPerUID at least 1")
             }
             guard idleTimeout > .zero, frameTimeout > .zero, drainTimeout > .zero, firstRequestGrace > .zero else {
                 throw .invalidConfiguration("timeouts must be positive")

@@ -21,6 +21,8 @@ final class ServerCore: Sendable {
     let access: AccessControl
     /// Where a connection's peer credentials come from: the kernel, or a test's.
     let credentials: @Sendable (any Channel) -> EventLoopFuture<PeerCredentials?>
+    /// Connections and request buckets per uid.
+    let peers = Mutex(PeerLimits())
     /// One per event loop, made on first use.
     private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
 

@@ -19,6 +19,8 @@ public final class ServerStats: Sendable {
     let openConnections = Atomic<Int>(0)
     let totalConnections = Counter()
     let rejectedConnections = Counter()
+    /// Connections closed because their unsent responses passed `maxUnsentBytes`.
+    let slowReaders = Counter()
     let inFlight = Counter()
     let bytesIn = Counter()
     let bytesOut = Counter()
@@ -68,6 +70,7 @@ public final class ServerStats: Sendable {
                 "open": .int(Int64(openConnections.load(ordering: .relaxed))),
                 "total": .int(Int64(totalConnections.current)),
                 "rejected": .int(Int64(rejectedConnections.current)),
+                "slow_readers": .int(Int64(slowReaders.current)),
             ],
             "requests": .object(requestsByOp.mapValues { .int(Int64($0.current)) }),
             "in_flight": .int(Int64(inFlight.current)),

@@ -27,7 +27,8 @@ extension DaemonConfiguration {
 
         if let server = try file.section("server", keys: [
             "socket", "socket_mode", "max_frame_bytes", "max_connections", "idle_timeout", "frame_timeout",
-            "max_in_flight", "drain_timeout", "threads", "backlog",
+            "max_in_flight", "drain_timeout", "threads", "backlog", "max_unsent_bytes", "max_connections_per_uid",
+            "requests_per_second_per_uid", "request_burst_per_uid",
         ]) {
             if let socket = try server.string("socket") {
                 try checkPath(socket, key: "server.socket", line: file.line(of: "socket", in: "server"), socket: true)
@@ -51,6 +52,18 @@ extension DaemonConfiguration {
             }
             if let timeout = try server.duration("drain_timeout", in: timeoutRange) {
                 configuration.server.drainTimeout = timeout
+            }
+            if let bytes = try server.size("max_unsent_bytes", in: maxUnsentBytesRange) {
+                configuration.server.maxUnsentBytes = bytes
+            }
+            if let count = try server.integer("max_connections_per_uid", in: maxConnectionsRange) {
+                configuration.server.maxConnectionsPerUID = count
+            }
+            if let rate = try server.integer("requests_per_second_per_uid", in: 0...1_000_000) {
+                configuration.server.requestsPerSecondPerUID = Double(rate)
+            }
+            if let burst = try server.integer("request_burst_per_uid", in: 1...1_000_000) {
+                configuration.server.requestBurstPerUID = Double(burst)
             }
             if let count = try server.integer("threads", in: threadsRange) { configuration.threads = count }
             if let count = try server.integer("backlog", in: backlogRange) { configuration.server.backlog = count }

@@ -42,6 +42,7 @@ struct DaemonConfiguration {
     static let maxFrameBytesRange = 256...FrameDecoder.limit
     static let maxConnectionsRange = 1...1_000_000
     static let maxInFlightRange = 1...65_536
+    static let maxUnsentBytesRange = (64 << 10)...(1 << 30)
     static let threadsRange = 1...256
     static let backlogRange = 1...65_535
     static let timeoutRange = TimeAmount.milliseconds(10)...TimeAmount.hours(24 * 30)

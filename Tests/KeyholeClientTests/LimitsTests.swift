@@ -1,0 +1,130 @@
+import KeyholeClient
+import KeyholeProtocol
+import KeyholeServer
+import KeyholeTestSupport
+import NIOCore
+import Synchronization
+import Testing
+
+/// The per-connection and per-uid limits on a live server, over real sockets. Peers get their uids
+/// from an injected credential source, so that one test process can be several users.
+@Suite("Limits on a live server")
+struct LimitsTests {
+    /// Credentials for each new connection in turn: the uids given, then the last one again.
+    static func peers(_ uids: [UInt32]) -> @Sendable (any Channel) -> EventLoopFuture<PeerCredentials?> {
+        let queue = Mutex(uids)
+        return { channel in
+            let uid = queue.withLock { $0.count > 1 ? $0.removeFirst() : $0[0] }
+            return channel.eventLoop.makeSucceededFuture(PeerCredentials(pid: 1, uid: uid, gid: uid, groups: []))
+        }
+    }
+
+    /// Waits (polling, up to 10 s) until `server`'s `connections` counter `key` is `value`.
+    static func waitForConnections(_ key: String, _ value: Int64, on server: KeyholeServer) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if server.stats.snapshot["connections"]?[key]?.intValue == value { return true }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+
+    @Test("a uid at max_connections_per_uid is answered overloaded and closed; another uid is not; a close makes room")
+    func connectionsPerUID() async throws {
+        try await withServer(configure: { configuration in
+            configuration.maxConnectionsPerUID = 2
+            configuration.access = AccessPolicy(rules: [.init(users: [5000, 6000], allow: .init(.admin))], serverUser: 4999)
+            configuration.credentialSource = Self.peers([5000, 5000, 5000, 6000, 5000])
+        }) { path, server in
+            let first = try await KeyholeClient.connect(socketPath: path)
+            let second = try await KeyholeClient.connect(socketPath: path)
+            _ = try await first.ping()
+            _ = try await second.ping()
+
+            let refused = try RawConnection(path: path)
+            let response = try refused.readResponse()
+            #expect(response["error"]?["code"] == "overloaded")
+            #expect(response["error"]?["retry_after_ms"] == 1000)
+            let message = response["error"]?["message"]?.stringValue ?? ""
+            #expect(message.contains("uid 5000") && message.contains("max_connections_per_uid"), "\(message)")
+            #expect(try refused.readsEndOfStream())
+            #expect(server.stats.snapshot["connections"]?["rejected"] == 1)
+
+            // uid 6000 has a count of its own.
+            let other = try await KeyholeClient.connect(socketPath: path)
+            _ = try await other.call("stats")
+
+            try await first.close()
+            #expect(try await Self.waitForConnections("open", 2, on: server))
+            let again = try await KeyholeClient.connect(socketPath: path)
+            _ = try await again.ping()
+            for client in [second, other, again] { try await client.close() }
+        }
+    }
+
+    @Test("over its request rate a uid is answered overloaded with retry_after_ms; waiting that long is enough")
+    func requestRate() async throws {
+        try await withServer(configure: { configuration in
+            configuration.requestsPerSecondPerUID = 1
+            configuration.requestBurstPerUID = 2
+            configuration.credentialSource = Self.peers([5000, 5000, 6000])
+        }) { path, server in
+            let client = try await KeyholeClient.connect(socketPath: path)
+            let sibling = try await KeyholeClient.connect(socketPath: path)
+            _ = try await client.ping()
+            _ = try await sibling.ping()
+            // The bucket is the uid's, not the connection's: both took from it.
+            var retryAfter = 0
+            do {
+                _ = try await client.ping()
+                Issue.record("a third request within a second went through")
+            } catch let error as ProtocolError {
+                #expect(error.code == .overloaded)
+                #expect(error.message.contains("requests_per_second_per_uid"), "\(error.message)")
+                retryAfter = error.retryAfterMs ?? 0
+            }
+            #expect((1...1000).contains(retryAfter), "retry_after_ms \(retryAfter)")
+
+            // Another uid is not held back.
+            let other = try await KeyholeClient.connect(socketPath: path)
+            _ = try await other.ping()
+            _ = try await other.ping()
+
+            // As the protocol tells a client: wait retry_after_ms, then retry.
+            try await Task.sleep(for: .milliseconds(retryAfter))
+            _ = try await client.ping()
+            #expect(server.stats.snapshot["errors"]?["overloaded"] == 1)
+            for connection in [client, sibling, other] { try await connection.close() }
+        }
+    }
+
+    @Test("a client that does not read is closed once its unsent responses pass max_unsent_bytes; others go on")
+    func slowReader() async throws {
+        try await withServer(configure: { configuration in
+            configuration.maxUnsentBytes = 128 << 10
+        }) { path, server in
+            let reluctant = try RawConnection(path: path)
+            // 40 answers of 32 KiB, all in flight at once, none read: 1.3 MB for a socket buffer of
+            // about 200 KB and a limit of 128 KiB beyond it.
+            let request = #"{"op":"debug.sleep","args":{"ms":20,"reply_bytes":32768}}"#
+            for _ in 0..<40 { try reluctant.sendFrame(request) }
+            #expect(try await Self.waitForConnections("slow_readers", 1, on: server))
+
+            let client = try await KeyholeClient.connect(socketPath: path)
+            _ = try await client.ping()
+            try await client.close()
+
+            // What reached the socket before the cut can still be read, then the connection ends.
+            var answers = 0
+            do {
+                while let frame = try reluctant.readFrame() {
+                    #expect(frame.count > 32768)
+                    answers += 1
+                }
+            } catch let failure as RawConnection.Failure where failure.description.contains("reset") {
+                // Closed with bytes unread on the server's side: a close all the same.
+            }
+            #expect(answers < 40)
+        }
+    }
+}
