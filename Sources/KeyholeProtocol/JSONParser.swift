@@ -14,6 +14,9 @@ struct JSONParser {
     /// The deepest nesting of arrays and objects accepted: a value at this depth is parsed, one level
     /// more is refused (so parsing never runs out of stack).
     static let maximumDepth = 64
+    /// A request's limit (PROTOCOL.md section 3): no argument needs more, and less nesting is less
+    /// work for every hostile frame.
+    static let requestMaximumDepth = 32
 
     /// Why parsing failed, and at which byte offset (counted from 0).
     struct Failure: Error, Sendable, Equatable {
@@ -31,7 +34,8 @@ struct JSONParser {
             case unpairedSurrogate
             case leadingZero
             case numberOutOfRange
-            case tooDeep
+            /// Nesting deeper than the limit given.
+            case tooDeep(Int)
             case duplicateMember(String)
         }
 
@@ -68,7 +72,7 @@ struct JSONParser {
             case .unpairedSurrogate: return "unpaired UTF-16 surrogate in \\u escape"
             case .leadingZero: return "number has a leading zero"
             case .numberOutOfRange: return "number is too large"
-            case .tooDeep: return "nesting deeper than \(JSONParser.maximumDepth) levels"
+            case .tooDeep(let limit): return "nesting deeper than \(limit) levels"
             case .duplicateMember(let name): return "duplicate member '\(Self.shortened(name))'"
             }
         }
@@ -92,11 +96,13 @@ struct JSONParser {
     }
 
     private let bytes: UnsafeRawBufferPointer
+    private let depthLimit: Int
     private var index = 0
     private var depth = 0
 
-    private init(bytes: UnsafeRawBufferPointer) {
+    private init(bytes: UnsafeRawBufferPointer, depthLimit: Int = maximumDepth) {
         self.bytes = bytes
+        self.depthLimit = depthLimit
     }
 
     /// Parses `bytes` as one JSON text.
@@ -119,9 +125,10 @@ struct JSONParser {
     /// read this way. Returns `false`, once the whole text has parsed, when the top level is not an
     /// object. `member` must refuse duplicate names itself.
     static func parseObjectMembers(
-        _ bytes: UnsafeRawBufferPointer, _ member: (String, Int, JSONValue) throws(Failure) -> Void
+        _ bytes: UnsafeRawBufferPointer, depthLimit: Int = maximumDepth,
+        _ member: (String, Int, JSONValue) throws(Failure) -> Void
     ) throws(Failure) -> Bool {
-        var parser = JSONParser(bytes: bytes)
+        var parser = JSONParser(bytes: bytes, depthLimit: depthLimit)
         if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF {
             throw parser.failure(.byteOrderMark, at: 0)
         }
@@ -183,7 +190,7 @@ struct JSONParser {
 
     private mutating func enterContainer() throws(Failure) {
         depth += 1
-        guard depth <= Self.maximumDepth else { throw failure(.tooDeep) }
+        guard depth <= depthLimit else { throw failure(.tooDeep(depthLimit)) }
         index += 1
         skipWhitespace()
     }

@@ -4,7 +4,7 @@ extension JSONValue {
     /// Parses one JSON text (RFC 8259, UTF-8 without a byte order mark).
     ///
     /// Parsing is strict: duplicate member names and nesting deeper than 64 arrays and objects are refused
-    /// too. A number without fraction or exponent that fits in 64 bits is an `.int`, any other number a
+    /// too (a request, read by `Request.parse`, may nest 32). A number without fraction or exponent that fits in 64 bits is an `.int`, any other number a
     /// `.double` (so `1.0` is a double).
     ///
     /// - Throws: `bad_request` naming what is wrong and its byte offset, without quoting the payload.

@@ -35,7 +35,8 @@ public struct Request: Sendable, Hashable {
         var others: [String] = []
         let parsed = frame.withUnsafeReadableBytes { bytes in
             Result { () throws(JSONParser.Failure) -> Bool in
-                try JSONParser.parseObjectMembers(bytes) { name, offset, value throws(JSONParser.Failure) in
+                try JSONParser.parseObjectMembers(bytes, depthLimit: JSONParser.requestMaximumDepth) {
+                    name, offset, value throws(JSONParser.Failure) in
                     let isNew: Bool
                     switch name {
                     case "id": isNew = rawID == nil; rawID = value

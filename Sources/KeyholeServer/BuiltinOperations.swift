@@ -10,31 +10,29 @@ import Darwin
 enum BuiltinOperations {
     static func standard(stats: ServerStats) -> [String: Operation] {
         [
-            "ping": .sync { _, _ in
-                [
+            "ping": .sync { request, _ throws(ProtocolError) in
+                try Arguments(request).finish()
+                return [
                     "protocol": .int(Int64(KeyholeVersion.protocolVersion)),
                     "version": .string(KeyholeVersion.current),
                     "uptime_ms": .int(stats.uptimeMs),
                 ]
             },
-            "stats": .sync { _, _ in stats.snapshot },
+            "stats": .sync { request, _ throws(ProtocolError) in
+                try Arguments(request).finish()
+                return stats.snapshot
+            },
         ]
     }
 
     /// Operations for tests and development only, offered with `--enable-debug-ops`.
     static let debug: [String: Operation] = [
         "debug.sleep": .async { request, _ throws(ProtocolError) in
-            guard case .int(let ms)? = request.args["ms"], (0...60_000).contains(ms) else {
-                throw .badRequest("'ms' must be an integer from 0 to 60000")
-            }
+            var arguments = Arguments(request)
+            guard let ms = try arguments.int("ms", in: 0...60_000) else { throw .badRequest("'ms' is required") }
             // A large answer that arrives late: how tests make unsent output pile up.
-            var padding = 0
-            if let bytes = request.args["reply_bytes"] {
-                guard case .int(let bytes) = bytes, (0...(1 << 20)).contains(bytes) else {
-                    throw .badRequest("'reply_bytes' must be an integer from 0 to 1048576")
-                }
-                padding = Int(bytes)
-            }
+            let padding = Int(try arguments.int("reply_bytes", in: 0...(1 << 20)) ?? 0)
+            try arguments.finish()
             do {
                 try await Task.sleep(for: .milliseconds(ms))
             } catch {
@@ -46,9 +44,9 @@ enum BuiltinOperations {
         "debug.echo": .sync { request, _ in request.args },
         // Blocks the connection's event loop thread: a wedged keyholed, for the watchdog's tests.
         "debug.block": .sync { request, _ throws(ProtocolError) in
-            guard case .int(let ms)? = request.args["ms"], (0...10_000).contains(ms) else {
-                throw .badRequest("'ms' must be an integer from 0 to 10000")
-            }
+            var arguments = Arguments(request)
+            guard let ms = try arguments.int("ms", in: 0...10_000) else { throw .badRequest("'ms' is required") }
+            try arguments.finish()
             var pause = timespec(tv_sec: Int(ms / 1000), tv_nsec: Int(ms % 1000) * 1_000_000)
             var left = timespec()
             while nanosleep(&pause, &left) != 0 && errno == EINTR { pause = left }

@@ -37,7 +37,10 @@ public enum KeySetOperations {
 
     /// The issuer named by the optional `issuer` argument, else all of them.
     private static func selected(_ registry: IssuerRegistry, _ request: Request) throws(ProtocolError) -> [IssuerKeys] {
-        guard let name = try TokenOperations.string(request, "issuer") else { return registry.issuers }
+        var arguments = Arguments(request)
+        let name = try arguments.string("issuer")
+        try arguments.finish()
+        guard let name else { return registry.issuers }
         guard let keys = registry.issuers.first(where: { $0.configuration.name == name }) else {
             throw .badRequest("no issuer named '\(name.prefix(64))' is configured")
         }

@@ -42,7 +42,6 @@ struct RequestTests {
             #"{"op":"ping","id":1,"op":"stats"}"#, #"{"op":"ping","x":1,"y":2,"x":3}"#, #"{"op":"ping","id":2,}"#,
             #"{"op":"ping"} x"#, #"  {"op":"#, "\u{FEFF}{}", #"{"op":"ping","args":{"a":1,"a":2}}"#, "{", "{}}",
             #"{"op" "ping"}"#, #"{op:"ping"}"#, "[1,", "\u{01}",
-            "{\"args\":" + String(repeating: "[", count: 64) + String(repeating: "]", count: 64) + "}",
         ])
     func envelopeMessages(payload: String) {
         let expected: String
@@ -61,6 +60,24 @@ struct RequestTests {
             #expect(error.error.code == .badRequest)
             #expect(error.id == nil)
         }
+    }
+
+    @Test("a request nests at most 32 arrays and objects deep, the envelope included")
+    func depth() throws {
+        func nested(_ depth: Int) -> ByteBuffer {
+            ByteBuffer(string: #"{"op":"debug.echo","args":{"x":"# + String(repeating: "[", count: depth - 2)
+                + String(repeating: "]", count: depth - 2) + "}}")
+        }
+        #expect(try Request.parse(nested(32)).op == "debug.echo")
+        do {
+            _ = try Request.parse(nested(33))
+            Issue.record("33 levels parsed")
+        } catch {
+            #expect(error.error.code == .badRequest)
+            #expect(error.error.message.hasSuffix("nesting deeper than 32 levels"), "\(error.error.message)")
+        }
+        // Other JSON (key sets, token payloads) keeps the general limit.
+        #expect(throws: Never.self) { try JSONValue.parse(nested(33)) }
     }
 
     @Test("members outside the envelope's four are ignored; the envelope's own are read wherever they stand")

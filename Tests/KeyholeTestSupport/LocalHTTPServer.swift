@@ -192,3 +192,9 @@ package final class LocalHTTPServer: Sendable {
         }
     }
 }
+
+/// An event loop for tests that call an operation directly and need one to hand it (NIO's shared
+/// group, so that test targets need not depend on NIOPosix themselves).
+package func testEventLoop() -> any EventLoop {
+    MultiThreadedEventLoopGroup.singleton.next()
+}

@@ -51,6 +51,21 @@ struct ConfigurationTests {
         #expect(parsed.server.frameTimeout == defaults.server.frameTimeout)
         #expect(parsed.server.maxInFlight == defaults.server.maxInFlight)
         #expect(parsed.server.drainTimeout == defaults.server.drainTimeout)
+        #expect(parsed.server.maxUnsentBytes == defaults.server.maxUnsentBytes)
+        #expect(parsed.server.maxConnectionsPerUID == defaults.server.maxConnectionsPerUID)
+        #expect(parsed.server.requestsPerSecondPerUID == defaults.server.requestsPerSecondPerUID)
+        #expect(parsed.server.requestBurstPerUID == defaults.server.requestBurstPerUID)
+        let limits = try DaemonConfiguration.parse("""
+            [server]
+            max_unsent_bytes = "256KiB"
+            max_connections_per_uid = 8
+            requests_per_second_per_uid = 50
+            request_burst_per_uid = 200
+            """).server
+        #expect(limits.maxUnsentBytes == 256 << 10)
+        #expect(limits.maxConnectionsPerUID == 8)
+        #expect(limits.requestsPerSecondPerUID == 50)
+        #expect(limits.requestBurstPerUID == 200)
         #expect(parsed.threads == defaults.threads)
         #expect(defaults.threads == max(1, System.coreCount / 2))
         #expect(try DaemonConfiguration.parse("[server]\nthreads = 4\n").threads == 4)
@@ -128,6 +143,11 @@ struct ConfigurationTests {
         ("[server]\nmax_connections = \"many\"\n", "server.max_connections", 2),
         ("[server]\nmax_in_flight = 0\n", "server.max_in_flight", 2),
         ("[server]\nthreads = 0\n", "server.threads", 2),
+        ("[server]\nmax_unsent_bytes = \"32KiB\"\n", "server.max_unsent_bytes", 2),
+        ("[server]\nmax_connections_per_uid = 0\n", "server.max_connections_per_uid", 2),
+        ("[server]\nrequests_per_second_per_uid = -1\n", "server.requests_per_second_per_uid", 2),
+        ("[server]\nrequests_per_second_per_uid = 1.5\n", "server.requests_per_second_per_uid", 2),
+        ("[server]\nrequest_burst_per_uid = 0\n", "server.request_burst_per_uid", 2),
         ("[server]\nthreads = 257\n", "server.threads", 2),
         ("[server]\nsocket = \"relative.sock\"\n", "server.socket", 2),
         ("[server]\nsocket = \"/\(String(repeating: "x", count: 120))\"\n", "server.socket", 2),
