@@ -22,6 +22,7 @@ struct Stats: AsyncParsableCommand {
                 rows.append(("connections open", Output.number(connections["open"])))
                 rows.append(("connections total", Output.number(connections["total"])))
                 rows.append(("connections rejected", Output.number(connections["rejected"])))
+                if let slow = connections["slow_readers"] { rows.append(("slow readers closed", Output.number(slow))) }
             }
             rows.append(("requests in flight", Output.number(stats["in_flight"])))
             rows.append(("bytes in", Output.number(stats["bytes"]?["in"])))
