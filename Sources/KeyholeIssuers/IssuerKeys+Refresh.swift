@@ -69,12 +69,13 @@ extension IssuerKeys {
         }
 
         let now = clock.now()
-        let (action, inUse, expiresAt, waiters, listeners) = state.withLock { state in
+        let (action, inUse, expiresAt, waiters, listeners, before) = state.withLock { state in
+            let before = state.cache.keys.map { Set($0.keys.map { $0.kid ?? "" }) }
             let inUse = keys.reusingKeys(of: state.cache.keys)
             let action = state.cache.fetchSucceeded(inUse, maxAge: fetched.maxAge, now: now)
             state.verifier = JWTVerifier(keys: inUse, algorithms: configuration.algorithms, policy: configuration.policy)
             defer { state.waiters = [] }
-            return (action, inUse, state.cache.expiresAt ?? now, state.waiters, state.keysChanged)
+            return (action, inUse, state.cache.expiresAt ?? now, state.waiters, state.keysChanged, before)
         }
         // Listeners first: whoever waited on this fetch (jwks.refresh, a token with a new kid) must find
         // the verified-token cache already purged of keys that left the set, as jwks.status shows it.
@@ -85,6 +86,16 @@ extension IssuerKeys {
             "kids": "\(inUse.keys.compactMap(\.kid).joined(separator: ","))", "ttl_s": "\(Int(expiresAt - now))",
             "skipped": "\(keys.skipped.count)",
         ])
+        // Keys coming and going is what an issuer's key rotation looks like, and what a compromised
+        // endpoint would look like too: worth a line of its own.
+        let after = Set(inUse.keys.map { $0.kid ?? "" })
+        if before != after {
+            let removed = (before ?? []).subtracting(after).sorted()
+            logger.notice("issuer.keys_changed", metadata: [
+                "issuer": "\(configuration.name)", "added": "\(after.subtracting(before ?? []).sorted().joined(separator: ","))",
+                "removed": "\(removed.joined(separator: ","))", "audit": "true",
+            ])
+        }
         if let store {
             do {
                 try store.save(fetched.document, for: configuration, fetchedAt: now, expiresAt: expiresAt)
@@ -107,7 +118,7 @@ extension IssuerKeys {
         for waiter in waiters { waiter.resume(returning: .failed(message)) }
         logger.warning("issuer.keys_fetch_failed", metadata: [
             "issuer": "\(configuration.name)", "reason": "\(reason.rawValue)", "error": "\(message)",
-            "serving_last_good_keys": "\(hasKeys)",
+            "serving_last_good_keys": "\(hasKeys)", "audit": "true",
         ])
         return action
     }

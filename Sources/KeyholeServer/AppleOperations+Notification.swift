@@ -126,11 +126,22 @@ extension AppleOperations {
                         return true
                     }
                 }
-                return changed?.applied == true
+                if changed?.applied == true {
+                    logger.notice("apple.consent_revoked", metadata: [
+                        "sub": "\(event.sub)", "on_revoked": "\(configuration.onRevoked.rawValue)",
+                        "sessions_revoked": "\(changed?.sessions ?? 0)", "trigger": "notification", "audit": "true",
+                    ])
+                    return true
+                }
+                return false
             case "account-delete", "account-deleted":
                 // Apple deleted the account (and its grants): nothing to revoke there.
                 let deleted = try await StoreCommit.awaiting { done throws(StoreError) in
                     try store.deleteUser(principal, now: time, completion: done)
+                }
+                if deleted.deleted {
+                    StoreOperations.logUserDeleted(
+                        principal, sessions: Int64(deleted.sessions), trigger: "apple.notification", logger: logger)
                 }
                 return deleted.deleted
             case "email-disabled", "email-enabled":

@@ -189,7 +189,7 @@ public final class AppleRefreshChecks: Service, Sendable {
         }
         logger.notice("apple.consent_revoked", metadata: [
             "sub": "\(principal.sub)", "client_id": "\(grant.clientID)", "on_revoked": "\(configuration.onRevoked.rawValue)",
-            "sessions_revoked": "\(sessions)",
+            "sessions_revoked": "\(sessions)", "trigger": "refresh_check", "audit": "true",
         ])
         return .consentRevoked(sessions: sessions)
     }

@@ -116,7 +116,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         core.stats.rejectedConnections.add()
-        logger.notice("connection.refused", metadata: ["reason": "max_connections_per_uid", "limit": "\(limit)"])
+        logger.notice("connection.refused", metadata: ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])
         let error = ProtocolError.overloaded(
             "uid \(peer.uid) has \(limit) connections open, its limit ([server] max_connections_per_uid)", retryAfterMs: 1000)
         write(Response(id: nil, outcome: .failure(error)), context: context)
@@ -293,7 +293,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let who = peer.map { "uid \($0.uid)" } ?? "a peer of unknown credentials"
         refusals += 1
         // The connection's logger carries peer_uid and peer_pid.
-        logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: ["op": "\(op)", "group": "\(group)"])
+        logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: ["op": "\(op)", "group": "\(group)", "audit": "true"])
         return .permissionDenied("'\(op)' is in operation group '\(group)', which \(who) may not use ([[access]] in keyholed.toml)")
     }
 
@@ -305,7 +305,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return nil
         }
         refusals += 1
-        logger.log(level: refusals == 1 ? .notice : .debug, "request.rate_limited")
+        logger.log(level: refusals == 1 ? .notice : .debug, "request.rate_limited", metadata: ["audit": "true"])
         let milliseconds = Int((wait.nanoseconds + 999_999) / 1_000_000)
         return .overloaded(
             "uid \(uid) is over its request rate ([server] requests_per_second_per_uid)", retryAfterMs: max(1, milliseconds))
@@ -433,7 +433,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func cutSlowReader(context: ChannelHandlerContext) {
         let unsent = unsentBytes(context: context)
         core.stats.slowReaders.add()
-        logger.notice("connection.slow_reader", metadata: ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)"])
+        logger.notice("connection.slow_reader", metadata: ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)", "audit": "true"])
         machine.closed()
         closing = true
         context.close(promise: nil)

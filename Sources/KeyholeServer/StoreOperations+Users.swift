@@ -1,5 +1,6 @@
 import KeyholeProtocol
 import KeyholeStore
+import Logging
 
 extension StoreOperations {
     static func userOperations(_ context: Context) -> [String: Operation] {
@@ -31,20 +32,28 @@ extension StoreOperations {
                     .object(["user": .object(updated.user.publicJSON), "created": .bool(updated.created)])
                 }
             },
-            "user.delete": .deferrable { request, _ throws(ProtocolError) in
+            "user.delete": .deferrable { request, requestContext throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
                 let time = now()
+                let logger = requestContext.logger
                 if let revocations = context.revocations, principal.issuer == revocations.issuer {
                     return .later { () async throws(ProtocolError) in
-                        try await deleteAppleUser(principal, now: time, store: store, revocations: revocations)
+                        let answer = try await deleteAppleUser(principal, now: time, store: store, revocations: revocations)
+                        if answer["deleted"] == true {
+                            logUserDeleted(principal, sessions: answer["sessions_revoked"]?.intValue ?? 0, trigger: "user.delete", logger: logger)
+                        }
+                        return answer
                     }
                 }
                 return try StoreCommit.run { done throws(StoreError) in
                     try store.deleteUser(principal, now: time, completion: done)
                 } answer: { deleted in
-                    .object(["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))])
+                    if deleted.deleted {
+                        logUserDeleted(principal, sessions: Int64(deleted.sessions), trigger: "user.delete", logger: logger)
+                    }
+                    return .object(["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))])
                 }
             },
         ]
@@ -66,6 +75,15 @@ extension StoreOperations {
             answer["apple_revocation"] = .string(revoked ? "done" : "pending")
         }
         return answer
+    }
+
+    /// The audit line for a deletion (once it is durable): who asked is in the logger's metadata
+    /// (peer_uid, peer_pid) for a request.
+    static func logUserDeleted(_ principal: Principal, sessions: Int64, trigger: String, logger: Logger) {
+        logger.notice("user.deleted", metadata: [
+            "issuer": "\(principal.issuer)", "sub": "\(principal.sub)", "sessions_revoked": "\(sessions)",
+            "trigger": "\(trigger)", "audit": "true",
+        ])
     }
 
     /// A string member that may be `null` (remove it); `nil` when absent.

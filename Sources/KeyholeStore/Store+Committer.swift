@@ -187,7 +187,7 @@ extension Store {
             defer { state.cutWaiters = [] }
             return (waiters, state.cutWaiters)
         }
-        logger.error("storage.failed", metadata: ["error": "\(error.message)", "changes_failed": "\(waiters.count)"])
+        logger.error("storage.failed", metadata: ["error": "\(error.message)", "changes_failed": "\(waiters.count)", "audit": "true"])
         let refusal = StoreError.unavailable("storage is failing: \(error.message)")
         for waiter in waiters { waiter(.failure(refusal)) }
         for waiter in cutWaiters { waiter(.failure(refusal)) }

@@ -67,12 +67,12 @@ final class Reloader: Sendable {
             }
             logger.notice("config.reloaded", metadata: [
                 "trigger": "\(trigger)", "applied": "\(outcome.applied.joined(separator: ","))",
-                "needs_restart": "\(outcome.needsRestart.joined(separator: ","))",
+                "needs_restart": "\(outcome.needsRestart.joined(separator: ","))", "audit": "true",
             ])
             return outcome
         } catch {
             logger.error("config.reload_failed", metadata: [
-                "trigger": "\(trigger)", "error": "\(error)", "kept": "the running configuration, unchanged",
+                "trigger": "\(trigger)", "error": "\(error)", "kept": "the running configuration, unchanged", "audit": "true",
             ])
             throw error
         }

@@ -19,6 +19,11 @@ struct AccessEndToEndTests {
         return daemon
     }
 
+    /// The first line of keyholed's log with `event`.
+    static func line(_ daemon: DaemonProcess, _ event: String) -> String? {
+        daemon.stderr.split(separator: "\n").first { $0.contains(" \(event) ") }.map(String.init)
+    }
+
     /// The error code of `op` called as `ids`, or "ok".
     static func outcome(_ ids: [String], _ daemon: DaemonProcess, _ op: String, _ args: String = "{}") async throws -> String {
         let run = try await ChildProcess.runOffPool(["/usr/bin/setpriv"] + ids + [keyhole, "call", "--socket", daemon.socketPath, op, args])
@@ -48,14 +53,20 @@ struct AccessEndToEndTests {
         // This test runs as root, which may do everything.
         let connection = try RawConnection(path: daemon.socketPath)
         #expect(try connection.result("stats")["requests"] != nil)
-        #expect(daemon.stderr.contains("access.denied"))
+        // Audit lines: the refusal, and a deletion with who asked for it (root, over `connection`).
+        #expect(Self.line(daemon, "access.denied")?.contains("audit=true group=session op=session.create peer_pid=") == true)
+        #expect(try connection.result("user.delete", ["sub": "u1"])["deleted"] == true)
+        try daemon.waitForStderr(containing: "user.deleted")
+        let deleted = Self.line(daemon, "user.deleted") ?? ""
+        #expect(deleted.contains("audit=true issuer=local peer_pid=") && deleted.contains("peer_uid=0 sessions_revoked=1 sub=u1 trigger=user.delete"),
+            "\(deleted)")
 
         // A reload (SIGHUP) puts rules in place for the next connections and the open ones alike.
         let config = "[server]\nsocket_mode = \"0666\"\n[[access]]\nusers = [65534]\nallow = [\"verify\"]\n"
         try config.write(to: daemon.directory.appendingPathComponent("keyholed.toml"), atomically: true, encoding: .utf8)
         daemon.signal(SIGHUP)
         try daemon.waitForStderr(containing: "config.reloaded")
-        #expect(daemon.stderr.contains("applied=access"))
+        #expect(Self.line(daemon, "config.reloaded")?.contains("applied=access audit=true") == true)
         #expect(try await Self.outcome(Self.stranger, daemon, "token.verify", #"{"token":"x"}"#) == "token_malformed")
         #expect(try await Self.outcome(Self.socketGroupMember, daemon, "session.create", #"{"sub":"u1"}"#) == "permission_denied")
         #expect(try daemon.terminate() == 0)

@@ -137,6 +137,12 @@ struct KeySetEndToEndTests {
         let after = try await client.call("jwks.status")
         #expect(after["issuers"]?[0]?["kids"] == ["pyaRQpAbnY", "pggnQeNCOU", "lVHdOx8ltR", "Bh6H7rHVmb"])
         #expect(after["verified_cache"]?["entries"] == 0)
+        // The change of keys is an audit line of its own (the first fetch was one too: all added).
+        try daemon.waitForStderr(containing: "removed=FftONTxoEg")
+        #expect(daemon.stderr.contains(
+            "issuer.keys_changed added=Bh6H7rHVmb,lVHdOx8ltR,pyaRQpAbnY audit=true issuer=apple removed=FftONTxoEg,T8tIJ1zSrO"),
+            "\(daemon.stderr)")
+        #expect(daemon.stderr.contains("issuer.keys_changed added=FftONTxoEg,T8tIJ1zSrO,pggnQeNCOU audit=true issuer=apple"))
         let response = try await client.send("token.verify", args: ["token": .string(token)])
         guard case .failure(let error) = response.outcome else {
             Issue.record("a token whose key left the set still verified")
