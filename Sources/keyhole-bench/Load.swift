@@ -52,6 +52,11 @@ struct Load: AsyncParsableCommand {
     @Option(help: "Requests kept in flight on each connection.")
     var depth = 64
 
+    @Option(help: ArgumentHelp(
+        "With --depth 1: send at most one request per this many milliseconds per connection.",
+        discussion: "A steady load, for latency under a given rate rather than at saturation."))
+    var intervalMs: Double?
+
     @Option(help: "Seconds to measure, after one second of warm-up.")
     var seconds = 5.0
 
@@ -118,6 +123,9 @@ struct Load: AsyncParsableCommand {
             guard ["GET", "SET"].contains(op.uppercased()) else { throw ValidationError("--redis sends --op GET or SET") }
             guard keys >= 1, valueBytes >= 1 else { throw ValidationError("--keys and --value-bytes must be positive") }
         }
+        if let intervalMs, !(intervalMs > 0 && depth == 1) {
+            throw ValidationError("--interval-ms must be positive, and needs --depth 1")
+        }
         guard connections >= 1, depth >= 1, seconds > 0, threads >= 1 else {
             throw ValidationError("connections, depth, seconds and threads must be positive")
         }
@@ -143,13 +151,16 @@ struct Load: AsyncParsableCommand {
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(
-                            PingLoadHandler(frames: frames, redis: redis, depth: depth, counters: counters, finished: promise))
+                            PingLoadHandler(
+                                frames: frames, redis: redis, depth: depth,
+                                interval: intervalMs.map { .nanoseconds(Int64($0 * 1e6)) }, counters: counters, finished: promise))
                     }
                 }
                 .connect(unixDomainSocketPath: socket).get()
         }
         let clock = ContinuousClock()
         try await Task.sleep(for: .seconds(1))
+        counters.measuring.store(true, ordering: .relaxed)
         let startCount = counters.answered.load(ordering: .relaxed)
         let startCPU = serverPid.flatMap(Self.cpuSeconds)
         let start = clock.now
@@ -165,15 +176,19 @@ struct Load: AsyncParsableCommand {
         let secondsElapsed = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let rate = Double(answered) / secondsElapsed
         let failed = counters.failed.load(ordering: .relaxed)
+        let latency = Percentiles(counters.latencies.withLock { $0 })
         if json {
-            print(JSONValue.object([
+            var result: [String: JSONValue] = [
                 "op": .string(op), "connections": .int(Int64(connections)), "depth": .int(Int64(depth)),
                 "seconds": .double(secondsElapsed), "answered": .int(Int64(answered)),
                 "per_second": .int(Int64(rate)), "failed": .int(Int64(failed)),
-            ]).jsonText)
+            ]
+            if let latency { result["latency_us"] = latency.json }
+            print(JSONValue.object(result).jsonText)
         } else {
             print("\(op): \(connections) connection(s) x \(depth) in flight: \(answered) answered in "
                 + "\(String(format: secondsElapsed)) s = \(Int(rate)) per second, \(failed) failed")
+            if let latency { print("latency: \(latency)") }
         }
         if let serverCPU, answered > 0 {
             print("server CPU: \(Double(Int((serverCPU / Double(answered) * 1e8).rounded())) / 100) µs per answered request")

@@ -7,8 +7,12 @@ final class LoadCounters: Sendable {
     let answered = Atomic<Int>(0)
     let failed = Atomic<Int>(0)
     let stopped = Atomic<Bool>(false)
+    /// Set once warm-up is over: from then on (until `stopped`) latencies are kept.
+    let measuring = Atomic<Bool>(false)
     /// The next request of the cycle, shared by every connection.
     let next = Atomic<Int>(0)
+    /// Each connection's latencies in microseconds, handed over when it closes (depth 1 only).
+    let latencies = Mutex<[UInt32]>([])
 }
 
 /// Keeps `depth` requests in flight on one connection: each answer read is replaced by a new request,
@@ -28,12 +32,22 @@ final class PingLoadHandler: ChannelInboundHandler {
     private var redis: RESPReplyReader?
     private var outstanding = 0
     private var toSend = 0
+    /// At depth 1: when the request in flight was sent, its latency is the time to its answer.
+    private var sentAt: NIODeadline?
+    private var latencies: [UInt32] = []
+    /// At depth 1, at most one request per this long (an open-ended client otherwise).
+    private let interval: TimeAmount?
+    private var paced = false
 
     /// A handler sending `frames`: keyholed requests, or with `redis`, Redis commands.
-    init(frames: [ByteBuffer], redis: Bool, depth: Int, counters: LoadCounters, finished: EventLoopPromise<Void>) {
+    init(
+        frames: [ByteBuffer], redis: Bool, depth: Int, interval: TimeAmount? = nil, counters: LoadCounters,
+        finished: EventLoopPromise<Void>
+    ) {
         self.frames = frames
         self.redis = redis ? RESPReplyReader() : nil
         self.depth = depth
+        self.interval = depth == 1 ? interval : nil
         self.counters = counters
         self.finished = finished
     }
@@ -58,6 +72,9 @@ final class PingLoadHandler: ChannelInboundHandler {
         do {
             while let succeeded = try nextReply() {
                 outstanding -= 1
+                if let sent = sentAt, counters.measuring.load(ordering: .relaxed), !counters.stopped.load(ordering: .relaxed) {
+                    latencies.append(UInt32(clamping: (NIODeadline.now() - sent).nanoseconds / 1000))
+                }
                 if succeeded {
                     counters.answered.add(1, ordering: .relaxed)
                 } else {
@@ -86,11 +103,26 @@ final class PingLoadHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        if !latencies.isEmpty {
+            let mine = latencies
+            counters.latencies.withLock { $0 += mine }
+        }
         finished.succeed()
     }
 
     private func sendPending(context: ChannelHandlerContext) {
-        guard toSend > 0 else { return }
+        guard toSend > 0, !paced else { return }
+        // Paced: the next request goes one interval after the last one was sent, not sooner.
+        if let interval, let sent = sentAt, NIODeadline.now() < sent + interval {
+            paced = true
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(deadline: sent + interval) {
+                let (handler, context) = loopBound.value
+                handler.paced = false
+                handler.sendPending(context: context)
+            }
+            return
+        }
         var batch = context.channel.allocator.buffer(capacity: frames[0].readableBytes * toSend)
         if frames.count == 1 {
             for _ in 0..<toSend { batch.writeImmutableBuffer(frames[0]) }
@@ -100,6 +132,7 @@ final class PingLoadHandler: ChannelInboundHandler {
         }
         outstanding += toSend
         toSend = 0
+        if depth == 1 { sentAt = .now() }
         context.writeAndFlush(wrapOutboundOut(batch), promise: nil)
     }
 }
