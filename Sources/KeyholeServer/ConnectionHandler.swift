@@ -240,6 +240,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } catch {
             return Response(id: error.id, outcome: .failure(error.error))
         }
+        // With the connection's peer_uid and peer_pid; the op as sent may be anything, so it is cut short.
+        logger.debug("request", metadata: ["op": "\(request.op.prefix(64))"])
         if requestsPerSecond > 0, let refusal = rateRefusal() {
             return Response(id: request.id, outcome: .failure(refusal))
         }
