@@ -116,7 +116,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         core.stats.rejectedConnections.add()
-        logger.notice("connection.refused", metadata: ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])
+        noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])
         let error = ProtocolError.overloaded(
             "uid \(peer.uid) has \(limit) connections open, its limit ([server] max_connections_per_uid)", retryAfterMs: 1000)
         write(Response(id: nil, outcome: .failure(error)), context: context)
@@ -295,7 +295,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let who = peer.map { "uid \($0.uid)" } ?? "a peer of unknown credentials"
         refusals += 1
         // The connection's logger carries peer_uid and peer_pid.
-        logger.log(level: refusals == 1 ? .notice : .debug, "access.denied", metadata: ["op": "\(op)", "group": "\(group)", "audit": "true"])
+        noteLimited("access.denied", ["op": "\(op)", "group": "\(group)", "audit": "true"], atNotice: refusals == 1)
         return .permissionDenied("'\(op)' is in operation group '\(group)', which \(who) may not use ([[access]] in keyholed.toml)")
     }
 
@@ -307,7 +307,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return nil
         }
         refusals += 1
-        logger.log(level: refusals == 1 ? .notice : .debug, "request.rate_limited", metadata: ["audit": "true"])
+        noteLimited("request.rate_limited", ["audit": "true"], atNotice: refusals == 1)
         let milliseconds = Int((wait.nanoseconds + 999_999) / 1_000_000)
         return .overloaded(
             "uid \(uid) is over its request rate ([server] requests_per_second_per_uid)", retryAfterMs: max(1, milliseconds))
@@ -429,20 +429,33 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return batched + queued
     }
 
+    /// Logs a connection's `event` at notice within the server's log rate (`LogRate`), else at debug.
+    /// `atNotice: false` logs at debug in any case (a repeat on one connection).
+    private func noteLimited(_ event: String, _ metadata: Logger.Metadata, atNotice: Bool = true) {
+        guard logger.logLevel <= .notice else { return }
+        var metadata = metadata
+        var level = Logger.Level.debug
+        if atNotice, let suppressed = core.logRate.withLock({ $0.admit(event, now: .now()) }) {
+            level = .notice
+            if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
+        }
+        logger.log(level: level, "\(event)", metadata: metadata)
+    }
+
     // MARK: Ending
 
     /// The client does not read what it asked for: close rather than hold more for it.
     private func cutSlowReader(context: ChannelHandlerContext) {
         let unsent = unsentBytes(context: context)
         core.stats.slowReaders.add()
-        logger.notice("connection.slow_reader", metadata: ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)", "audit": "true"])
+        noteLimited("connection.slow_reader", ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)", "audit": "true"])
         machine.closed()
         closing = true
         context.close(promise: nil)
     }
 
     private func failFraming(_ error: ProtocolError, context: ChannelHandlerContext) {
-        logger.notice("connection.bad_frame", metadata: ["code": "\(error.code)"])
+        noteLimited("connection.bad_frame", ["code": "\(error.code)"])
         // The error answers no request, so it takes no in-flight slot.
         write(Response(id: nil, outcome: .failure(error)), context: context)
         stopReading(context: context)
@@ -511,7 +524,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let context else { return }
         switch machine.frameTimerFired(now: .now()) {
         case .drain:
-            logger.notice("connection.frame_timeout", metadata: ["buffered_bytes": "\(decoder.bufferedBytes)"])
+            noteLimited("connection.frame_timeout", ["buffered_bytes": "\(decoder.bufferedBytes)"])
             afterStoppingReading(context: context)
         case .rearm(let deadline):
             armFrameTimer(at: deadline, context: context)
@@ -555,7 +568,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let context else { return }
         switch machine.drainTimerFired(now: .now()) {
         case .close:
-            logger.notice("connection.drain_timeout", metadata: ["in_flight": "\(machine.inFlight)"])
+            noteLimited("connection.drain_timeout", ["in_flight": "\(machine.inFlight)"])
             context.close(promise: nil)
         case .rearm(let deadline):
             armDrainTimer(at: deadline, context: context)

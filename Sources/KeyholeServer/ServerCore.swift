@@ -23,6 +23,8 @@ final class ServerCore: Sendable {
     let credentials: @Sendable (any Channel) -> EventLoopFuture<PeerCredentials?>
     /// Connections and request buckets per uid.
     let peers = Mutex(PeerLimits())
+    /// How often connection events may be logged at notice.
+    let logRate = Mutex(LogRate())
     /// One per event loop, made on first use.
     private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
 

@@ -77,6 +77,11 @@ struct HostileClientEndToEndTests {
                 "\(kind): \(hostile.stdout)")
         }
 
+        // The log is not the attacker's to flood: connection events past 10 a second (after a burst of
+        // 20) go to debug only.
+        let badFrameLines = daemon.stderr.components(separatedBy: "connection.bad_frame").count - 1
+        #expect(badFrameLines <= 20 + 10 * (Self.attackSeconds + 13), "\(badFrameLines) connection.bad_frame lines")
+
         // Still up, still answering, the session intact; and the attack left its marks in the counters.
         let stats = try connection.result("stats")
         #expect(try connection.result("session.get", ["session": .string(token)])["sub"] == "steady")
