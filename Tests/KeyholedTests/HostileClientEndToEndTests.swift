@@ -5,7 +5,8 @@ import NIOCore
 import Testing
 
 /// keyholed under attack from another user's process (`keyhole-bench hostile` run as nobody) while
-/// well-behaved clients go on: it stays up, their latency stays within twice that of a quiet run, and
+/// well-behaved clients go on: it stays up, their p99 latency stays within twice that of quiet runs
+/// (the worse of one before and one after, as other tests may load the machine during either), and
 /// its memory stays bounded. The figures are printed.
 @Suite("a hostile client, end to end", .serialized)
 struct HostileClientEndToEndTests {
@@ -59,12 +60,16 @@ struct HostileClientEndToEndTests {
         let underAttack = try await attacked
         let hostile = try await attack
         #expect(hostile.status == 0, "\(hostile.stdout)\(hostile.stderr)")
+        // Quiet again, for a second baseline: other tests may be busy on this machine during either.
+        let quietAfter = try await Self.wellBehaved(daemon, sessions: sessions.path, seconds: 10)
 
-        let quietP99 = try #require(quiet["latency_us"]?["p99"]?.intValue)
+        let quietP99 = max(
+            try #require(quiet["latency_us"]?["p99"]?.intValue), try #require(quietAfter["latency_us"]?["p99"]?.intValue))
         let attackedP99 = try #require(underAttack["latency_us"]?["p99"]?.intValue)
         print("""
             hostile client: \(hostile.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
             well-behaved clients, quiet:        \(quiet["per_second"]?.intValue ?? 0) req/s, latency \(quiet["latency_us"]!.jsonText)
+            well-behaved clients, quiet again:  \(quietAfter["per_second"]?.intValue ?? 0) req/s, latency \(quietAfter["latency_us"]!.jsonText)
             well-behaved clients, under attack: \(underAttack["per_second"]?.intValue ?? 0) req/s, latency \(underAttack["latency_us"]!.jsonText)
             p99 under attack / quiet: \(Double(attackedP99) / Double(quietP99)); keyholed RSS quiet \(quietRSS) KiB, peak \(peakRSS) KiB
             """)
