@@ -5,8 +5,23 @@ DEV_DIR     := $(CURDIR)/.keyhole
 # A Unix socket path holds at most 107 bytes: fall back to /tmp for a deep checkout.
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
 APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps
+# Fuzzing and sanitizers: each build has its own scratch path, so none disturbs .build.
+FUZZ_SECONDS   ?= 60
+FUZZ_TARGETS   ?= frame request jws jwk wal-record snapshot
+FUZZ_MAX_LEN   ?= 8192
+# Seconds one input may take: generous, as a debug build under AddressSanitizer on a busy machine is slow.
+FUZZ_TIMEOUT   ?= 30
+FUZZ_FLAGS     ?=
+FUZZ_DIR       := $(CURDIR)/.build-fuzz
+FUZZ_BIN       := $(FUZZ_DIR)/debug/keyhole-fuzz
+# One compile job: the sanitizer builds are long, and the machine is shared.
+SANITIZER_JOBS ?= -j 1
+# Leak checking is off: LeakSanitizer fails a process with status 23 at exit, which fails every test
+# that checks keyholed's exit status, and what it reports at exit is XCTest's runner, TOMLKit's C++
+# tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
+ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps build build-debug run test test-python test-swift deb clean
+.PHONY: all deps build build-debug run test test-python test-swift deb clean fuzz fuzz-build test-asan test-tsan
 
 all: build
 
@@ -59,5 +74,55 @@ deb: deps
 	packaging/deb/build-deb.sh --bin $(CURDIR)/.build-deb/release --strip \
 	  --out $(CURDIR)/keyhole_$$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/KeyholeProtocol/KeyholeVersion.swift)-1_$$(dpkg --print-architecture).deb
 
+## fuzz: builds keyhole-fuzz with libFuzzer and AddressSanitizer, then runs each target for FUZZ_SECONDS
+## (default 60) on a copy of its seed corpus in Tests/Fuzz; fails when any target crashes. FUZZ_TARGETS
+## picks targets; a crash's input is left in .build-fuzz/artifacts/<target>/.
+fuzz: fuzz-build
+	@failed=""; \
+	for t in $(FUZZ_TARGETS); do \
+	  work=$$(mktemp -d /tmp/keyhole-fuzz-$$t.XXXXXX); cp Tests/Fuzz/$$t/* $$work/ 2>/dev/null; \
+	  mkdir -p $(FUZZ_DIR)/artifacts/$$t; \
+	  echo "make fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  if KEYHOLE_FUZZ_TARGET=$$t SWIFT_BACKTRACE=enable=no nice -n 10 $(FUZZ_BIN) $$work \
+	       -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAX_LEN) -timeout=$(FUZZ_TIMEOUT) -rss_limit_mb=2048 \
+	       -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t/ -print_final_stats=1 $(FUZZ_FLAGS) \
+	       > $(FUZZ_DIR)/artifacts/$$t/log.txt 2>&1; then \
+	    grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb)' $(FUZZ_DIR)/artifacts/$$t/log.txt | tr '\n' ' '; echo; \
+	  else \
+	    tail -n 40 $(FUZZ_DIR)/artifacts/$$t/log.txt; failed="$$failed $$t"; \
+	  fi; \
+	  rm -rf $$work; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make fuzz: crashed:$$failed (inputs in $(FUZZ_DIR)/artifacts/)" >&2; exit 1; fi
+
+## fuzz-build: only the fuzzing build (.build-fuzz/debug/keyhole-fuzz).
+fuzz-build: deps
+	nice -n 10 $(SWIFT) build --scratch-path $(FUZZ_DIR) --product keyhole-fuzz $(SANITIZER_JOBS) \
+	  -Xswiftc -sanitize=fuzzer,address -Xswiftc -DKEYHOLE_FUZZ \
+	  -Xswiftc -enable-experimental-feature -Xswiftc Extern
+
+## test-asan: the Swift test suites under AddressSanitizer (own build in .build-asan). Reports from
+## every process, keyholed children included, are kept in .build-asan/reports/ and summed up at the end.
+test-asan: deps
+	@rm -rf $(CURDIR)/.build-asan/reports; mkdir -p $(CURDIR)/.build-asan/reports
+	KEYHOLE_SANITIZER=address ASAN_OPTIONS="$(ASAN_OPTIONS_TEST) log_path=$(CURDIR)/.build-asan/reports/asan" SWIFT_BACKTRACE=enable=no nice -n 10 \
+	  $(SWIFT) test --sanitize=address --scratch-path $(CURDIR)/.build-asan $(SANITIZER_JOBS); \
+	status=$$?; $(call sanitizer_reports,$(CURDIR)/.build-asan/reports)
+
+## test-tsan: the Swift test suites under ThreadSanitizer (own build in .build-tsan), with the
+## suppressions in .ci/tsan.supp (each says why); reports kept in .build-tsan/reports/ as for test-asan.
+test-tsan: deps
+	@rm -rf $(CURDIR)/.build-tsan/reports; mkdir -p $(CURDIR)/.build-tsan/reports
+	KEYHOLE_SANITIZER=thread TSAN_OPTIONS="suppressions=$(CURDIR)/.ci/tsan.supp log_path=$(CURDIR)/.build-tsan/reports/tsan" SWIFT_BACKTRACE=enable=no \
+	  nice -n 10 $(SWIFT) test --sanitize=thread --scratch-path $(CURDIR)/.build-tsan $(SANITIZER_JOBS); \
+	status=$$?; $(call sanitizer_reports,$(CURDIR)/.build-tsan/reports)
+
+# After a sanitizer run (its status in $$status): the reports' summary lines, counted; fails on any report.
+define sanitizer_reports
+if ls $(1)/* >/dev/null 2>&1; then \
+  echo "sanitizer reports in $(1):"; grep -h '^SUMMARY' $(1)/* | sort | uniq -c | sort -rn; exit 1; \
+fi; exit $$status
+endef
+
 clean:
-	rm -rf .build .build-deb .keyhole keyhole_*.deb
+	rm -rf .build .build-deb .build-fuzz .build-asan .build-tsan .keyhole keyhole_*.deb

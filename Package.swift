@@ -143,6 +143,12 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // libFuzzer targets for the decoders (Sources/keyhole-fuzz/main.swift, `make fuzz`); without
+        // -DKEYHOLE_FUZZ it only says how to build it, so that release builds of every product work.
+        .executableTarget(
+            name: "keyhole-fuzz",
+            dependencies: ["KeyholeProtocol", "KeyholeJOSE", "KeyholeStore", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(
             name: "KeyholeTestSupport",
             dependencies: [

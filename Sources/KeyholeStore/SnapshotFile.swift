@@ -105,7 +105,14 @@ enum SnapshotReader {
         case .success(let decoded): header = decoded
         case .failure(let failure): throw corrupt(failure)
         }
-        tables.reserve(sessions: Int(clamping: min(header.sessions, 1 << 26)), principals: Int(clamping: min(header.principals, 1 << 26)))
+        // The header's counts are claims until the entries are read: room is made for no more entries
+        // than the file can hold, or a damaged header (its CRC matching all the same) would have start-up
+        // reserve gigabytes and be killed for it instead of reporting the damage (found by keyhole-fuzz).
+        var status = stat()
+        let fileBytes = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
+        tables.reserve(
+            sessions: min(Int(clamping: min(header.sessions, 1 << 26)), fileBytes / smallestSessionEntryBytes),
+            principals: min(Int(clamping: min(header.principals, 1 << 26)), fileBytes / smallestPrincipalEntryBytes))
         var position = header.entriesOffset
         var principals: UInt64 = 0
         var sessions: UInt64 = 0
@@ -175,6 +182,11 @@ enum SnapshotReader {
         }
         return header
     }
+
+    /// The fewest bytes a session entry takes, framing included: no data.
+    static let smallestSessionEntryBytes = WALRecord.headerBytes + 1 + 16 + 16 + 8 + 8 + 4 + 8 + 4
+    /// The fewest bytes a principal entry takes, framing included: empty issuer and sub, no user.
+    static let smallestPrincipalEntryBytes = WALRecord.headerBytes + 1 + 2 + 2 + 4
 
     /// Where the entry at `position` ends, when its length can be read and is valid; otherwise a
     /// position that makes the caller decide with what it has.

@@ -62,6 +62,8 @@ struct SnapshotHeader: Sendable, Equatable {
         else {
             return .failure(.init(offset: 0, "the header is damaged"))
         }
+        // LSNs start at 1, and start-up takes the one before the start LSN as the snapshot's last.
+        guard bytes.bigEndianUInt64(at: 8) > 0 else { return .failure(.init(offset: 0, "its start LSN is 0")) }
         var header = SnapshotHeader(
             startLSN: bytes.bigEndianUInt64(at: 8), createdAt: Int64(bitPattern: bytes.bigEndianUInt64(at: 16)),
             principals: bytes.bigEndianUInt64(at: 24), sessions: bytes.bigEndianUInt64(at: 32),

@@ -28,13 +28,15 @@ public struct WALSegmentHeader: Sendable, Hashable {
     }
 
     /// Reads a header from the first 32 bytes of `bytes`; `nil` when they are not one (short, another
-    /// magic, a bad CRC, or non-zero reserved bytes).
+    /// magic, a bad CRC, non-zero reserved bytes, or a first LSN of 0: LSNs start at 1, and start-up
+    /// subtracts one from it).
     public init?(_ bytes: some RandomAccessCollection<UInt8>) {
         guard bytes.count >= Self.size else { return nil }
         let header = Array(bytes.prefix(Self.size))
         guard Array(header[0..<8]) == Self.magic, header[28..<32].allSatisfy({ $0 == 0 }),
             CRC32C.checksum(header[0..<24]) == header.bigEndianUInt32(at: 24)
         else { return nil }
+        guard header.bigEndianUInt64(at: 16) > 0 else { return nil }
         sequence = header.bigEndianUInt64(at: 8)
         firstLSN = header.bigEndianUInt64(at: 16)
     }

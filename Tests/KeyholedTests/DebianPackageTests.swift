@@ -158,7 +158,11 @@ struct DebianPackageTests {
         echo "--- journal"; journalctl -u keyholed.service -o short-monotonic --no-pager | tail -n 40
         """#
 
-    @Test("under systemd (a throwaway container): install enables and starts the socket, the first client starts keyholed; upgrade restarts it under load with the socket kept and no client error; remove stops both; purge deletes state and config")
+    /// Not under `make test-asan`/`test-tsan` (KEYHOLE_SANITIZER set): systemd starts the packaged
+    /// service without the sanitizer's options.
+    @Test(
+        "under systemd (a throwaway container): install enables and starts the socket, the first client starts keyholed; upgrade restarts it under load with the socket kept and no client error; remove stops both; purge deletes state and config",
+        .enabled(if: ProcessInfo.processInfo.environment["KEYHOLE_SANITIZER"] == nil, "the service cannot run a sanitizer build"))
     func lifecycleUnderSystemd() async throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -75,7 +75,10 @@ struct HostileClientEndToEndTests {
             """)
         #expect(underAttack["failed"] == 0)
         #expect(attackedP99 <= 2 * quietP99, "p99 \(attackedP99) µs under attack against \(quietP99) µs quiet")
-        #expect(peakRSS <= quietRSS + 64 * 1024, "resident memory grew from \(quietRSS) to \(peakRSS) KiB")
+        // A sanitizer's bookkeeping (make test-asan) grows with every allocation: the figure is printed only.
+        if ProcessInfo.processInfo.environment["KEYHOLE_SANITIZER"] == nil {
+            #expect(peakRSS <= quietRSS + 64 * 1024, "resident memory grew from \(quietRSS) to \(peakRSS) KiB")
+        }
         // Every kind of attack was made.
         for kind in ["random_bytes", "random_frames", "maximum_frames", "bad_json", "half_frame", "unread"] {
             #expect(hostile.stdout.contains("\(kind)=") && !hostile.stdout.contains("\(kind)=0 ") && !hostile.stdout.hasSuffix("\(kind)=0\n"),

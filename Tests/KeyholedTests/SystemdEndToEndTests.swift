@@ -73,7 +73,9 @@ struct SystemdEndToEndTests {
         let socket = directory.appendingPathComponent("activated.sock").path
         let daemon = try DaemonProcess(
             config: "", directory: directory, socketPath: directory.appendingPathComponent("configured.sock").path,
-            launcher: ["/usr/bin/systemd-socket-activate", "--listen=\(socket)", "--fdname=keyhole"])
+            // systemd-socket-activate passes on only the environment it is told to (a sanitizer's options).
+            launcher: ["/usr/bin/systemd-socket-activate", "--listen=\(socket)", "--fdname=keyhole"]
+                + ["ASAN_OPTIONS", "TSAN_OPTIONS"].filter { ProcessInfo.processInfo.environment[$0] != nil }.map { "--setenv=\($0)" })
         try daemon.waitForStderr(containing: "Listening on")
         #expect(!daemon.stderr.contains("keyholed.ready"))
         // This connection waits in the backlog while keyholed starts, then is answered.
