@@ -11,18 +11,18 @@ final class ConnectionHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let core: ServerCore
+    let core: ServerCore
     private let idleTimeout: TimeAmount
     private let firstRequestGrace: TimeAmount
-    private let maxUnsentBytes: Int
-    private let maxConnectionsPerUID: Int
-    private let requestsPerSecond: Double
-    private let requestBurst: Double
+    let maxUnsentBytes: Int
+    let maxConnectionsPerUID: Int
+    let requestsPerSecond: Double
+    let requestBurst: Double
     /// The peer's uid, once this connection counts towards its per-uid limit.
-    private var countedUID: UInt32?
+    var countedUID: UInt32?
     private var decoder: FrameDecoder
-    private var machine: ConnectionStateMachine
-    private var logger: Logger
+    var machine: ConnectionStateMachine
+    var logger: Logger
     private var context: ChannelHandlerContext?
     /// The peer, as the kernel gave it when the connection was accepted (`nil` until then, or if not).
     private var peer: PeerCredentials?
@@ -31,19 +31,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var accessVersion = UInt64.max
     /// A connection's first refusal is logged at notice, later ones at debug: a client looping on a
     /// denied operation must not flood the log.
-    private var refusals = 0
+    var refusals = 0
     /// Inside `channelRead`: responses are flushed once, in `channelReadComplete`.
     private var reading = false
     private var needsFlush = false
     /// Responses encoded but not yet handed to the channel: one write per batch instead of per response.
-    private var outbound = ByteBuffer()
+    var outbound = ByteBuffer()
     /// `outbound` went to the channel and is to be cleared before it takes new responses.
-    private var outboundHandedOver = false
+    var outboundHandedOver = false
     /// Past this many bytes a batch is handed to the channel, so its writability (back pressure) is current.
     private static let outboundBatchBytes = 64 * 1024
     /// The most an idle connection keeps for its next responses.
     private static let keptOutboundBytes = 4 * 1024
-    private var closing = false
+    var closing = false
     private var idleTimer: Scheduled<Void>?
     private var frameTimer: Scheduled<Void>?
     private var drainTimer: Scheduled<Void>?
@@ -106,28 +106,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
         cancelEverything()
         releaseUID()
         context.fireChannelInactive()
-    }
-
-    /// Counts the connection towards its uid's limit, or refuses it when the uid is at the limit.
-    private func admit(_ peer: PeerCredentials, context: ChannelHandlerContext) {
-        let limit = maxConnectionsPerUID
-        if core.peers.withLock({ $0.openConnection(uid: peer.uid, limit: limit) }) {
-            countedUID = peer.uid
-            return
-        }
-        core.stats.rejectedConnections.add()
-        noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])
-        let error = ProtocolError.overloaded(
-            "uid \(peer.uid) has \(limit) connections open, its limit ([server] max_connections_per_uid)", retryAfterMs: 1000)
-        write(Response(id: nil, outcome: .failure(error)), context: context)
-        machine.closed()
-        closeAfterWrites(context: context)
-    }
-
-    private func releaseUID() {
-        guard let uid = countedUID else { return }
-        countedUID = nil
-        core.peers.withLock { $0.closeConnection(uid: uid) }
     }
 
     private func cancelEverything() {
@@ -299,20 +277,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return .permissionDenied("'\(op)' is in operation group '\(group)', which \(who) may not use ([[access]] in keyholed.toml)")
     }
 
-    /// `overloaded` when the peer's uid is over its request rate, else `nil`.
-    private func rateRefusal() -> ProtocolError? {
-        guard let uid = countedUID else { return nil }
-        let (rate, burst) = (requestsPerSecond, requestBurst)
-        guard let wait = core.peers.withLock({ $0.takeRequest(uid: uid, now: .now(), rate: rate, burst: burst) }) else {
-            return nil
-        }
-        refusals += 1
-        noteLimited("request.rate_limited", ["audit": "true"], atNotice: refusals == 1)
-        let milliseconds = Int((wait.nanoseconds + 999_999) / 1_000_000)
-        return .overloaded(
-            "uid \(uid) is over its request rate ([server] requests_per_second_per_uid)", retryAfterMs: max(1, milliseconds))
-    }
-
     /// Runs `work` in a task that answers `request` on the event loop when done.
     private func startTask(
         request: Request, context: ChannelHandlerContext,
@@ -379,7 +343,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         flushIfNeeded(context: context)
     }
 
-    private func write(_ response: Response, context: ChannelHandlerContext) {
+    func write(_ response: Response, context: ChannelHandlerContext) {
         guard !closing else { return }
         if !context.channel.isWritable, unsentBytes(context: context) > maxUnsentBytes {
             cutSlowReader(context: context)
@@ -421,38 +385,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         context.flush()
     }
 
-    /// Responses not yet on the socket: batched here, and queued in the channel. The channel's
-    /// queue is asked for only when it pushes back (not writable), which it does well below the limit.
-    private func unsentBytes(context: ChannelHandlerContext) -> Int {
-        let batched = outboundHandedOver ? 0 : outbound.readableBytes
-        let queued = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
-        return batched + queued
-    }
-
-    /// Logs a connection's `event` at notice within the server's log rate (`LogRate`), else at debug.
-    /// `atNotice: false` logs at debug in any case (a repeat on one connection).
-    private func noteLimited(_ event: String, _ metadata: Logger.Metadata, atNotice: Bool = true) {
-        guard logger.logLevel <= .notice else { return }
-        var metadata = metadata
-        var level = Logger.Level.debug
-        if atNotice, let suppressed = core.logRate.withLock({ $0.admit(event, now: .now()) }) {
-            level = .notice
-            if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
-        }
-        logger.log(level: level, "\(event)", metadata: metadata)
-    }
-
     // MARK: Ending
-
-    /// The client does not read what it asked for: close rather than hold more for it.
-    private func cutSlowReader(context: ChannelHandlerContext) {
-        let unsent = unsentBytes(context: context)
-        core.stats.slowReaders.add()
-        noteLimited("connection.slow_reader", ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)", "audit": "true"])
-        machine.closed()
-        closing = true
-        context.close(promise: nil)
-    }
 
     private func failFraming(_ error: ProtocolError, context: ChannelHandlerContext) {
         noteLimited("connection.bad_frame", ["code": "\(error.code)"])
@@ -479,7 +412,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Closes once every response written so far has reached the socket.
-    private func closeAfterWrites(context: ChannelHandlerContext) {
+    func closeAfterWrites(context: ChannelHandlerContext) {
         guard !closing else { return }
         closing = true
         needsFlush = false
