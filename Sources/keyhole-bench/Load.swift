@@ -43,7 +43,7 @@ struct Load: AsyncParsableCommand {
     @Option(help: "With --redis and --op SET: the value's size in bytes.")
     var valueBytes = 256
 
-    @Option(help: "keyholed's pid: also report its CPU time per answered request (from /proc).")
+    @Option(help: "keyholed's pid: also report its CPU time per answered request and its resident memory (from /proc).")
     var serverPid: Int32?
 
     @Option(help: "Concurrent connections.")
@@ -83,6 +83,19 @@ struct Load: AsyncParsableCommand {
         let fields = line[line.index(after: close)...].split(separator: " ")
         guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Resident memory of process `pid` in KiB, from /proc/PID/status (VmRSS).
+    static func residentKiB(_ pid: Int32) -> Int? {
+        guard let file = fopen("/proc/\(pid)/status", "r") else { return nil }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 256)
+        while fgets(&line, Int32(line.count), file) != nil {
+            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard text.hasPrefix("VmRSS:") else { continue }
+            return text.dropFirst(6).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) }
+        }
+        return nil
     }
 
     /// GET or SET of keys `kh:0` to `kh:<keys - 1>`, as RESP commands.
@@ -168,6 +181,7 @@ struct Load: AsyncParsableCommand {
         let answered = counters.answered.load(ordering: .relaxed) - startCount
         let endCPU = serverPid.flatMap(Self.cpuSeconds)
         let serverCPU = startCPU.flatMap { start in endCPU.map { $0 - start } }
+        let serverRSS = serverPid.flatMap(Self.residentKiB)
         let elapsed = start.duration(to: clock.now)
         counters.stopped.store(true, ordering: .relaxed)
         for future in finished { try await future.get() }
@@ -177,6 +191,7 @@ struct Load: AsyncParsableCommand {
         let rate = Double(answered) / secondsElapsed
         let failed = counters.failed.load(ordering: .relaxed)
         let latency = Percentiles(counters.latencies.withLock { $0 })
+        let cpuPerRequest = serverCPU.flatMap { answered > 0 ? Double(Int(($0 / Double(answered) * 1e8).rounded())) / 100 : nil }
         if json {
             var result: [String: JSONValue] = [
                 "op": .string(op), "connections": .int(Int64(connections)), "depth": .int(Int64(depth)),
@@ -184,14 +199,15 @@ struct Load: AsyncParsableCommand {
                 "per_second": .int(Int64(rate)), "failed": .int(Int64(failed)),
             ]
             if let latency { result["latency_us"] = latency.json }
+            if let cpuPerRequest { result["server_cpu_us_per_request"] = .double(cpuPerRequest) }
+            if let serverRSS { result["server_rss_kib"] = .int(Int64(serverRSS)) }
             print(JSONValue.object(result).jsonText)
         } else {
             print("\(op): \(connections) connection(s) x \(depth) in flight: \(answered) answered in "
                 + "\(String(format: secondsElapsed)) s = \(Int(rate)) per second, \(failed) failed")
             if let latency { print("latency: \(latency)") }
-        }
-        if let serverCPU, answered > 0 {
-            print("server CPU: \(Double(Int((serverCPU / Double(answered) * 1e8).rounded())) / 100) µs per answered request")
+            if let cpuPerRequest { print("server CPU: \(cpuPerRequest) µs per answered request") }
+            if let serverRSS { print("server resident memory: \(serverRSS) KiB") }
         }
         if failed > 0 { throw ExitCode(1) }
     }
