@@ -129,31 +129,38 @@ struct JSONParser {
         _ member: (String, Int, JSONValue) throws(Failure) -> Void
     ) throws(Failure) -> Bool {
         var parser = JSONParser(bytes: bytes, depthLimit: depthLimit)
-        if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF {
-            throw parser.failure(.byteOrderMark, at: 0)
-        }
-        parser.skipWhitespace()
+        try parser.beginDocument()
         guard parser.index < bytes.count, bytes[parser.index] == UInt8(ascii: "{") else {
-            _ = try parser.parseDocument()
+            _ = try parser.parseValue()
+            try parser.endDocument()
             return false
         }
         try parser.parseMembers(member)
-        parser.skipWhitespace()
-        guard parser.index == bytes.count else { throw parser.failure(.trailingData) }
+        try parser.endDocument()
         return true
     }
 
     // MARK: - Structure
 
     private mutating func parseDocument() throws(Failure) -> JSONValue {
+        try beginDocument()
+        let value = try parseValue()
+        try endDocument()
+        return value
+    }
+
+    /// Refuses a byte order mark and skips leading whitespace.
+    private mutating func beginDocument() throws(Failure) {
         if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF {
             throw failure(.byteOrderMark, at: 0)
         }
         skipWhitespace()
-        let value = try parseValue()
+    }
+
+    /// Skips trailing whitespace and refuses anything after it.
+    private mutating func endDocument() throws(Failure) {
         skipWhitespace()
         guard index == bytes.count else { throw failure(.trailingData) }
-        return value
     }
 
     private mutating func parseValue() throws(Failure) -> JSONValue {

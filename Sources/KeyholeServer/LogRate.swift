@@ -24,12 +24,10 @@ struct LogRate {
     /// counted), else how many were held back since the last line that went.
     mutating func admit(_ event: String, now: NIODeadline) -> Int? {
         var entry = entries[event] ?? Entry(bucket: TokenBucket(tokens: burst, at: now))
-        defer { entries[event] = entry }
-        guard entry.bucket.take(now: now, rate: linesPerSecond, capacity: burst) == nil else {
-            entry.suppressed += 1
-            return nil
-        }
-        defer { entry.suppressed = 0 }
-        return entry.suppressed
+        let admitted = entry.bucket.take(now: now, rate: linesPerSecond, capacity: burst) == nil
+        let heldBack = entry.suppressed
+        entry.suppressed = admitted ? 0 : heldBack + 1
+        entries[event] = entry
+        return admitted ? heldBack : nil
     }
 }
