@@ -180,7 +180,10 @@ let package = Package(
         ),
         .testTarget(
             name: "KeyholeStoreTests",
-            dependencies: ["KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "KeyholeServerTests",

@@ -84,6 +84,8 @@ extension StoreOperations {
             "records": .int(Int64(figures.records)),
             "syncs": .int(Int64(figures.syncs)),
             "records_per_sync": .double((figures.recordsPerSync * 100).rounded() / 100),
+            "inline_syncs": .int(Int64(figures.inlineSyncs)),
+            "inline_pauses": .int(Int64(figures.inlinePauses)),
             "failing": .bool(figures.failure != nil),
             "failures": .int(Int64(figures.failures)),
         ]

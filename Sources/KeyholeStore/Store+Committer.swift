@@ -28,6 +28,7 @@ extension Store {
     /// Runs the committer on a thread of its own until `stop()`; `finished` runs when everything queued
     /// has been written (and synced, whatever the durability) and the thread ends.
     func startCommitter(logger: Logger, finished: @escaping @Sendable () -> Void) {
+        state.withLock { $0.logger = logger }
         StoreThread.start(name: "keyhole-wal") { [self] in
             commitLoop(logger: logger)
             finished()
@@ -48,12 +49,14 @@ extension Store {
         var spareWaiters: [Completion] = []
         var lastSync = ContinuousClock.now
         var unsynced = false
-        var probeDue = ContinuousClock.now
         while true {
             // The last step's batch is gone by now, so these arrays are uniquely held and keep
             // their storage.
             spareUndo.removeAll(keepingCapacity: true)
             spareWaiters.removeAll(keepingCapacity: true)
+            // Held for the whole step (but released to wait): an inline commit must not take a later
+            // batch and write it before this one.
+            writerLock.lock()
             let now = ContinuousClock.now
             let step = state.withLock { state -> Step in
                 // When the step taken now began, until one finds nothing to do: a write or sync that
@@ -61,10 +64,10 @@ extension Store {
                 state.committerBusySince = now
                 if state.failure != nil {
                     if state.stopping { return .stop }
-                    if now >= probeDue { return .probe }
+                    if now >= state.probeDue { return .probe }
                     state.committerWaiting = true
                     state.committerBusySince = nil
-                    return .wait(seconds: Self.seconds(probeDue - now))
+                    return .wait(seconds: Self.seconds(state.probeDue - now))
                 }
                 if !state.cutWaiters.isEmpty && !state.stopping {
                     defer { state.cutWaiters = [] }
@@ -86,6 +89,17 @@ extension Store {
                 }
                 return .wait(seconds: nil)
             }
+            if case .wait(let seconds) = step {
+                writerLock.unlock()
+                if let seconds {
+                    if doorbell.lock(whenValue: 1, timeoutSeconds: seconds) { doorbell.unlock(withValue: 0) }
+                } else {
+                    doorbell.lock(whenValue: 1)
+                    doorbell.unlock(withValue: 0)
+                }
+                continue
+            }
+            defer { writerLock.unlock() }
             switch step {
             case .write(let batch):
                 defer { spare.removeAll(keepingCapacity: true) }
@@ -99,7 +113,6 @@ extension Store {
                     }
                 } catch {
                     fail(error, batch: batch, logger: logger)
-                    probeDue = ContinuousClock.now + configuration.retryInterval
                     continue
                 }
                 let signal = state.withLock { state in
@@ -121,7 +134,6 @@ extension Store {
                     for waiter in waiters { waiter(.success(cut)) }
                 } catch {
                     fail(error, batch: nil, logger: logger)
-                    probeDue = ContinuousClock.now + configuration.retryInterval
                     for waiter in waiters { waiter(.failure(.unavailable("storage is failing: \(error.message)"))) }
                 }
             case .probe:
@@ -129,15 +141,10 @@ extension Store {
                     lastSync = ContinuousClock.now
                     unsynced = false
                 } else {
-                    probeDue = ContinuousClock.now + configuration.retryInterval
+                    state.withLock { $0.probeDue = ContinuousClock.now + configuration.retryInterval }
                 }
-            case .wait(let seconds):
-                if let seconds {
-                    if doorbell.lock(whenValue: 1, timeoutSeconds: seconds) { doorbell.unlock(withValue: 0) }
-                } else {
-                    doorbell.lock(whenValue: 1)
-                    doorbell.unlock(withValue: 0)
-                }
+            case .wait:
+                preconditionFailure("waits are taken above")
             case .stop:
                 let cutWaiters = state.withLock { state in
                     defer { state.cutWaiters = [] }
@@ -159,15 +166,14 @@ extension Store {
                     unsynced = false
                 } catch {
                     fail(error, batch: nil, logger: logger)
-                    probeDue = ContinuousClock.now + configuration.retryInterval
                 }
             }
         }
     }
 
     /// A write or sync failed: every change not on disk is taken back, newest first, and fails; writes
-    /// are refused until a probe succeeds.
-    private func fail(_ error: StoreError, batch: Batch?, logger: Logger) {
+    /// are refused until a probe succeeds, the first after `retryInterval`. Called under `writerLock`.
+    func fail(_ error: StoreError, batch: Batch?, logger: Logger) {
         let (waiters, cutWaiters) = state.withLock { state -> ([Completion], [CutWaiter]) in
             state.tables.rollBack(state.pendingUndo)
             if let batch { state.tables.rollBack(batch.undo) }
@@ -179,6 +185,7 @@ extension Store {
             state.nextLSN = writer.nextLSN
             state.failure = error.message
             state.failedAt = Self.wallClock()
+            state.probeDue = ContinuousClock.now + configuration.retryInterval
             state.counters.failures += 1
             // With batch durability, changes written before this were acknowledged: a failed sync
             // (here, at a segment cut or on its own) may have lost them from the disk while Linux still

@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import Logging
 import NIOConcurrencyHelpers
 import Synchronization
 
@@ -6,8 +7,9 @@ import Synchronization
 /// acknowledged.
 ///
 /// Reads take the lock, look up and return: no I/O. A change is applied in memory and its record
-/// queued under the lock; the committer thread writes what has queued as one batch, makes it durable
-/// (with `durability = .always`) and then calls each change's completion. Changes that queue while a
+/// queued under the lock; the committer thread (or, with `commitInline(using:)`, the event loop that
+/// made the change, after its pass) writes what has queued as one batch, makes it durable (with
+/// `durability = .always`) and then calls each change's completion. Changes that queue while a
 /// sync runs go into the next sync together (group commit). When a write or sync fails, every change
 /// not yet durable is taken back in memory and fails with `StoreError.unavailable`; until a probe write
 /// succeeds, changes are refused at once while reads go on.
@@ -41,6 +43,14 @@ public final class Store: Sendable {
         /// How the log makes its segments durable (see `WALWriter.Configuration.syncData`): a failpoint
         /// for tests.
         public var syncData = WALWriter.Configuration().syncData
+        /// With `durability = .always` and an inline scheduler set (`commitInline(using:)`): when writes
+        /// and syncs on the changing thread take longer than this on average (a moving average over
+        /// about the last eight), commits go back to the committer thread for `inlinePause`, so that a
+        /// slow disk does not hold up that thread's other work (reads) on every commit. `nil`: never
+        /// commit inline.
+        public var inlineSyncLimit: Duration? = .milliseconds(2)
+        /// How long commits stay on the committer thread after a slow inline sync.
+        public var inlinePause: Duration = .seconds(10)
 
         /// The defaults.
         public init() {}
@@ -48,6 +58,10 @@ public final class Store: Sendable {
 
     /// A change's completion: called once, with success when the change is as durable as configured.
     public typealias Completion = @Sendable (Result<Void, StoreError>) -> Void
+
+    /// Runs a commit on the calling thread's event loop after the work it is doing now (the rest of
+    /// its I/O pass), returning true; false when the calling thread has no such loop.
+    public typealias InlineScheduler = @Sendable (_ commit: @escaping @Sendable () -> Void) -> Bool
 
     struct State {
         var tables = StoreTables()
@@ -62,6 +76,18 @@ public final class Store: Sendable {
         var failure: String?
         var failedAt: Int64?
         var committerWaiting = false
+        /// While storage fails, when the committer next probes it.
+        var probeDue = ContinuousClock.now
+        /// Set by `commitInline(using:)`.
+        var inlineScheduler: InlineScheduler?
+        /// An inline commit is scheduled and will take what is queued.
+        var inlineScheduled = false
+        /// After slow inline syncs: commits go to the committer thread until then.
+        var inlinePausedUntil: ContinuousClock.Instant?
+        /// How long inline writes and syncs took lately (seconds, a moving average).
+        var inlineSyncAverage = 0.0
+        /// The committer's logger (set when it starts), for what an inline commit reports.
+        var logger: Logger?
         /// When the committer's current step began; nil while it waits for work.
         var committerBusySince: ContinuousClock.Instant?
         var stopping = false
@@ -86,14 +112,20 @@ public final class Store: Sendable {
         var walBytes = 0
         var failures = 0
         var snapshots = 0
+        var inlineSyncs = 0
+        var inlinePauses = 0
     }
 
     let configuration: Configuration
     let state: Mutex<State>
     /// Rung (set to 1) when work queues while the committer waits.
     let doorbell = ConditionLock<Int>(value: 0)
-    /// Used by the committer thread only (and by `open` before it starts).
+    /// Used under `writerLock` only (and by `open` before the committer starts).
     nonisolated(unsafe) let writer: WALWriter
+    /// Held by whoever writes: the committer thread for each step but its waits, an inline commit for
+    /// its batch. A batch is taken from the queue only under it, so batches reach the log in LSN order.
+    /// Taken before `state`, never inside it.
+    let writerLock = NIOLock()
     let lock: StateDirectoryLock
     let walDirectory: WALDirectory
     let snapshots: SnapshotDirectory
@@ -130,7 +162,7 @@ public final class Store: Sendable {
         _ completion: @escaping Completion,
         _ body: (inout StoreTables, inout [StoreTables.Undo]?) throws(StoreError) -> (Result, [StoreRecord])
     ) throws(StoreError) -> Result {
-        let (result, queued, ring) = try state.withLock { state throws(StoreError) -> (Result, Bool, Bool) in
+        let (result, queued, waking) = try state.withLock { state throws(StoreError) -> (Result, Bool, Wake) in
             if let failure = state.failure { throw .unavailable(failure) }
             if state.stopping { throw .unavailable("the store is stopping") }
             // The body appends its undo entries straight to the queue's (moved out, so appending does
@@ -149,14 +181,35 @@ public final class Store: Sendable {
             }
             guard !records.isEmpty else {
                 undo!.removeSubrange(mark...)
-                return (result, false, false)
+                return (result, false, .nobody)
             }
             state.pendingWaiters.append(completion)
-            return (result, true, state.queue(records))
+            return (result, true, state.queueChange(records))
         }
         if !queued { completion(.success(())) }
-        if ring { ringDoorbell() }
+        wake(waking)
         return result
+    }
+
+    /// What queueing a change asks for.
+    enum Wake {
+        case nobody
+        case committer
+        case inline(InlineScheduler)
+    }
+
+    func wake(_ wake: Wake) {
+        switch wake {
+        case .nobody:
+            break
+        case .committer:
+            ringDoorbell()
+        case .inline(let scheduler):
+            guard !scheduler({ self.commitInline() }) else { return }
+            // Not on an event loop (a task, a test): the committer takes this and whatever joined it.
+            state.withLock { $0.inlineScheduled = false }
+            ringDoorbell()
+        }
     }
 
     func ringDoorbell() {
@@ -178,6 +231,25 @@ extension Store.State {
         for record in records { enqueue(record) }
         defer { committerWaiting = false }
         return committerWaiting
+    }
+
+    /// Queues a change's records (their undo entries and completion are queued already); says who
+    /// must be woken to commit them: an inline commit on the changing thread's event loop when one can
+    /// be scheduled (one at a time: it takes all that queued by then), else the committer if it waits.
+    mutating func queueChange(_ records: [StoreRecord]) -> Store.Wake {
+        for record in records { enqueue(record) }
+        if inlineScheduled { return .nobody }
+        if let scheduler = inlineScheduler {
+            if let until = inlinePausedUntil, ContinuousClock.now < until {
+                // Slow disk: the committer thread commits until the pause ends.
+            } else {
+                inlinePausedUntil = nil
+                inlineScheduled = true
+                return .inline(scheduler)
+            }
+        }
+        defer { committerWaiting = false }
+        return committerWaiting ? .committer : .nobody
     }
 
     /// Queues records nobody waits for (touches); skipped while writes are refused. Returns whether the

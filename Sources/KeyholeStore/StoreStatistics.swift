@@ -12,6 +12,10 @@ public struct StoreStatistics: Sendable, Equatable {
     public var syncs: Int
     /// Records made durable by those syncs, on average per sync (group commit at work).
     public var recordsPerSync: Double
+    /// Of `syncs`, those an event loop made for its own changes (`Store.commitInline(using:)`).
+    public var inlineSyncs: Int
+    /// Times a slow inline sync sent commits back to the committer thread for a while.
+    public var inlinePauses: Int
     /// Why writes are refused, while they are.
     public var failure: String?
     /// How many times storage has failed since start-up.
@@ -32,6 +36,7 @@ extension Store {
                 sessions: state.tables.sessionCount, users: state.tables.userCount, walBytes: counters.walBytes,
                 records: counters.records, syncs: counters.syncs,
                 recordsPerSync: counters.syncs > 0 ? Double(counters.syncedRecords) / Double(counters.syncs) : 0,
+                inlineSyncs: counters.inlineSyncs, inlinePauses: counters.inlinePauses,
                 failure: state.failure, failures: counters.failures, snapshots: counters.snapshots,
                 lastSnapshot: state.lastSnapshot, outbox: state.tables.outbox.count)
         }

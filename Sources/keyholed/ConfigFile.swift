@@ -115,6 +115,12 @@ struct ConfigFile {
             return string
         }
 
+        func bool(_ key: String) throws(ConfigError) -> Bool? {
+            guard let value = table[key] else { return nil }
+            guard let bool = value.bool else { throw error(key, "must be true or false, got \(value.type)") }
+            return bool
+        }
+
         func integer(_ key: String, in range: ClosedRange<Int>) throws(ConfigError) -> Int? {
             guard let value = table[key] else { return nil }
             guard let int = value.int else { throw error(key, "must be an integer, got \(value.type)") }

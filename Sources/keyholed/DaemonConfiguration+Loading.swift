@@ -68,7 +68,8 @@ extension DaemonConfiguration {
             if let count = try server.integer("threads", in: threadsRange) { configuration.threads = count }
             if let count = try server.integer("backlog", in: backlogRange) { configuration.server.backlog = count }
         }
-        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes"]) {
+        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes", "commit_on_event_loop"]) {
+            if try storage.bool("commit_on_event_loop") == false { configuration.store.inlineSyncLimit = nil }
             if let bytes = try storage.size("snapshot_wal_bytes", in: (64 << 10)...(64 << 30)) {
                 configuration.store.snapshotWALBytes = bytes
             }

@@ -265,6 +265,13 @@ struct Keyholed: AsyncParsableCommand {
         for warning in report.warnings {
             logger.warning("storage.recovered_tail", metadata: ["detail": "\(warning)"])
         }
+        // Changes a request makes are committed by its event loop once the loop has read what is ready
+        // (`[storage] commit_on_event_loop`); those made elsewhere (tasks) by the committer thread.
+        store.commitInline { commit in
+            guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return false }
+            loop.execute(commit)
+            return true
+        }
         let figures = store.statistics
         let took = started.duration(to: .now).components
         logger.info("storage.opened", metadata: [

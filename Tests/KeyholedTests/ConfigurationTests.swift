@@ -83,6 +83,13 @@ struct ConfigurationTests {
         #expect(parsed.store.snapshotWALBytes == 1 << 20)
     }
 
+    @Test("[storage] commit_on_event_loop: on by default, false leaves every commit to the log's thread")
+    func commitOnEventLoop() throws {
+        #expect(try DaemonConfiguration.parse("").store.inlineSyncLimit == .milliseconds(2))
+        #expect(try DaemonConfiguration.parse("[storage]\ncommit_on_event_loop = true\n").store.inlineSyncLimit == .milliseconds(2))
+        #expect(try DaemonConfiguration.parse("[storage]\ncommit_on_event_loop = false\n").store.inlineSyncLimit == nil)
+    }
+
     @Test("[jwks] and [tokens] set the cache's rules")
     func cacheSettings() throws {
         let parsed = try DaemonConfiguration.parse("""
@@ -162,6 +169,7 @@ struct ConfigurationTests {
         ("[log]\nlevel = \"loud\"\n", "log.level", 2),
         ("[storage]\ndir = 7\n", "storage.dir", 2),
         ("[storage]\nsnapshot_wal_bytes = \"1KiB\"\n", "storage.snapshot_wal_bytes", 2),
+        ("[storage]\ncommit_on_event_loop = \"no\"\n", "storage.commit_on_event_loop", 2),
         ("[storage]\nfsync = \"always\"\nsnapshot_wal_bytes = \"lots\"\n", "storage.snapshot_wal_bytes", 3),
         ("[server\n", "", 1),
         ("[apple]\nteam_id = \"TEAM123456\"\n", "apple.issuer", nil),

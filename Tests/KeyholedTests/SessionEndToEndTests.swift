@@ -74,6 +74,10 @@ struct SessionEndToEndTests {
         #expect(stats?["sessions"] == 1)
         #expect(stats?["failing"] == false)
         #expect((stats?["syncs"]?.intValue ?? 0) >= 1)
+        // Changes read by the event loop were synced by it (commit_on_event_loop is on by default).
+        #expect((stats?["inline_syncs"]?.intValue ?? 0) >= 1)
+        #expect((stats?["inline_syncs"]?.intValue ?? .max) <= (stats?["syncs"]?.intValue ?? 0))
+        #expect(stats?["inline_pauses"]?.intValue != nil)
         #expect(try daemon.terminate() == 0)
     }
 

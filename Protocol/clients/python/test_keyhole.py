@@ -684,6 +684,7 @@ class SessionTests(ServerTestCase):
             with self.assertRaises(jsonschema.ValidationError, msg=repr(bad)):
                 VALIDATORS["admin.snapshot.result"].validate(bad)
         store = {"sessions": 0, "users": 0, "wal_bytes": 0, "records": 0, "syncs": 0, "records_per_sync": 0,
+                 "inline_syncs": 0, "inline_pauses": 0,
                  "failing": False, "failures": 0, "snapshots": 1, "outbox": 0, "last_snapshot": good}
         stats = {"uptime_ms": 0, "connections": {"open": 0, "total": 0, "rejected": 0, "slow_readers": 0}, "requests": {},
                  "in_flight": 0, "errors": {}, "bytes": {"in": 0, "out": 0}, "store": store}

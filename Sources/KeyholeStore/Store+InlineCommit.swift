@@ -1,0 +1,86 @@
+import Logging
+
+extension Store {
+    /// Has changes made on an event loop committed by that loop, after the rest of its I/O pass, instead
+    /// of by the committer thread: with `durability = .always` only, and while syncs are fast (see
+    /// `Configuration.inlineSyncLimit`).
+    ///
+    /// This is Redis's way with `appendfsync always`: the loop reads every request that is ready,
+    /// writes their records with one write and one fdatasync, then answers them, with no hand-over
+    /// between threads. On a machine with few cores that hand-over (a wake-up of the committer, one of
+    /// the loop for the answers, and more, shorter passes of the loop) costs more than the loop's wait
+    /// for the disk. The price: the loop serves nothing else while the disk syncs, which is why a slow
+    /// sync sends commits back to the committer thread for a while.
+    ///
+    /// Changes made where `scheduler` returns false (tasks, other threads) still go to the committer;
+    /// both write under `writerLock`, so the log keeps its order.
+    public func commitInline(using scheduler: @escaping InlineScheduler) {
+        guard configuration.durability == .always, configuration.inlineSyncLimit != nil else { return }
+        state.withLock { $0.inlineScheduler = scheduler }
+    }
+
+    /// Writes and syncs what is queued, on the calling thread, and completes those changes.
+    func commitInline() {
+        var bytes: [UInt8] = []
+        writerLock.lock()
+        let started = ContinuousClock.now
+        let batch = state.withLock { state -> Batch? in
+            state.inlineScheduled = false
+            // Failing storage took back and failed what was queued; the committer probes.
+            guard state.failure == nil, state.pendingCount > 0 else { return nil }
+            swap(&bytes, &state.pending)
+            let batch = Batch(count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
+            state.pendingCount = 0
+            state.pendingUndo = []
+            state.pendingWaiters = []
+            state.committerBusySince = started
+            return batch
+        }
+        guard let batch else {
+            writerLock.unlock()
+            return
+        }
+        do throws(StoreError) {
+            try writer.append(encoded: bytes, count: batch.count)
+            try writer.sync()
+        } catch {
+            let logger = state.withLock { $0.logger } ?? Logger(label: "keyhole.store")
+            fail(error, batch: batch, logger: logger)
+            state.withLock { $0.committerBusySince = nil }
+            writerLock.unlock()
+            // The committer probes the storage until it works again.
+            ringDoorbell()
+            return
+        }
+        let finished = ContinuousClock.now
+        let (signal, slow) = state.withLock { state -> (Bool, (logger: Logger?, average: Double)?) in
+            state.committerBusySince = nil
+            state.counters.records += batch.count
+            state.counters.walBytes += bytes.count
+            state.counters.syncs += 1
+            state.counters.syncedRecords += batch.count
+            state.counters.inlineSyncs += 1
+            var slow: (logger: Logger?, average: Double)?
+            // An average, so that the odd slow sync (a few ms now and then on most disks) does not
+            // count, and a disk slow on every sync does after a few.
+            let took = Self.seconds(finished - started)
+            state.inlineSyncAverage += (took - state.inlineSyncAverage) / 8
+            if let limit = configuration.inlineSyncLimit, state.inlineSyncAverage > Self.seconds(limit) {
+                slow = (state.logger, state.inlineSyncAverage)
+                state.inlinePausedUntil = finished + configuration.inlinePause
+                state.inlineSyncAverage = 0
+                state.counters.inlinePauses += 1
+            }
+            return (state.signalSnapshotIfDue(configuration), slow)
+        }
+        writerLock.unlock()
+        if let slow {
+            slow.logger?.warning("storage.slow_sync", metadata: [
+                "average_sync_ms": "\((slow.average * 10_000).rounded() / 10)",
+                "committer_thread_for_s": "\(Int(configuration.inlinePause / .seconds(1)))",
+            ])
+        }
+        if signal { snapshotSignal.yield() }
+        for waiter in batch.waiters { waiter(.success(())) }
+    }
+}
