@@ -9,8 +9,9 @@ extension Store {
     /// writes their records with one write and one fdatasync, then answers them, with no hand-over
     /// between threads. On a machine with few cores that hand-over (a wake-up of the committer, one of
     /// the loop for the answers, and more, shorter passes of the loop) costs more than the loop's wait
-    /// for the disk. The price: the loop serves nothing else while the disk syncs, which is why a slow
-    /// sync sends commits back to the committer thread for a while.
+    /// for the disk. The price: the loop serves nothing else while the disk syncs, which is why slow
+    /// syncs send commits back to the committer thread for a while, and so does writing a snapshot
+    /// (whose fsync holds up the log's).
     ///
     /// Changes made where `scheduler` returns false (tasks, other threads) still go to the committer;
     /// both write under `writerLock`, so the log keeps its order.

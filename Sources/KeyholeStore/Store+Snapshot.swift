@@ -65,6 +65,15 @@ extension Store {
         snapshotLock.lock()
         defer { snapshotLock.unlock() }
         let started = ContinuousClock.now
+        // The snapshot's writes and fsync slow the log's syncs (up to tens of ms seen): meanwhile the
+        // committer thread commits, so that event loops do not stall on them (see `commitInline`).
+        state.withLock { $0.snapshotWriting = true }
+        defer {
+            state.withLock { state in
+                state.snapshotWriting = false
+                state.inlineSyncAverage = 0
+            }
+        }
 
         // 1. A new segment: its first LSN is where replay will resume.
         let cutDone = BlockingResult<(sequence: UInt64, firstLSN: UInt64)>()

@@ -86,6 +86,8 @@ public final class Store: Sendable {
         var inlinePausedUntil: ContinuousClock.Instant?
         /// How long inline writes and syncs took lately (seconds, a moving average).
         var inlineSyncAverage = 0.0
+        /// A snapshot is being written: commits go to the committer thread meanwhile.
+        var snapshotWriting = false
         /// The committer's logger (set when it starts), for what an inline commit reports.
         var logger: Logger?
         /// When the committer's current step began; nil while it waits for work.
@@ -239,7 +241,7 @@ extension Store.State {
     mutating func queueChange(_ records: [StoreRecord]) -> Store.Wake {
         for record in records { enqueue(record) }
         if inlineScheduled { return .nobody }
-        if let scheduler = inlineScheduler {
+        if let scheduler = inlineScheduler, !snapshotWriting {
             if let until = inlinePausedUntil, ContinuousClock.now < until {
                 // Slow disk: the committer thread commits until the pause ends.
             } else {

@@ -179,6 +179,33 @@ struct InlineCommitTests {
         await running.close()
     }
 
+    @Test("while a snapshot is written, changes go to the committer thread; afterwards to the loop again")
+    func duringSnapshots() async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        let running = try RunningStore(directory, now: now)
+        let loop = HeldCommits()
+        running.store.commitInline(using: loop.scheduler)
+        try await committerIdle(running.store)
+        // As writeSnapshot marks it while it runs.
+        running.store.state.withLock { $0.snapshotWriting = true }
+        let outcomes = Outcomes()
+        _ = try create(running.store, "a", outcomes.completion)
+        #expect(loop.count == 0)
+        #expect(try await outcomes.wait(for: 1).count == 1)
+        running.store.state.withLock { $0.snapshotWriting = false }
+        // A real snapshot leaves the flag down again (and the average reset).
+        _ = try await running.store.snapshot(now: now)
+        #expect(running.store.state.withLock { !$0.snapshotWriting && $0.inlineSyncAverage == 0 })
+        try await committerIdle(running.store)
+        _ = try create(running.store, "b", outcomes.completion)
+        #expect(loop.count == 1)
+        loop.run()
+        #expect(outcomes.all.count == 2)
+        #expect(running.store.statistics.inlineSyncs == 1)
+        await running.close()
+    }
+
     @Test("an inline sync that fails fails its changes, refuses more, and the committer brings writes back")
     func failedSync() async throws {
         let directory = try TemporaryStateDirectory()
