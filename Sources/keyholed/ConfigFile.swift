@@ -150,7 +150,11 @@ struct ConfigFile {
             guard let text = value.string, let duration = ConfigParsing.duration(text) else {
                 throw error(key, "must be a duration string such as \"500ms\", \"10s\", \"5m\", \"24h\" or \"30d\"")
             }
-            guard range.contains(duration) else { throw error(key, "must be from 10ms to 30d") }
+            guard range.contains(duration) else {
+                // Each key has its own range: the message names this one's.
+                let (lower, upper) = (ConfigParsing.durationText(range.lowerBound), ConfigParsing.durationText(range.upperBound))
+                throw error(key, "must be from \(lower) to \(upper), got \"\(text)\"")
+            }
             return duration
         }
 

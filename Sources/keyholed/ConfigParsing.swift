@@ -19,6 +19,17 @@ enum ConfigParsing {
         return nil
     }
 
+    /// `amount` as `duration` reads it, in the largest unit that divides it ("10ms", "30d").
+    static func durationText(_ amount: TimeAmount) -> String {
+        let units: [(String, Int64)] = [
+            ("d", 86_400_000_000_000), ("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000),
+        ]
+        for (suffix, nanoseconds) in units where amount.nanoseconds % nanoseconds == 0 {
+            return "\(amount.nanoseconds / nanoseconds)\(suffix)"
+        }
+        return "\(amount.nanoseconds)ns"
+    }
+
     /// A size: a non-negative integer of bytes, or a string such as "512", "64KiB", "16MiB", "1GiB".
     static func size(_ text: String) -> Int? {
         let units: [(String, Int)] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1), ("", 1)]

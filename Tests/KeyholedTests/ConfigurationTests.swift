@@ -14,6 +14,23 @@ struct ConfigurationTests {
     ])
     func durations(text: String, expected: TimeAmount) {
         #expect(ConfigParsing.duration(text) == expected)
+        // Written back in the largest unit that divides it ("24h" as "1d"), which reads the same.
+        #expect(ConfigParsing.duration(ConfigParsing.durationText(expected)) == expected)
+        #expect(ConfigParsing.durationText(expected) == (text == "24h" ? "1d" : text))
+    }
+
+    @Test("a duration out of its key's range names that range", arguments: [
+        ("[storage]\nfsync = \"batch\"\nbatch_interval = \"20s\"\n", "must be from 1ms to 10s, got \"20s\""),
+        ("[jwks]\nmax_stale = \"30m\"\n", "must be from 1h to 90d, got \"30m\""),
+        ("[server]\nidle_timeout = \"5ms\"\n", "must be from 10ms to 30d, got \"5ms\""),
+    ])
+    func durationRanges(text: String, message: String) {
+        #expect(throws: (any Error).self) { try DaemonConfiguration.parse(text) }
+        do {
+            _ = try DaemonConfiguration.parse(text)
+        } catch {
+            #expect(error.message.contains(message), "\(error.message)")
+        }
     }
 
     @Test("bad durations", arguments: ["", "10", "s", "1.5s", "-1s", "10 s", "10sec", "5M", "9999999999s", "999999999d"])
