@@ -99,6 +99,10 @@ extension Store {
                 }
                 continue
             }
+            // Callers are told once the lock is released (defers run last first): an event loop waiting
+            // for the lock to commit does not wait for them too.
+            var notices: [() -> Void] = []
+            defer { for notice in notices { notice() } }
             defer { writerLock.unlock() }
             switch step {
             case .write(let batch):
@@ -112,7 +116,7 @@ extension Store {
                         unsynced = true
                     }
                 } catch {
-                    fail(error, batch: batch, logger: logger)
+                    notices.append(fail(error, batch: batch, logger: logger))
                     continue
                 }
                 let signal = state.withLock { state in
@@ -125,16 +129,16 @@ extension Store {
                     return state.signalSnapshotIfDue(configuration)
                 }
                 if signal { snapshotSignal.yield() }
-                for waiter in batch.waiters { waiter(.success(())) }
+                notices.append { for waiter in batch.waiters { waiter(.success(())) } }
             case .cut(let waiters):
                 do throws(StoreError) {
                     let before = writer.sequence
                     let cut = try writer.cut()
                     if cut.sequence != before { state.withLock { $0.counters.walBytes += WALSegmentHeader.size } }
-                    for waiter in waiters { waiter(.success(cut)) }
+                    notices.append { for waiter in waiters { waiter(.success(cut)) } }
                 } catch {
-                    fail(error, batch: nil, logger: logger)
-                    for waiter in waiters { waiter(.failure(.unavailable("storage is failing: \(error.message)"))) }
+                    notices.append(fail(error, batch: nil, logger: logger))
+                    notices.append { for waiter in waiters { waiter(.failure(.unavailable("storage is failing: \(error.message)"))) } }
                 }
             case .probe:
                 if probe(logger: logger) {
@@ -150,7 +154,7 @@ extension Store {
                     defer { state.cutWaiters = [] }
                     return state.cutWaiters
                 }
-                for waiter in cutWaiters { waiter(.failure(.unavailable("the store is stopping"))) }
+                notices.append { for waiter in cutWaiters { waiter(.failure(.unavailable("the store is stopping"))) } }
                 // A clean stop leaves everything durable, whatever the configured durability.
                 if (try? writer.sync(rollingBack: false)) != nil, unsynced {
                     state.withLock { $0.counters.syncs += 1 }
@@ -165,15 +169,16 @@ extension Store {
                     lastSync = ContinuousClock.now
                     unsynced = false
                 } catch {
-                    fail(error, batch: nil, logger: logger)
+                    notices.append(fail(error, batch: nil, logger: logger))
                 }
             }
         }
     }
 
     /// A write or sync failed: every change not on disk is taken back, newest first, and fails; writes
-    /// are refused until a probe succeeds, the first after `retryInterval`. Called under `writerLock`.
-    func fail(_ error: StoreError, batch: Batch?, logger: Logger) {
+    /// are refused until a probe succeeds, the first after `retryInterval`. Called under `writerLock`;
+    /// returns what tells the failed changes, to be called once it is released.
+    func fail(_ error: StoreError, batch: Batch?, logger: Logger) -> () -> Void {
         let (waiters, cutWaiters) = state.withLock { state -> ([Completion], [CutWaiter]) in
             state.tables.rollBack(state.pendingUndo)
             if let batch { state.tables.rollBack(batch.undo) }
@@ -196,8 +201,10 @@ extension Store {
         }
         logger.error("storage.failed", metadata: ["error": "\(error.message)", "changes_failed": "\(waiters.count)", "audit": "true"])
         let refusal = StoreError.unavailable("storage is failing: \(error.message)")
-        for waiter in waiters { waiter(.failure(refusal)) }
-        for waiter in cutWaiters { waiter(.failure(refusal)) }
+        return {
+            for waiter in waiters { waiter(.failure(refusal)) }
+            for waiter in cutWaiters { waiter(.failure(refusal)) }
+        }
     }
 
     /// Writes and syncs a noop record; on success, writes are accepted again.

@@ -3,7 +3,8 @@ import Logging
 extension Store {
     /// Has changes made on an event loop committed by that loop, after the rest of its I/O pass, instead
     /// of by the committer thread: with `durability = .always` only, and while syncs are fast (see
-    /// `Configuration.inlineSyncLimit`).
+    /// `Configuration.inlineSyncLimit`). One commit is scheduled at a time and takes everything queued
+    /// by then, so with several loops a change may be committed by another loop's commit.
     ///
     /// This is Redis's way with `appendfsync always`: the loop reads every request that is ready,
     /// writes their records with one write and one fdatasync, then answers them, with no hand-over
@@ -23,8 +24,9 @@ extension Store {
     /// Writes and syncs what is queued, on the calling thread, and completes those changes.
     func commitInline() {
         var bytes: [UInt8] = []
-        writerLock.lock()
+        // From before the lock: waiting behind another writer stalls the loop just the same.
         let started = ContinuousClock.now
+        writerLock.lock()
         let batch = state.withLock { state -> Batch? in
             state.inlineScheduled = false
             // Failing storage took back and failed what was queued; the committer probes.
@@ -46,9 +48,10 @@ extension Store {
             try writer.sync()
         } catch {
             let logger = state.withLock { $0.logger } ?? Logger(label: "keyhole.store")
-            fail(error, batch: batch, logger: logger)
+            let notify = fail(error, batch: batch, logger: logger)
             state.withLock { $0.committerBusySince = nil }
             writerLock.unlock()
+            notify()
             // The committer probes the storage until it works again.
             ringDoorbell()
             return
@@ -62,8 +65,9 @@ extension Store {
             state.counters.syncedRecords += batch.count
             state.counters.inlineSyncs += 1
             var slow: (logger: Logger?, average: Double)?
-            // An average, so that the odd slow sync (a few ms now and then on most disks) does not
-            // count, and a disk slow on every sync does after a few.
+            // An average, so that the odd sync of a few ms (now and then on most disks) does not
+            // count, and a disk slow on every sync does after a few; one sync of over 8 times the
+            // limit is enough on its own.
             let took = Self.seconds(finished - started)
             state.inlineSyncAverage += (took - state.inlineSyncAverage) / 8
             if let limit = configuration.inlineSyncLimit, state.inlineSyncAverage > Self.seconds(limit) {

@@ -60,7 +60,8 @@ public final class Store: Sendable {
     public typealias Completion = @Sendable (Result<Void, StoreError>) -> Void
 
     /// Runs a commit on the calling thread's event loop after the work it is doing now (the rest of
-    /// its I/O pass), returning true; false when the calling thread has no such loop.
+    /// its I/O pass), returning true; false when the calling thread has no such loop. A commit it took
+    /// must run exactly once: until it has, no other is scheduled and the changes wait for it.
     public typealias InlineScheduler = @Sendable (_ commit: @escaping @Sendable () -> Void) -> Bool
 
     struct State {
@@ -90,7 +91,8 @@ public final class Store: Sendable {
         var snapshotWriting = false
         /// The committer's logger (set when it starts), for what an inline commit reports.
         var logger: Logger?
-        /// When the committer's current step began; nil while it waits for work.
+        /// When the current writer's step began (the committer's, or an inline commit's: both set it
+        /// under `writerLock`); nil while nobody writes.
         var committerBusySince: ContinuousClock.Instant?
         var stopping = false
         var counters = Counters()

@@ -44,8 +44,8 @@ extension Store {
 }
 
 extension Store {
-    /// How long the log's committer has been in its current step (a write, a sync, a probe of failed
-    /// storage), or nil while it waits for work. A disk that no longer answers shows here as a figure
+    /// How long the log's writer (the committer thread, or an event loop committing inline) has been in
+    /// its current step (a write, a sync, a probe of failed storage), or nil while nobody writes. A disk that no longer answers shows here as a figure
     /// that only grows, however busy keyholed is otherwise: the
     /// watchdog withholds its ping past a limit, so that systemd restarts a wedged keyholed.
     public func committerBusy(now: ContinuousClock.Instant = .now) -> Duration? {
