@@ -31,6 +31,16 @@ package enum ChildProcess {
         return URL(fileURLWithPath: ".build/debug/\(name)")
     }
 
+    private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+
+    /// glibc's posix_spawn_file_actions_addclosefrom_np, looked up once.
+    private static let addCloseFrom: AddCloseFrom = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+            fatalError("glibc 2.34 or later is needed (posix_spawn_file_actions_addclosefrom_np)")
+        }
+        return unsafeBitCast(symbol, to: AddCloseFrom.self)
+    }()
+
     /// Spawns `argv` with stdin from /dev/null; returns its pid and the read ends of its stdout (when
     /// captured; else /dev/null) and stderr.
     /// - Parameter passing: a descriptor of the test's (close-on-exec, above 3) the child gets as fd 3,
@@ -62,6 +72,14 @@ package enum ChildProcess {
         if let passing {
             precondition(passing > 3, "dup2 onto itself would keep close-on-exec")
             posix_spawn_file_actions_adddup2(&actions, passing, 3)
+        }
+        // Nothing else of this process's reaches the child. SwiftNIO accepts connections without
+        // close-on-exec (accept4 with no SOCK_CLOEXEC), so an in-process test server's connection could
+        // be inherited by a child another test spawns at that moment: closing it then does not end the
+        // connection until that child exits (a slow-reader test waited 15 s for an end that never came).
+        // (glibc 2.34 has the action; Swift's Glibc module does not declare it.)
+        guard Self.addCloseFrom(&actions, passing == nil ? 3 : 4) == 0 else {
+            throw RawConnection.Failure(description: "posix_spawn_file_actions_addclosefrom_np: \(errno)")
         }
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { _, new in new }
