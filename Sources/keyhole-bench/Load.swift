@@ -57,8 +57,11 @@ struct Load: AsyncParsableCommand {
         discussion: "A steady load, for latency under a given rate rather than at saturation."))
     var intervalMs: Double?
 
-    @Option(help: "Seconds to measure, after one second of warm-up.")
+    @Option(help: "Seconds to measure, after the warm-up.")
     var seconds = 5.0
+
+    @Option(help: "Seconds of warm-up, not measured: connections, caches and the server's allocator settle.")
+    var warmup = 1.0
 
     @Option(help: "Client event-loop threads.")
     var threads = 1
@@ -142,6 +145,7 @@ struct Load: AsyncParsableCommand {
         guard connections >= 1, depth >= 1, seconds > 0, threads >= 1 else {
             throw ValidationError("connections, depth, seconds and threads must be positive")
         }
+        guard warmup >= 0, warmup <= 3600 else { throw ValidationError("--warmup must be from 0 to 3600 seconds") }
     }
 
     func run() async throws {
@@ -172,25 +176,24 @@ struct Load: AsyncParsableCommand {
                 .connect(unixDomainSocketPath: socket).get()
         }
         let clock = ContinuousClock()
-        try await Task.sleep(for: .seconds(1))
-        counters.measuring.store(true, ordering: .relaxed)
-        let startCount = counters.answered.load(ordering: .relaxed)
+        try await Task.sleep(for: .seconds(warmup))
         let startCPU = serverPid.flatMap(Self.cpuSeconds)
         let start = clock.now
+        counters.measuring.store(true, ordering: .relaxed)
         try await Task.sleep(for: .seconds(seconds))
-        let answered = counters.answered.load(ordering: .relaxed) - startCount
+        counters.stopped.store(true, ordering: .relaxed)
         let endCPU = serverPid.flatMap(Self.cpuSeconds)
         let serverCPU = startCPU.flatMap { start in endCPU.map { $0 - start } }
         let serverRSS = serverPid.flatMap(Self.residentKiB)
         let elapsed = start.duration(to: clock.now)
-        counters.stopped.store(true, ordering: .relaxed)
         for future in finished { try await future.get() }
+        let answered = counters.answered.load(ordering: .relaxed)
         try await group.shutdownGracefully()
 
         let secondsElapsed = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let rate = Double(answered) / secondsElapsed
         let failed = counters.failed.load(ordering: .relaxed)
-        let latency = Percentiles(counters.latencies.withLock { $0 })
+        let latency = counters.latencies.withLock { Percentiles($0) }
         let cpuPerRequest = serverCPU.flatMap { answered > 0 ? Double(Int(($0 / Double(answered) * 1e8).rounded())) / 100 : nil }
         if json {
             var result: [String: JSONValue] = [

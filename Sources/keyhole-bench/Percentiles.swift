@@ -1,28 +1,30 @@
+import Histogram
 import KeyholeProtocol
 
-/// Latency percentiles of a run, in microseconds (depth 1: each request's time to its answer).
+/// Latency percentiles of a run, in microseconds: each request's time from being sent to its answer.
 struct Percentiles: CustomStringConvertible {
-    let count: Int
-    let p50: UInt32
-    let p90: UInt32
-    let p99: UInt32
-    let p999: UInt32
-    let max: UInt32
+    let count: UInt64
+    let p50: UInt64
+    let p90: UInt64
+    let p99: UInt64
+    let p999: UInt64
+    let max: UInt64
 
-    /// `nil` for no samples.
-    init?(_ samples: [UInt32]) {
-        guard !samples.isEmpty else { return nil }
-        let sorted = samples.sorted()
-        // Nearest rank: the smallest sample with at least that share of samples at or below it.
-        func rank(_ share: Double) -> UInt32 {
-            sorted[Swift.max(0, Swift.min(sorted.count - 1, Int((share * Double(sorted.count)).rounded(.up)) - 1))]
-        }
-        count = sorted.count
-        p50 = rank(0.5)
-        p90 = rank(0.9)
-        p99 = rank(0.99)
-        p999 = rank(0.999)
-        max = sorted[sorted.count - 1]
+    /// A histogram as `load` records latencies in: microseconds, three significant digits (values
+    /// within 0.1 % of each other share a bucket), up to a minute (longer waits count as a minute).
+    static func histogram() -> Histogram<UInt64> {
+        Histogram(highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: .three)
+    }
+
+    /// `nil` for an empty histogram.
+    init?(_ histogram: Histogram<UInt64>) {
+        guard histogram.totalCount > 0 else { return nil }
+        count = histogram.totalCount
+        p50 = histogram.valueAtPercentile(50)
+        p90 = histogram.valueAtPercentile(90)
+        p99 = histogram.valueAtPercentile(99)
+        p999 = histogram.valueAtPercentile(99.9)
+        max = histogram.max
     }
 
     var json: JSONValue {

@@ -1,9 +1,11 @@
+import Histogram
 import KeyholeProtocol
 import NIOCore
 import Synchronization
 
 /// Counters shared by every connection of a run.
 final class LoadCounters: Sendable {
+    /// Successful answers while measuring (after warm-up, before the stop).
     let answered = Atomic<Int>(0)
     let failed = Atomic<Int>(0)
     let stopped = Atomic<Bool>(false)
@@ -11,8 +13,8 @@ final class LoadCounters: Sendable {
     let measuring = Atomic<Bool>(false)
     /// The next request of the cycle, shared by every connection.
     let next = Atomic<Int>(0)
-    /// Each connection's latencies in microseconds, handed over when it closes (depth 1 only).
-    let latencies = Mutex<[UInt32]>([])
+    /// Every connection's latencies in microseconds, added in when it closes.
+    let latencies = Mutex(Percentiles.histogram())
 }
 
 /// Keeps `depth` requests in flight on one connection: each answer read is replaced by a new request,
@@ -32,9 +34,12 @@ final class PingLoadHandler: ChannelInboundHandler {
     private var redis: RESPReplyReader?
     private var outstanding = 0
     private var toSend = 0
-    /// At depth 1: when the request in flight was sent, its latency is the time to its answer.
+    /// When each request in flight was sent, oldest first: an answer is matched to the oldest, as
+    /// keyholed answers a connection's requests in order when they take alike (and Redis always).
+    private var sentTimes = CircularBuffer<NIODeadline>()
+    /// When the last request was sent (for pacing).
     private var sentAt: NIODeadline?
-    private var latencies: [UInt32] = []
+    private var latencies = Percentiles.histogram()
     /// At depth 1, at most one request per this long (an open-ended client otherwise).
     private let interval: TimeAmount?
     private var paced = false
@@ -72,11 +77,14 @@ final class PingLoadHandler: ChannelInboundHandler {
         do {
             while let succeeded = try nextReply() {
                 outstanding -= 1
-                if let sent = sentAt, counters.measuring.load(ordering: .relaxed), !counters.stopped.load(ordering: .relaxed) {
-                    latencies.append(UInt32(clamping: (NIODeadline.now() - sent).nanoseconds / 1000))
-                }
+                let sent = sentTimes.popFirst()
+                // Answers are counted where their latency is taken, so that the two always agree.
+                let measured = counters.measuring.load(ordering: .relaxed) && !counters.stopped.load(ordering: .relaxed)
                 if succeeded {
-                    counters.answered.add(1, ordering: .relaxed)
+                    if measured {
+                        counters.answered.add(1, ordering: .relaxed)
+                        if let sent { _ = latencies.record(UInt64(min(60_000_000, max(0, (NIODeadline.now() - sent).nanoseconds / 1000)))) }
+                    }
                 } else {
                     counters.failed.add(1, ordering: .relaxed)
                 }
@@ -103,9 +111,9 @@ final class PingLoadHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        if !latencies.isEmpty {
+        if latencies.totalCount > 0 {
             let mine = latencies
-            counters.latencies.withLock { $0 += mine }
+            counters.latencies.withLock { $0.add(mine) }
         }
         finished.succeed()
     }
@@ -131,8 +139,10 @@ final class PingLoadHandler: ChannelInboundHandler {
             for index in first..<(first + toSend) { batch.writeImmutableBuffer(frames[index % frames.count]) }
         }
         outstanding += toSend
+        let now = NIODeadline.now()
+        for _ in 0..<toSend { sentTimes.append(now) }
         toSend = 0
-        if depth == 1 { sentAt = .now() }
+        sentAt = now
         context.writeAndFlush(wrapOutboundOut(batch), promise: nil)
     }
 }
