@@ -21,7 +21,7 @@ SANITIZER_JOBS ?= -j 1
 # tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps build build-debug run test test-python test-swift deb clean fuzz fuzz-build test-asan test-tsan
+.PHONY: all deps build build-debug run test test-python test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
 
 all: build
 
@@ -65,6 +65,19 @@ test-python: build-debug
 
 test-swift: build-debug
 	$(SWIFT) test --skip-build
+
+## bench: release build, then keyholed next to Redis (appendfsync always), PyJWT and OpenSSL through one
+## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Installs redis-server,
+## PyJWT and cryptography when missing. BENCH_ARGS passes options (--seconds 5, --skip-million).
+BENCH_ARGS ?=
+bench: build
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "make bench: installing redis-server"; \
+	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; \
+	  $$sudo systemctl disable --now redis-server >/dev/null 2>&1 || true; }
+	@python3 -c 'import jwt, cryptography' 2>/dev/null || { echo "make bench: installing PyJWT and cryptography"; python3 -m pip install --quiet pyjwt cryptography; }
+	python3 Scripts/bench.py $(BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
 ## runtime linked in, so that it needs only Debian's own packages.
