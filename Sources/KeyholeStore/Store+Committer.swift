@@ -84,10 +84,12 @@ extension Store {
                 if state.stopping { return .stop }
                 state.committerWaiting = true
                 state.committerBusySince = nil
+                // Woken by changes; else once per quietWriteDelay, for touches queued without a wake-up.
+                var wait = configuration.quietWriteDelay
                 if unsynced, case .batch(let interval) = configuration.durability {
-                    return .wait(seconds: Self.seconds(max(.zero, lastSync + interval - now)))
+                    wait = min(wait, max(.zero, lastSync + interval - now))
                 }
-                return .wait(seconds: nil)
+                return .wait(seconds: Self.seconds(wait))
             }
             if case .wait(let seconds) = step {
                 writerLock.unlock()

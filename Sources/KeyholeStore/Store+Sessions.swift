@@ -33,19 +33,16 @@ extension Store {
     /// its idle deadline); `nil` for an unknown, revoked or expired session alike.
     public func session(token: String, now: Int64) -> (session: Session, user: User?)? {
         guard let (id, check) = SessionToken.digest(token) else { return nil }
-        let (found, ring) = state.withLock { state -> ((Session, User?)?, Bool) in
+        return state.withLock { state -> (Session, User?)? in
             guard let slot = state.tables.slot(of: id, check: check), !state.tables.isExpired(slot, now: now) else {
-                return (nil, false)
+                return nil
             }
             var undo: [StoreTables.Undo]? = []
-            var ring = false
             if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
-                ring = state.queueQuietly([touch], undo: undo ?? [])
+                state.queueQuietly([touch], undo: undo ?? [])
             }
-            return ((state.tables.session(at: slot), state.tables.user(ofSession: slot)), ring)
+            return (state.tables.session(at: slot), state.tables.user(ofSession: slot))
         }
-        if ring { ringDoorbell() }
-        return found
     }
 
     /// Revokes the session `token` names; `false` when there is no live one (unknown, revoked and

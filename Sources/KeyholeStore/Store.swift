@@ -33,6 +33,11 @@ public final class Store: Sendable {
         public var segmentBytes = 64 << 20
         /// A session's last use is logged at most this often (seconds).
         public var touchInterval: Int64 = 60
+        /// Touches (records nobody waits for) go to disk with the next change's commit, or with the
+        /// committer's own pass at most this long after they queue: a read is not worth a wake-up, a
+        /// write and a sync of its own, and a touch lost in a crash only makes a session look idle
+        /// a little sooner.
+        public var quietWriteDelay: Duration = .seconds(1)
         /// While storage fails, a probe write is tried this often.
         public var retryInterval: Duration = .seconds(1)
         /// A snapshot is taken when the log on disk reaches this size (`nil`: only when asked for).
@@ -256,11 +261,12 @@ extension Store.State {
         return committerWaiting ? .committer : .nobody
     }
 
-    /// Queues records nobody waits for (touches); skipped while writes are refused. Returns whether the
-    /// committer must be woken.
-    mutating func queueQuietly(_ records: [StoreRecord], undo: [StoreTables.Undo]) -> Bool {
-        guard failure == nil, !stopping else { return false }
-        return queue(records, undo: undo)
+    /// Queues records nobody waits for (touches), waking nobody (see `quietWriteDelay`); skipped while
+    /// writes are refused.
+    mutating func queueQuietly(_ records: [StoreRecord], undo: [StoreTables.Undo]) {
+        guard failure == nil, !stopping else { return }
+        pendingUndo += undo
+        for record in records { enqueue(record) }
     }
 
     /// Encodes `record` as the record with the next LSN (WAL.md, "Records") onto the pending bytes.
