@@ -77,6 +77,15 @@ struct InlineCommitTests {
         }
     }
 
+    /// The defaults, but for the committer's timed pass (for touches; these tests make none) put off
+    /// for an hour: a pass between a change and the test's run of the loop's commit would take the
+    /// change itself.
+    static func quiet() -> Store.Configuration {
+        var configuration = Store.Configuration()
+        configuration.quietWriteDelay = .seconds(3600)
+        return configuration
+    }
+
     /// Waits until the committer thread waits for work: before that, its first pass (or the one after
     /// a probe) may take a queued change itself, which is right but not what a test means to see.
     func committerIdle(_ store: Store) async throws {
@@ -100,7 +109,7 @@ struct InlineCommitTests {
     func committedByTheLoop() async throws {
         let directory = try TemporaryStateDirectory()
         defer { directory.cleanUp() }
-        let running = try RunningStore(directory, now: now)
+        let running = try RunningStore(directory, configuration: Self.quiet(), now: now)
         let loop = HeldCommits()
         running.store.commitInline(using: loop.scheduler)
         try await committerIdle(running.store)
@@ -167,7 +176,7 @@ struct InlineCommitTests {
     func slowSyncsPause() async throws {
         let directory = try TemporaryStateDirectory()
         defer { directory.cleanUp() }
-        var configuration = Store.Configuration()
+        var configuration = Self.quiet()
         // Every sync is slower than a nanosecond: the first inline commit pauses inline commits.
         configuration.inlineSyncLimit = .nanoseconds(1)
         configuration.inlinePause = .seconds(3600)
@@ -205,7 +214,7 @@ struct InlineCommitTests {
         // Each sync of the log records whether a snapshot was being written then.
         let seen = Flags()
         let box = StoreBox()
-        var configuration = Store.Configuration()
+        var configuration = Self.quiet()
         configuration.syncData = { fd, _ in
             if let store = box.store { seen.append(store.state.withLock { $0.snapshotWriting }) }
             return fdatasync(fd) == 0
@@ -243,7 +252,7 @@ struct InlineCommitTests {
         let directory = try TemporaryStateDirectory()
         defer { directory.cleanUp() }
         let failing = Mutex(false)
-        var configuration = Store.Configuration()
+        var configuration = Self.quiet()
         configuration.retryInterval = .milliseconds(10)
         configuration.syncData = { fd, _ in
             if failing.withLock({ $0 }) {
