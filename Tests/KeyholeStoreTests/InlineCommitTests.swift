@@ -86,19 +86,6 @@ struct InlineCommitTests {
         return configuration
     }
 
-    /// Waits until the committer thread waits for work: before that, its first pass (or the one after
-    /// a probe) may take a queued change itself, which is right but not what a test means to see.
-    func committerIdle(_ store: Store) async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !store.state.withLock({ $0.committerWaiting && $0.committerBusySince == nil }) {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("the committer never went idle")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(1))
-        }
-    }
-
     func create(_ store: Store, _ sub: String, _ completion: @escaping Store.Completion) throws -> String {
         try store.createSession(
             for: Principal(issuer: "local", sub: sub), now: now, ttl: 3600, idle: 3600, data: nil, completion: completion

@@ -1,6 +1,7 @@
 import Foundation
 import KeyholeTestSupport
 import Logging
+import Testing
 @testable import KeyholeStore
 
 /// A state directory under /tmp, removed by `cleanUp`.
@@ -82,4 +83,17 @@ func durably<R: Sendable>(_ body: (@escaping Store.Completion) throws(StoreError
         return result
     }
     throw StoreError.io("the completion never ran")
+}
+
+/// Waits until `store`'s committer thread waits for work: before that, its first pass (or the one
+/// after a probe) may take a queued change itself, which is right but not what a test means to see.
+func committerIdle(_ store: Store) async throws {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while !store.state.withLock({ $0.committerWaiting && $0.committerBusySince == nil }) {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("the committer never went idle")
+            return
+        }
+        try await Task.sleep(for: .milliseconds(1))
+    }
 }

@@ -11,17 +11,6 @@ struct TouchWriteTests {
     let now: Int64 = 1_800_000_000
     static let alice = Principal(issuer: "local", sub: "alice")
 
-    func idle(_ store: Store) async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !store.state.withLock({ $0.committerWaiting && $0.committerBusySince == nil }) {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("the committer never went idle")
-                return
-            }
-            try await Task.sleep(for: .milliseconds(1))
-        }
-    }
-
     @Test("a touch waits for the next change, which carries it in its own sync; both survive a restart")
     func carriedByTheNextChange() async throws {
         let directory = try TemporaryStateDirectory()
@@ -32,7 +21,7 @@ struct TouchWriteTests {
         let (token, _) = try await durably { done throws(StoreError) in
             try running.store.createSession(for: Self.alice, now: now, ttl: 86_400, idle: 3600, data: nil, completion: done)
         }
-        try await idle(running.store)
+        try await committerIdle(running.store)
         let before = running.store.statistics
         // A minute later: the read logs a touch, and nobody is woken to write it.
         #expect(running.store.session(token: token, now: now + 61) != nil)
