@@ -23,6 +23,7 @@ def main():
     parser.add_argument("--count", type=int, default=10000)
     parser.add_argument("--users", type=int, default=0, help="distinct subjects (default: one per session)")
     parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--issuer", help="the sessions' issuer (needed when keyholed has several)")
     parser.add_argument("--out")
     args = parser.parse_args()
     users = args.users or args.count
@@ -32,7 +33,7 @@ def main():
     def work(start):
         for n in range(start, args.count, args.threads):
             sub = "001234.%032x.%04d" % (n % users, n % 10000)
-            tokens[n] = client.create_session(sub)["session"]
+            tokens[n] = client.create_session(sub, issuer=args.issuer)["session"]
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(args.threads)]
     for thread in threads:
