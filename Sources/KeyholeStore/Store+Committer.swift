@@ -7,12 +7,19 @@ import Darwin
 #endif
 
 extension Store {
-    /// Records taken from the queue to be written together (their bytes are swapped into the
-    /// committer's own buffer, so the two buffers alternate without allocating).
+    /// Records taken from the queue to be written together; their bytes are in `scratch.bytes`.
     struct Batch {
         var count: Int
         var undo: [StoreTables.Undo]
         var waiters: [Completion]
+    }
+
+    /// The buffers a batch is swapped into: the last batch's, emptied, go back to the queue in its
+    /// place, so that queueing allocates only when a batch outgrows every earlier one.
+    struct Scratch {
+        var bytes: [UInt8] = []
+        var undo: [StoreTables.Undo] = []
+        var waiters: [Completion] = []
     }
 
     typealias CutWaiter = @Sendable (Result<(sequence: UInt64, firstLSN: UInt64), StoreError>) -> Void
@@ -21,7 +28,7 @@ extension Store {
         case write(Batch)
         case cut([CutWaiter])
         case probe
-        case wait(seconds: Double?)
+        case wait(seconds: Double)
         case stop
     }
 
@@ -42,18 +49,9 @@ extension Store {
     }
 
     private func commitLoop(logger: Logger) {
-        var spare: [UInt8] = []
-        // The last batch's arrays, emptied and swapped back in, so that queueing allocates only
-        // when a batch outgrows every earlier one.
-        var spareUndo: [StoreTables.Undo] = []
-        var spareWaiters: [Completion] = []
         var lastSync = ContinuousClock.now
         var unsynced = false
         while true {
-            // The last step's batch is gone by now, so these arrays are uniquely held and keep
-            // their storage.
-            spareUndo.removeAll(keepingCapacity: true)
-            spareWaiters.removeAll(keepingCapacity: true)
             // Held for the whole step (but released to wait): an inline commit must not take a later
             // batch and write it before this one.
             writerLock.lock()
@@ -73,14 +71,7 @@ extension Store {
                     defer { state.cutWaiters = [] }
                     return .cut(state.cutWaiters)
                 }
-                if state.pendingCount > 0 {
-                    swap(&spare, &state.pending)
-                    swap(&spareUndo, &state.pendingUndo)
-                    swap(&spareWaiters, &state.pendingWaiters)
-                    let batch = Batch(count: state.pendingCount, undo: spareUndo, waiters: spareWaiters)
-                    state.pendingCount = 0
-                    return .write(batch)
-                }
+                if let batch = state.takeBatch(into: &scratch) { return .write(batch) }
                 if state.stopping { return .stop }
                 state.committerWaiting = true
                 state.committerBusySince = nil
@@ -93,12 +84,7 @@ extension Store {
             }
             if case .wait(let seconds) = step {
                 writerLock.unlock()
-                if let seconds {
-                    if doorbell.lock(whenValue: 1, timeoutSeconds: seconds) { doorbell.unlock(withValue: 0) }
-                } else {
-                    doorbell.lock(whenValue: 1)
-                    doorbell.unlock(withValue: 0)
-                }
+                if doorbell.lock(whenValue: 1, timeoutSeconds: seconds) { doorbell.unlock(withValue: 0) }
                 continue
             }
             // Callers are told once the lock is released (defers run last first): an event loop waiting
@@ -108,9 +94,8 @@ extension Store {
             defer { writerLock.unlock() }
             switch step {
             case .write(let batch):
-                defer { spare.removeAll(keepingCapacity: true) }
                 do throws(StoreError) {
-                    try writer.append(encoded: spare, count: batch.count)
+                    try writer.append(encoded: scratch.bytes, count: batch.count)
                     if configuration.durability == .always {
                         try writer.sync()
                         lastSync = ContinuousClock.now
@@ -122,12 +107,7 @@ extension Store {
                     continue
                 }
                 let signal = state.withLock { state in
-                    state.counters.records += batch.count
-                    state.counters.walBytes += spare.count
-                    if configuration.durability == .always {
-                        state.counters.syncs += 1
-                        state.counters.syncedRecords += batch.count
-                    }
+                    state.countWritten(batch.count, bytes: scratch.bytes.count, synced: configuration.durability == .always)
                     return state.signalSnapshotIfDue(configuration)
                 }
                 if signal { snapshotSignal.yield() }
@@ -231,10 +211,7 @@ extension Store {
         }
         let (since, signal) = state.withLock { state -> (Int64?, Bool) in
             state.failure = nil
-            state.counters.records += 1
-            state.counters.syncs += 1
-            state.counters.syncedRecords += 1
-            state.counters.walBytes += bytes.count
+            state.countWritten(1, bytes: bytes.count, synced: true)
             // Acknowledged changes a failed sync may have lost go to disk again, in a snapshot.
             return (state.failedAt, state.signalSnapshotIfDue(configuration))
         }
@@ -252,5 +229,32 @@ extension Store {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         return Int64(now.tv_sec)
+    }
+}
+
+extension Store.State {
+    /// Moves what is queued into `scratch` (whose emptied buffers take its place in the queue), as a
+    /// batch; nil when nothing is queued. Under `writerLock`.
+    mutating func takeBatch(into scratch: inout Store.Scratch) -> Store.Batch? {
+        guard pendingCount > 0 else { return nil }
+        // The last batch is gone by now, so these are uniquely held and keep their storage.
+        scratch.bytes.removeAll(keepingCapacity: true)
+        scratch.undo.removeAll(keepingCapacity: true)
+        scratch.waiters.removeAll(keepingCapacity: true)
+        swap(&scratch.bytes, &pending)
+        swap(&scratch.undo, &pendingUndo)
+        swap(&scratch.waiters, &pendingWaiters)
+        defer { pendingCount = 0 }
+        return Store.Batch(count: pendingCount, undo: scratch.undo, waiters: scratch.waiters)
+    }
+
+    /// Counts `records` written to the log in `bytes`, and one sync for them when `synced`.
+    mutating func countWritten(_ records: Int, bytes: Int, synced: Bool) {
+        counters.records += records
+        counters.walBytes += bytes
+        if synced {
+            counters.syncs += 1
+            counters.syncedRecords += records
+        }
     }
 }

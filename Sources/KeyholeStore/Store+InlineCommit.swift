@@ -23,19 +23,13 @@ extension Store {
 
     /// Writes and syncs what is queued, on the calling thread, and completes those changes.
     func commitInline() {
-        var bytes: [UInt8] = []
         // From before the lock: waiting behind another writer stalls the loop just the same.
         let started = ContinuousClock.now
         writerLock.lock()
         let batch = state.withLock { state -> Batch? in
             state.inlineScheduled = false
             // Failing storage took back and failed what was queued; the committer probes.
-            guard state.failure == nil, state.pendingCount > 0 else { return nil }
-            swap(&bytes, &state.pending)
-            let batch = Batch(count: state.pendingCount, undo: state.pendingUndo, waiters: state.pendingWaiters)
-            state.pendingCount = 0
-            state.pendingUndo = []
-            state.pendingWaiters = []
+            guard state.failure == nil, let batch = state.takeBatch(into: &scratch) else { return nil }
             state.committerBusySince = started
             return batch
         }
@@ -44,7 +38,7 @@ extension Store {
             return
         }
         do throws(StoreError) {
-            try writer.append(encoded: bytes, count: batch.count)
+            try writer.append(encoded: scratch.bytes, count: batch.count)
             try writer.sync()
         } catch {
             let logger = state.withLock { $0.logger } ?? Logger(label: "keyhole.store")
@@ -59,10 +53,7 @@ extension Store {
         let finished = ContinuousClock.now
         let (signal, slow) = state.withLock { state -> (Bool, (logger: Logger?, average: Double)?) in
             state.committerBusySince = nil
-            state.counters.records += batch.count
-            state.counters.walBytes += bytes.count
-            state.counters.syncs += 1
-            state.counters.syncedRecords += batch.count
+            state.countWritten(batch.count, bytes: scratch.bytes.count, synced: true)
             state.counters.inlineSyncs += 1
             var slow: (logger: Logger?, average: Double)?
             // An average, so that the odd sync of a few ms (now and then on most disks) does not

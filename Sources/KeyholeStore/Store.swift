@@ -135,6 +135,8 @@ public final class Store: Sendable {
     /// its batch. A batch is taken from the queue only under it, so batches reach the log in LSN order.
     /// Taken before `state`, never inside it.
     let writerLock = NIOLock()
+    /// Where batches are taken to (see `Scratch`); used under `writerLock` only.
+    nonisolated(unsafe) var scratch = Scratch()
     let lock: StateDirectoryLock
     let walDirectory: WALDirectory
     let snapshots: SnapshotDirectory
@@ -228,20 +230,6 @@ public final class Store: Sendable {
 }
 
 extension Store.State {
-    /// Queues `records` and their undo entries; returns whether the committer waits and must be woken.
-    mutating func queue(_ records: [StoreRecord], undo: [StoreTables.Undo]) -> Bool {
-        pendingUndo += undo
-        return queue(records)
-    }
-
-    /// Queues `records` whose undo entries are already queued; returns whether the committer waits
-    /// and must be woken.
-    mutating func queue(_ records: [StoreRecord]) -> Bool {
-        for record in records { enqueue(record) }
-        defer { committerWaiting = false }
-        return committerWaiting
-    }
-
     /// Queues a change's records (their undo entries and completion are queued already); says who
     /// must be woken to commit them: an inline commit on the changing thread's event loop when one can
     /// be scheduled (one at a time: it takes all that queued by then), else the committer if it waits.
