@@ -31,6 +31,9 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
     public let fingerprint: [UInt8]
     /// Immutable after init; OpenSSL allows concurrent verifications with one key and separate contexts.
     nonisolated(unsafe) private let pkey: OpaquePointer
+    /// A verification context per algorithm this key permits, made once here so that a check copies one
+    /// instead of setting one up (see `Signature`). Only ever read; freed with the key.
+    nonisolated(unsafe) private let prepared: [(algorithm: JWSAlgorithm, context: OpaquePointer)]
 
     /// The smallest RSA modulus accepted.
     public static let minimumRSABits = 2048
@@ -75,9 +78,18 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
         case let other:
             throw .keyInvalid("unsupported key type \(other.map { "'\($0.prefix(16))'" } ?? "(none)")")
         }
+        prepared = JWSAlgorithm.allCases.compactMap { [pkey, kind, declaredAlgorithm, use, keyOperations] algorithm in
+            guard Self.permits(algorithm, kind: kind, declaredAlgorithm: declaredAlgorithm, use: use, keyOperations: keyOperations),
+                let context = Signature.prepare(pkey: pkey, algorithm: algorithm)
+            else { return nil }
+            return (algorithm, context)
+        }
     }
 
-    deinit { EVP_PKEY_free(pkey) }
+    deinit {
+        for entry in prepared { EVP_PKEY_CTX_free(entry.context) }
+        EVP_PKEY_free(pkey)
+    }
 
     /// `RSA-2048 kid=...` and the like, for logs: never key material.
     public var description: String {
@@ -93,14 +105,20 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
     /// Whether this key may verify a signature made with `algorithm`: the key type and curve fit, and
     /// the JWK's `alg`, `use` ("sig") and `key_ops` ("verify") allow it.
     public func permits(_ algorithm: JWSAlgorithm) -> Bool {
-        guard fits(algorithm) else { return false }
+        Self.permits(algorithm, kind: kind, declaredAlgorithm: declaredAlgorithm, use: use, keyOperations: keyOperations)
+    }
+
+    private static func permits(
+        _ algorithm: JWSAlgorithm, kind: Kind, declaredAlgorithm: String?, use: String?, keyOperations: [String]?
+    ) -> Bool {
+        guard fits(algorithm, kind: kind) else { return false }
         if let declaredAlgorithm, declaredAlgorithm != algorithm.rawValue { return false }
         if let use, use != "sig" { return false }
         if let keyOperations, !keyOperations.contains("verify") { return false }
         return true
     }
 
-    private func fits(_ algorithm: JWSAlgorithm) -> Bool {
+    private static func fits(_ algorithm: JWSAlgorithm, kind: Kind) -> Bool {
         switch (kind, algorithm) {
         case (.rsa, .rs256), (.rsa, .rs384), (.rsa, .rs512), (.rsa, .ps256), (.rsa, .ps384), (.rsa, .ps512): true
         case (.ecP256, .es256), (.ecP384, .es384), (.ed25519, .edDSA): true
@@ -120,6 +138,9 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
             signature = der
         default:
             break
+        }
+        for entry in prepared where entry.algorithm == algorithm {
+            return Signature.verify(prepared: entry.context, algorithm: algorithm, signature: signature, message: message)
         }
         return Signature.verify(pkey: pkey, algorithm: algorithm, signature: signature, message: message)
     }

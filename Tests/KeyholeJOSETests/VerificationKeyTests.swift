@@ -1,5 +1,7 @@
+import Dispatch
 import KeyholeJOSE
 import KeyholeProtocol
+import Synchronization
 import Testing
 
 @Suite("VerificationKey from JWK")
@@ -82,5 +84,31 @@ struct VerificationKeyTests {
         #expect(other.keys[0].fingerprint != set.keys[0].fingerprint)
         #expect(other.reusingKeys(of: set).keys[0] !== set.keys[0])
         #expect(JWKSet(keys: [set.keys[1]]).reusingKeys(of: set).keys[0] === set.keys[0])
+    }
+
+    /// Checks copy a verification context the key prepared once; threads share the key, never a copy.
+    @Test("one key verifies on several threads at once, each check with its own context")
+    func concurrentChecks() throws {
+        let signer = SigningKey()
+        let key = try VerificationKey(jwk: signer.publicJWK())
+        let messages = (0..<16).map { Array("message \($0)".utf8) }
+        let signatures = try messages.map { message throws(JOSEError) in try signer.sign(message) }
+        let wrong = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            var mistakes = 0
+            for round in 0..<50 {
+                for (index, message) in messages.enumerated() {
+                    // Every other check pairs a message with another message's signature: it must fail.
+                    let forged = (round + thread + index) % 2 == 1
+                    let signature = signatures[forged ? (index + 1) % messages.count : index]
+                    if key.verify(signature: signature, message: message, algorithm: .es256) == forged { mistakes += 1 }
+                }
+            }
+            wrong.withLock { $0 += mistakes }
+        }
+        #expect(wrong.withLock { $0 } == 0)
+        // The key still checks after all that: no context was used up or left in a failed state.
+        #expect(key.verify(signature: signatures[0], message: messages[0], algorithm: .es256))
+        #expect(!key.verify(signature: signatures[1], message: messages[0], algorithm: .es256))
     }
 }
