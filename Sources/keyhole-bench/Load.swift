@@ -23,14 +23,22 @@ struct Load: AsyncParsableCommand {
     var args: String?
 
     @Option(help: ArgumentHelp(
-        "A file of tokens, one per line: each request is token.verify of the next one, in one cycle shared by all connections.",
-        discussion: "With more tokens than keyholed's [tokens] cache_entries, every request misses the cache."))
+        "A file of identity tokens, one per line: each request is token.verify of the next one, in one cycle shared by all connections.",
+        discussion: """
+            With more tokens than keyholed's [tokens] cache_entries, every request misses the cache. With --op apple.sign_in, \
+            each request signs in with the next token (as identity_token, without a code) instead.
+            """))
     var tokens: String?
 
     @Option(help: ArgumentHelp(
         "A file of session tokens, one per line: each request is session.get of the next one, in one cycle shared by all connections.",
         discussion: "Scripts/make-bench-sessions.py makes one."))
     var sessions: String?
+
+    @Option(help: ArgumentHelp(
+        "Cycle the requests over this many subjects: --args's sub (default \"bench\") followed by -0, -1, ...",
+        discussion: "For session.create in long runs: one subject's session list grows with every request, as no real site's does."))
+    var subjects: Int?
 
     @Flag(help: ArgumentHelp(
         "The socket is a Redis server's: send --op GET or SET (keys kh:0, kh:1, ...) through the same client, for a comparison on equal terms.",
@@ -132,9 +140,19 @@ struct Load: AsyncParsableCommand {
             throw ValidationError("--args must be a JSON object")
         }
         if tokens != nil && sessions != nil { throw ValidationError("--tokens and --sessions exclude each other") }
+        if tokens != nil, !["ping", "token.verify", "apple.sign_in"].contains(op) {
+            throw ValidationError("--tokens sends token.verify or, with --op apple.sign_in, apple.sign_in")
+        }
+        if let subjects {
+            guard subjects >= 1, subjects <= 10_000_000 else { throw ValidationError("--subjects must be from 1 to 10000000") }
+            guard tokens == nil, sessions == nil else { throw ValidationError("--subjects excludes --tokens and --sessions") }
+            if let sub = arguments["sub"], case .string = sub {} else if arguments["sub"] != nil {
+                throw ValidationError("--subjects needs --args's sub to be a string")
+            }
+        }
         if redis {
-            guard tokens == nil, sessions == nil, args == nil else {
-                throw ValidationError("--redis takes neither --tokens, --sessions nor --args")
+            guard tokens == nil, sessions == nil, args == nil, subjects == nil else {
+                throw ValidationError("--redis takes neither --tokens, --sessions, --args nor --subjects")
             }
             guard ["GET", "SET"].contains(op.uppercased()) else { throw ValidationError("--redis sends --op GET or SET") }
             guard keys >= 1, valueBytes >= 1 else { throw ValidationError("--keys and --value-bytes must be positive") }
@@ -151,15 +169,24 @@ struct Load: AsyncParsableCommand {
     func run() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let counters = LoadCounters()
+        // --op's default (ping) with --tokens means token.verify.
+        let tokenOp = op == "apple.sign_in" ? op : "token.verify"
         let requests = try tokens.map(Self.readTokens)?.map { token in
             var args = arguments
-            args["token"] = .string(token)
-            return Request(id: .int(1), op: "token.verify", args: args)
+            args[tokenOp == "apple.sign_in" ? "identity_token" : "token"] = .string(token)
+            return Request(id: .int(1), op: tokenOp, args: args)
         } ?? sessions.map(Self.readTokens)?.map { session in
             Request(id: .int(1), op: "session.get", args: ["session": .string(session)])
+        } ?? subjects.map { count in
+            var args = arguments
+            let base = if case .string(let sub)? = args["sub"] { sub } else { "bench" }
+            return (0..<count).map { n in
+                args["sub"] = .string("\(base)-\(n)")
+                return Request(id: .int(1), op: self.op, args: args)
+            }
         } ?? [Request(id: .int(1), op: op, args: arguments)]
         let frames = redis ? redisCommands() : PingLoadHandler.frames(requests)
-        let op = redis ? "redis " + op.uppercased() : tokens != nil ? "token.verify" : sessions != nil ? "session.get" : op
+        let op = redis ? "redis " + op.uppercased() : tokens != nil ? tokenOp : sessions != nil ? "session.get" : op
         var finished: [EventLoopFuture<Void>] = []
         for _ in 0..<connections {
             let promise = group.next().makePromise(of: Void.self)

@@ -41,15 +41,75 @@ struct BenchLoadEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
-    @Test("session.create at depth 1 with fsync always: one sample per answer")
+    @Test("session.create at depth 1 with fsync always over three subjects: one sample per answer, sessions spread")
     func durableWrites() async throws {
         let daemon = try DaemonProcess.start(config: "[storage]\nfsync = \"always\"\n")
         let result = try await Self.load([
-            "--socket", daemon.socketPath, "--op", "session.create", "--args", #"{"sub":"bench"}"#, "--connections", "4",
+            "--socket", daemon.socketPath, "--op", "session.create", "--args", #"{"sub":"bench"}"#, "--subjects", "3",
+            "--connections", "4", "--depth", "1", "--seconds", "1", "--warmup", "0",
+        ])
+        try Self.checkLatency(result)
+        // --subjects cycles bench-0, bench-1, bench-2 across all connections. Requests answered before the
+        // measurement starts or still in flight at its end are stored but not counted.
+        let connection = try RawConnection(path: daemon.socketPath)
+        let counts = try (0..<4).map { n in
+            try connection.result("session.list", ["sub": .string(n < 3 ? "bench-\(n)" : "bench")])["sessions"]?.arrayValue?.count ?? -1
+        }
+        let answered = try #require(result["answered"]?.intValue)
+        #expect(counts[3] == 0)
+        #expect(counts[..<3].allSatisfy { abs($0 - counts[0]) <= 1 }, "\(counts)")
+        #expect(Int64(counts[..<3].reduce(0, +)) >= answered, "\(counts) for \(answered) answered")
+        #expect(try daemon.terminate() == 0)
+    }
+
+    @Test("apple.sign_in with --tokens: each token signs its user in, without a code, durably")
+    func appleSignIn() async throws {
+        let apple = try await FakeApple()
+        let daemon = try DaemonProcess.start(config: """
+            [[issuer]]
+            name = "apple"
+            preset = "apple"
+            jwks_uri = "\(apple.keySetURL)"
+            audiences = ["com.example.app"]
+            algorithms = ["ES256"]
+
+            [apple]
+
+            [storage]
+            fsync = "always"
+            """)
+        let subjects = (0..<3).map { "000\($0).bench.0001" }
+        let tokens = try DaemonProcess.makeDirectory().appendingPathComponent("tokens.txt")
+        try Data(subjects.map { apple.identityToken(sub: $0, audience: "com.example.app") + "\n" }.joined().utf8).write(to: tokens)
+        let result = try await Self.load([
+            "--socket", daemon.socketPath, "--op", "apple.sign_in", "--tokens", tokens.path, "--connections", "2",
             "--depth", "1", "--seconds", "1", "--warmup", "0",
         ])
         try Self.checkLatency(result)
+        #expect(result["op"] == "apple.sign_in")
+        let connection = try RawConnection(path: daemon.socketPath)
+        for sub in subjects {
+            let user = try connection.result("user.get", ["sub": .string(sub), "issuer": "apple"])
+            #expect(user["sub"]?.stringValue == sub)
+            // A sign-in makes a session each time: at least one per subject.
+            let sessions = try connection.result("session.list", ["sub": .string(sub), "issuer": "apple"])["sessions"]?.arrayValue
+            #expect((sessions?.count ?? 0) >= 1)
+        }
         #expect(try daemon.terminate() == 0)
+        try await apple.close()
+    }
+
+    @Test("--subjects wants a positive count, a string sub, and no Redis; --tokens only token.verify or apple.sign_in")
+    func badSubjects() async throws {
+        for (extra, complaint) in [
+            (["--subjects", "0"], "--subjects must be"), (["--subjects", "2", "--args", #"{"sub":5}"#], "sub to be a string"),
+            (["--subjects", "2", "--redis", "--op", "SET"], "--redis takes"),
+            (["--tokens", "/nonexistent", "--op", "session.create"], "--tokens sends"),
+        ] {
+            let run = try await ChildProcess.runOffPool([Self.bench, "load", "--socket", "/nonexistent"] + extra)
+            #expect(run.status == 64, "\(run.stderr)")
+            #expect(run.stderr.contains(complaint), "\(run.stderr)")
+        }
     }
 
     @Test("a negative or huge warm-up is refused")
