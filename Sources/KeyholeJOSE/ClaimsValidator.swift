@@ -31,7 +31,7 @@ public enum ClaimsValidator {
     ) throws(JOSEError) -> VerifiedToken {
         let value: JSONValue
         do {
-            value = try JSONValue.parse(ByteBuffer(bytes: payload))
+            value = try JSONValue.parse(bytes: payload)
         } catch {
             throw .malformed("payload: \(error.message)")
         }

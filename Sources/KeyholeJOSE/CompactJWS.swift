@@ -103,7 +103,7 @@ public struct CompactJWS: Sendable {
     private static func parseHeader(_ bytes: [UInt8]) throws(JOSEError) -> [String: JSONValue] {
         let value: JSONValue
         do {
-            value = try JSONValue.parse(ByteBuffer(bytes: bytes))
+            value = try JSONValue.parse(bytes: bytes)
         } catch {
             // The parser's message names the offset and the problem, never the header's content.
             throw .malformed("header: \(error.message)")

@@ -9,7 +9,16 @@ extension JSONValue {
     ///
     /// - Throws: `bad_request` naming what is wrong and its byte offset, without quoting the payload.
     public static func parse(_ bytes: ByteBuffer) throws(ProtocolError) -> JSONValue {
-        switch bytes.withUnsafeReadableBytes({ JSONParser.parseResult($0) }) {
+        try value(of: bytes.withUnsafeReadableBytes { JSONParser.parseResult($0) })
+    }
+
+    /// Parses one JSON text held in `bytes`, as `parse(_:)` does, reading them where they are.
+    public static func parse(bytes: [UInt8]) throws(ProtocolError) -> JSONValue {
+        try value(of: bytes.withUnsafeBytes { JSONParser.parseResult($0) })
+    }
+
+    private static func value(of result: Result<JSONValue, JSONParser.Failure>) throws(ProtocolError) -> JSONValue {
+        switch result {
         case .success(let value): return value
         case .failure(let failure): throw .badRequest(failure.message)
         }

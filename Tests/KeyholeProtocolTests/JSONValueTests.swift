@@ -60,4 +60,18 @@ struct JSONValueTests {
         #expect(String(buffer: buffer) == String(value))
         #expect(JSONValue.int(value).jsonText == String(value))
     }
+
+    @Test("parsing an array of bytes gives what parsing a ByteBuffer of them gives, refusals included")
+    func parseBytes() throws {
+        for text in [#"{"a":[1,2.5,"x"],"b":{"c":null}}"#, #"{"a":1,"a":2}"#, "[1,", #""\u00e9""#, ""] {
+            let fromBuffer = Result { () throws(ProtocolError) in try JSONValue.parse(ByteBuffer(string: text)) }
+            let fromBytes = Result { () throws(ProtocolError) in try JSONValue.parse(bytes: Array(text.utf8)) }
+            switch (fromBuffer, fromBytes) {
+            case (.success(let a), .success(let b)): #expect(a == b)
+            case (.failure(let a), .failure(let b)): #expect(a.message == b.message && a.code == b.code)
+            default: Issue.record("\(text): \(fromBuffer) against \(fromBytes)")
+            }
+        }
+        #expect(try JSONValue.parse(bytes: Array(#"{"k":"v"}"#.utf8)) == ["k": "v"])
+    }
 }
