@@ -14,6 +14,8 @@ depth 1 (each connection waits for its answer before asking again) and 1, 16 and
   preset "apple" (its key set a local file), each signing its user in (a user upsert and a session,
   both durable) after a full signature check.
 - PyJWT verifying the same RS256 tokens in-process; `openssl speed rsa2048 ecdsap256`.
+- keyhole-bench floor-server (SwiftNIO and the framing answering canned bytes), the least any
+  operation can cost, as a reference;
 - session.get paced at half its peak, for p99 at a steady load; start-up with 1 000 000 sessions
   (time and resident memory), unless --skip-million.
 - Head to head, for the goals that compare: --rounds rounds (default 5) of keyholed and Redis run
@@ -252,6 +254,7 @@ def main():
                "rounds": options.rounds, "runs": [], "notes": []}
     started = time.monotonic()
     servers = []
+    helpers = []  # redis-server and floor-server, ended on the way out whatever happened
     try:
         # Tokens: more distinct ones than the verified-token cache keeps, so the cycle never hits it.
         tokens_dir = os.path.join(directory, "tokens")
@@ -293,8 +296,15 @@ def main():
             ["redis-server", "--port", "0", "--unixsocket", redis_socket, "--dir", redis_dir, "--save", "",
              "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel", "warning"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        helpers.append(redis)
         wait_for_socket(redis_socket, redis)
         run(["redis-cli", "-s", redis_socket, "DEBUG", "POPULATE", "100000", "kh", "256"])
+        # SwiftNIO and keyholed's framing alone, answering canned bytes: the floor under every operation.
+        floor_socket = os.path.join(directory, "floor.sock")
+        floor = subprocess.Popen([os.path.join(RELEASE, "keyhole-bench"), "floor-server", "--socket", floor_socket],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        helpers.append(floor)
+        wait_for_socket(floor_socket, floor)
 
         def record(name, target, connections, result):
             result.update({"name": name, "target": target, "connections_run": connections})
@@ -321,6 +331,8 @@ def main():
                         os.path.join(apple_dir, "tokens.txt"), server_pid=pid))
             record("redis GET", "redis", connections,
                    load(redis_socket, options.seconds, connections, "--redis", "--op", "GET", server_pid=redis.pid))
+            record("floor (NIO and framing only)", "floor", connections,
+                   load(floor_socket, options.seconds, connections, server_pid=floor.pid))
             for policy, server in (("always", main_server), ("batch", others["batch"]), ("off", others["off"])):
                 record(f"session.create fsync={policy}", "keyholed", connections,
                        load(server.socket, options.seconds, connections, *CREATE_ARGS, server_pid=server.process.pid))
@@ -353,6 +365,8 @@ def main():
         results["head_to_head"] = head_to_head(options.rounds, cases)
         redis.send_signal(signal.SIGTERM)
         redis.wait(timeout=30)
+        floor.send_signal(signal.SIGTERM)
+        floor.wait(timeout=30)
         for server in servers:
             server.stop()
 
@@ -372,6 +386,10 @@ def main():
     finally:
         for server in servers:
             server.stop()
+        for helper in helpers:
+            if helper.poll() is None:
+                helper.kill()
+                helper.wait(timeout=30)
         shutil.rmtree(directory, ignore_errors=True)
     results["took_s"] = round(time.monotonic() - started)
     os.makedirs(os.path.dirname(os.path.abspath(options.out)), exist_ok=True)
@@ -463,6 +481,10 @@ def report(results):
         lines += ["", "RS256 verification, `keyhole-bench verify` (whole token, one thread) and `openssl speed -seconds 2 rsa2048` "
                   "(verify) back to back, µs: " + ", ".join(
                       f"{p['keyhole_us']} / {p['openssl_us']} = {p['ratio']:.2f}" for p in results["verify_rounds"]) + "."]
+    history = os.path.join(ROOT, "Scripts", "bench-history.md")
+    if os.path.exists(history):
+        with open(history) as file:
+            lines += ["", file.read().rstrip()]
     lines += ["", "## Reference points", ""]
     if results.get("verify_us"):
         lines.append(f"- `keyhole-bench verify` (keyholed's verification code, one thread): RS256 {results['verify_us']} µs, "
