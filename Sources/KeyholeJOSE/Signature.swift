@@ -14,10 +14,11 @@ enum Signature {
     /// algorithm cannot be checked over a digest (EdDSA) or libcrypto failed to make one. Free it with
     /// `EVP_PKEY_CTX_free`.
     static func prepare(pkey: OpaquePointer, algorithm: JWSAlgorithm) -> OpaquePointer? {
+        // Whatever fails here leaves entries on the thread's error queue.
+        defer { ERR_clear_error() }
         guard algorithm != .edDSA, let md = digest(for: algorithm),
             let context = EVP_PKEY_CTX_new_from_pkey(nil, pkey, nil)
         else { return nil }
-        defer { ERR_clear_error() }
         guard EVP_PKEY_verify_init(context) == 1, configure(context, algorithm: algorithm),
             EVP_PKEY_CTX_set_signature_md(context, md) == 1
         else {

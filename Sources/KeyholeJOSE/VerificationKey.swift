@@ -91,6 +91,9 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
         EVP_PKEY_free(pkey)
     }
 
+    /// The algorithms this key checks on a prepared context (the rest take the one-shot path).
+    var preparedAlgorithms: [JWSAlgorithm] { prepared.map(\.algorithm) }
+
     /// `RSA-2048 kid=...` and the like, for logs: never key material.
     public var description: String {
         let type = switch kind {

@@ -140,11 +140,15 @@ struct Load: AsyncParsableCommand {
             throw ValidationError("--args must be a JSON object")
         }
         if tokens != nil && sessions != nil { throw ValidationError("--tokens and --sessions exclude each other") }
+        if sessions != nil, !["ping", "session.get"].contains(op) {
+            throw ValidationError("--sessions sends session.get")
+        }
         if tokens != nil, !["ping", "token.verify", "apple.sign_in"].contains(op) {
             throw ValidationError("--tokens sends token.verify or, with --op apple.sign_in, apple.sign_in")
         }
         if let subjects {
-            guard subjects >= 1, subjects <= 10_000_000 else { throw ValidationError("--subjects must be from 1 to 10000000") }
+            // Each subject is a request made and encoded up front: a million is about 100 MB.
+            guard subjects >= 1, subjects <= 1_000_000 else { throw ValidationError("--subjects must be from 1 to 1000000") }
             guard tokens == nil, sessions == nil else { throw ValidationError("--subjects excludes --tokens and --sessions") }
             if let sub = arguments["sub"], case .string = sub {} else if arguments["sub"] != nil {
                 throw ValidationError("--subjects needs --args's sub to be a string")

@@ -1,8 +1,10 @@
+import Dispatch
 import Foundation
-import KeyholeJOSE
+@testable import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeTestSupport
 import NIOCore
+import Synchronization
 import Testing
 
 /// Wycheproof's signature files through `VerificationKey`, the layer every token check ends in.
@@ -91,5 +93,49 @@ struct SignatureWycheproofTests {
         #expect(!key.permits(.ps256))
         #expect(!key.verify(signature: signature, message: message, algorithm: .ps256))
         #expect(!key.verify(signature: signature, message: message, algorithm: .es256))
+    }
+
+    /// Every check copies the context the key prepared for its algorithm; RSA-PSS's copy carries its own
+    /// scratch buffer. Four threads check one key's valid and invalid cases at once, all as expected.
+    @Test("one prepared key checks Wycheproof cases on four threads at once", arguments: [
+        ("wycheproof/rsa_signature_2048_sha256_test.json", JWSAlgorithm.rs256),
+        ("wycheproof/rsa_pss_2048_sha256_mgf1_32_test.json", .ps256),
+        ("wycheproof/ecdsa_secp256r1_sha256_p1363_test.json", .es256),
+    ])
+    func concurrent(path: String, algorithm: JWSAlgorithm) throws {
+        let group = try Self.load(path)["testGroups"]!.arrayValue![0]
+        let jwk = try #require((group["publicKeyJwk"] ?? group["keyJwk"])?.objectValue ?? Self.ecJWK(group["publicKey"]))
+        let key = try VerificationKey(jwk: jwk)
+        #expect(key.preparedAlgorithms.contains(algorithm))
+        let cases = group["tests"]!.arrayValue!.compactMap { test -> (message: [UInt8], signature: [UInt8], valid: Bool)? in
+            guard let result = test["result"]?.stringValue, result != "acceptable" else { return nil }
+            return (RawConnection.bytes(hex: test["msg"]!.stringValue!), RawConnection.bytes(hex: test["sig"]!.stringValue!), result == "valid")
+        }
+        #expect(cases.contains { $0.valid } && cases.contains { !$0.valid })
+        let wrong = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            var mistakes = 0
+            for _ in 0..<5 {
+                for item in cases where key.verify(signature: item.signature, message: item.message, algorithm: algorithm) != item.valid {
+                    mistakes += 1
+                }
+            }
+            wrong.withLock { $0 += mistakes }
+        }
+        #expect(wrong.withLock { $0 } == 0)
+    }
+
+    @Test("keys prepare a context for each algorithm they permit, EdDSA excepted")
+    func prepared() throws {
+        let rsa = try Self.load("wycheproof/rsa_signature_2048_sha256_test.json")["testGroups"]!.arrayValue![0]
+        var jwk = rsa["keyJwk"]!.objectValue!
+        #expect(try VerificationKey(jwk: jwk).preparedAlgorithms == [.rs256])
+        jwk["alg"] = nil
+        #expect(try VerificationKey(jwk: jwk).preparedAlgorithms == [.rs256, .rs384, .rs512, .ps256, .ps384, .ps512])
+        jwk["use"] = "enc"
+        #expect(try VerificationKey(jwk: jwk).preparedAlgorithms.isEmpty)
+        let ed = try Self.load("wycheproof/ed25519_test.json")["testGroups"]!.arrayValue![0]
+        let edKey = try VerificationKey(jwk: try #require((ed["publicKeyJwk"] ?? ed["keyJwk"])?.objectValue))
+        #expect(edKey.permits(.edDSA) && edKey.preparedAlgorithms.isEmpty)
     }
 }

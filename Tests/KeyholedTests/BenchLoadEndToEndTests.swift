@@ -79,10 +79,13 @@ struct BenchLoadEndToEndTests {
             fsync = "always"
             """)
         let subjects = (0..<3).map { "000\($0).bench.0001" }
-        let tokens = try DaemonProcess.makeDirectory().appendingPathComponent("tokens.txt")
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let tokens = directory.appendingPathComponent("tokens.txt")
         try Data(subjects.map { apple.identityToken(sub: $0, audience: "com.example.app") + "\n" }.joined().utf8).write(to: tokens)
+        // One connection per token: each is sent at least once, however slow the machine.
         let result = try await Self.load([
-            "--socket", daemon.socketPath, "--op", "apple.sign_in", "--tokens", tokens.path, "--connections", "2",
+            "--socket", daemon.socketPath, "--op", "apple.sign_in", "--tokens", tokens.path, "--connections", "3",
             "--depth", "1", "--seconds", "1", "--warmup", "0",
         ])
         try Self.checkLatency(result)
@@ -105,6 +108,7 @@ struct BenchLoadEndToEndTests {
             (["--subjects", "0"], "--subjects must be"), (["--subjects", "2", "--args", #"{"sub":5}"#], "sub to be a string"),
             (["--subjects", "2", "--redis", "--op", "SET"], "--redis takes"),
             (["--tokens", "/nonexistent", "--op", "session.create"], "--tokens sends"),
+            (["--sessions", "/nonexistent", "--op", "session.create"], "--sessions sends"),
         ] {
             let run = try await ChildProcess.runOffPool([Self.bench, "load", "--socket", "/nonexistent"] + extra)
             #expect(run.status == 64, "\(run.stderr)")
