@@ -68,7 +68,7 @@ test-swift: build-debug
 
 ## bench: release build, then keyholed next to Redis (appendfsync always), PyJWT and OpenSSL through one
 ## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Installs redis-server,
-## PyJWT and cryptography when missing. BENCH_ARGS passes options (--seconds 5, --skip-million).
+## PyJWT and cryptography when missing. BENCH_ARGS passes options (--seconds 5, --rounds 5, --skip-million).
 BENCH_ARGS ?=
 bench: build
 	@command -v redis-server >/dev/null 2>&1 || { \

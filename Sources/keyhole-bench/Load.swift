@@ -41,12 +41,17 @@ struct Load: AsyncParsableCommand {
     var subjects: Int?
 
     @Flag(help: ArgumentHelp(
-        "The socket is a Redis server's: send --op GET or SET (keys kh:0, kh:1, ...) through the same client, for a comparison on equal terms.",
+        "The socket is a Redis server's: send --op GET or SET (keys kh:0, kh:1, ..., see --key-prefix) through the same client, for a comparison on equal terms.",
         discussion: "For GET, fill the keys first: redis-cli -s SOCKET DEBUG POPULATE KEYS kh VALUE-BYTES (redis-server --enable-debug-command yes)."))
     var redis = false
 
     @Option(help: "With --redis: how many keys the requests cycle over.")
     var keys = 100_000
+
+    @Option(help: ArgumentHelp(
+        "With --redis: the keys' prefix, before ':' and the number.",
+        discussion: "A prefix no run used before makes every SET create its key, as session.create creates a session."))
+    var keyPrefix = "kh"
 
     @Option(help: "With --redis and --op SET: the value's size in bytes.")
     var valueBytes = 256
@@ -109,12 +114,12 @@ struct Load: AsyncParsableCommand {
         return nil
     }
 
-    /// GET or SET of keys `kh:0` to `kh:<keys - 1>`, as RESP commands.
+    /// GET or SET of keys `<prefix>:0` to `<prefix>:<keys - 1>`, as RESP commands.
     private func redisCommands() -> [ByteBuffer] {
         let value = [UInt8](repeating: UInt8(ascii: "x"), count: valueBytes)
         let isSet = op.uppercased() == "SET"
         return (0..<keys).map { n in
-            let key = Array("kh:\(n)".utf8)
+            let key = Array("\(keyPrefix):\(n)".utf8)
             return RESPReplyReader.command(isSet ? [Array("SET".utf8), key, value] : [Array("GET".utf8), key])
         }
     }
@@ -160,6 +165,11 @@ struct Load: AsyncParsableCommand {
             }
             guard ["GET", "SET"].contains(op.uppercased()) else { throw ValidationError("--redis sends --op GET or SET") }
             guard keys >= 1, valueBytes >= 1 else { throw ValidationError("--keys and --value-bytes must be positive") }
+            // Every command is made up front: 2M SETs of 256 bytes are about 600 MB.
+            guard keys <= 2_000_000 else { throw ValidationError("--keys must be at most 2000000") }
+            guard (1...32).contains(keyPrefix.utf8.count),
+                keyPrefix.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ":") })
+            else { throw ValidationError("--key-prefix must be 1 to 32 printable ASCII characters, without spaces or ':'") }
         }
         if let intervalMs, !(intervalMs > 0 && depth == 1) {
             throw ValidationError("--interval-ms must be positive, and needs --depth 1")

@@ -4,8 +4,8 @@ import KeyholeTestSupport
 import NIOCore
 import Testing
 
-/// `keyhole-bench load` against a keyholed child and against a stand-in Redis: the figures it reports
-/// hold together (every measured answer has a latency sample, the percentiles are ordered).
+/// `keyhole-bench load` against a keyholed child: the figures it reports hold together (every measured
+/// answer has a latency sample, the percentiles are ordered), and its options are checked before it runs.
 @Suite("keyhole-bench load, end to end")
 struct BenchLoadEndToEndTests {
     static let bench = ChildProcess.builtProduct("keyhole-bench").path
@@ -102,13 +102,16 @@ struct BenchLoadEndToEndTests {
         try await apple.close()
     }
 
-    @Test("--subjects wants a positive count, a string sub, and no Redis; --tokens only token.verify or apple.sign_in")
+    @Test("refused up front: bad --subjects, --tokens or --sessions with another op, a bad Redis key prefix or too many keys")
     func badSubjects() async throws {
         for (extra, complaint) in [
             (["--subjects", "0"], "--subjects must be"), (["--subjects", "2", "--args", #"{"sub":5}"#], "sub to be a string"),
             (["--subjects", "2", "--redis", "--op", "SET"], "--redis takes"),
             (["--tokens", "/nonexistent", "--op", "session.create"], "--tokens sends"),
             (["--sessions", "/nonexistent", "--op", "session.create"], "--sessions sends"),
+            (["--redis", "--op", "SET", "--key-prefix", "a:b"], "--key-prefix must be"),
+            (["--redis", "--op", "SET", "--key-prefix", ""], "--key-prefix must be"),
+            (["--redis", "--op", "SET", "--keys", "2000001"], "--keys must be at most"),
         ] {
             let run = try await ChildProcess.runOffPool([Self.bench, "load", "--socket", "/nonexistent"] + extra)
             #expect(run.status == 64, "\(run.stderr)")
