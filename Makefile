@@ -57,11 +57,12 @@ run: build
 	exec $(CURDIR)/.build/release/keyholed --config $(DEV_DIR)/keyholed.toml \
 	  --socket $(DEV_SOCKET) --state-dir $(DEV_DIR)/state
 
-## test: every test: the Python client's against a real keyholed, then the Swift suites.
+## test: every test: the Python client's against a real keyholed, make bench's judging (Scripts/test_bench.py), then the Swift suites.
 test: build-debug test-python test-swift
 
 test-python: build-debug
 	KEYHOLED=$(CURDIR)/.build/debug/keyholed python3 -m unittest discover -s Protocol/clients/python -v
+	python3 -m unittest discover -s Scripts -v
 
 test-swift: build-debug
 	$(SWIFT) test --skip-build

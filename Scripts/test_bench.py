@@ -1,0 +1,94 @@
+"""Tests of make bench's judging (Scripts/bench.py): medians, the head-to-head order, and the goals table.
+
+No server runs here: the measurements are stand-ins that record their calls. make test runs these
+(`python3 -m unittest discover -s Scripts`); the benchmark itself needs minutes and redis-server.
+"""
+import os
+import sys
+import unittest
+from unittest import mock
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+
+def run_(name, connections, per_second, p99=100, target="keyholed"):
+    return {"name": name, "target": target, "connections_run": connections, "per_second": per_second,
+            "latency_us": {"p50": 50, "p99": p99, "p99_9": 300}, "server_cpu_us_per_request": 5.0}
+
+
+class MedianTests(unittest.TestCase):
+    def test_odd_and_even(self):
+        self.assertEqual(bench.median([3, 1, 2]), 2)
+        self.assertEqual(bench.median([4, 1, 3, 2]), 2.5)
+        self.assertEqual(bench.median([0.9]), 0.9)
+
+
+class HeadToHeadTests(unittest.TestCase):
+    def test_order_alternates_and_ratios_pair_each_round(self):
+        calls = []
+        keyholed_rates = iter([100, 80, 120])
+        redis_rates = iter([100, 100, 100])
+
+        def keyholed():
+            calls.append("k")
+            return {"per_second": next(keyholed_rates)}
+
+        def redis():
+            calls.append("r")
+            return {"per_second": next(redis_rates)}
+
+        with mock.patch("builtins.print"):
+            outcomes = bench.head_to_head(3, [("session.get", "redis GET", 16, keyholed, redis)])
+        # keyholed first in odd rounds (1st, 3rd), Redis first in even ones.
+        self.assertEqual(calls, ["k", "r", "r", "k", "k", "r"])
+        self.assertEqual(outcomes[0]["ratios"], [1.0, 0.8, 1.2])
+        self.assertEqual(outcomes[0]["median_ratio"], 1.0)
+
+    def test_verify_round_without_a_figure_is_skipped(self):
+        figures = iter([None, 16.0])
+        with mock.patch.object(bench, "verify_microseconds", side_effect=lambda *a: next(figures)), \
+                mock.patch.object(bench, "openssl_speed", return_value={"rsa2048": {"verify_us": 12.5}}), \
+                mock.patch("builtins.print"):
+            pairs = bench.verify_rounds(2, "dir", "token")
+        self.assertEqual(len(pairs), 1)
+        self.assertEqual(pairs[0]["ratio"], 1.28)
+
+
+class ReportTests(unittest.TestCase):
+    def results(self, get_ratios, verify_ratios, p99s):
+        runs = [run_("session.get", 16, 100), run_("token.verify cached", 1, 10)]
+        runs += [run_("session.get at half peak", 16, 50, p99=p) for p in p99s]
+        return {
+            "machine": {"cpu": "test"}, "date": "2026-11-25", "took_s": 1, "seconds": 5, "rounds": len(get_ratios),
+            "runs": runs, "notes": [], "directory": "/tmp/x", "pyjwt_us": 40.0, "pyjwt_version": "0",
+            "head_to_head": [{"name": "session.get", "against": "redis GET", "connections": 16,
+                              "keyholed": [], "redis": [], "ratios": get_ratios,
+                              "median_ratio": bench.median(get_ratios)}],
+            "verify_rounds": [{"keyhole_us": 16.0, "openssl_us": 12.5, "ratio": r} for r in verify_ratios],
+        }
+
+    def goal(self, text, label):
+        for line in text.splitlines():
+            if line.startswith("| " + label):
+                return line.rsplit("|", 2)[-2].strip()
+        self.fail(f"no goal row '{label}' in:\n{text}")
+
+    def test_goals_follow_the_medians_not_single_rounds(self):
+        text = bench.report(self.results([0.9, 1.05, 1.1], [1.2, 1.4, 1.25], [150, 250, 190]))
+        self.assertEqual(self.goal(text, "session.get ≥ 1.0× Redis GET"), "yes")
+        self.assertEqual(self.goal(text, "distinct RS256 token verification CPU"), "yes")
+        self.assertEqual(self.goal(text, "session.get p99 at half the peak"), "yes")
+        # The cached p50 (50 µs) is not under PyJWT's 40 µs.
+        self.assertEqual(self.goal(text, "1-connection cached token.verify p50"), "no")
+
+    def test_a_median_below_the_bar_is_not_met(self):
+        text = bench.report(self.results([1.2, 0.95, 0.9], [1.35, 1.2, 1.31], [150, 210, 220]))
+        self.assertEqual(self.goal(text, "session.get ≥ 1.0× Redis GET"), "no")
+        self.assertEqual(self.goal(text, "distinct RS256 token verification CPU"), "no")
+        self.assertEqual(self.goal(text, "session.get p99 at half the peak"), "no")
+        self.assertIn("rounds 0.90× to 1.20×", text)
+
+
+if __name__ == "__main__":
+    unittest.main()
