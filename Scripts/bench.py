@@ -9,8 +9,9 @@ depth 1 (each connection waits for its answer before asking again) and 1, 16 and
   is a real signature check) and of one repeated token (cached); session.create with fsync "always",
   "batch" and "off" (a keyholed each).
 - Redis (Debian's redis-server, Unix socket, appendonly with appendfsync always): GET over 100 000
-  keys of 256 bytes, SET over the same keys (overwriting), and SET of new keys (each run a prefix of its
-  own: every SET creates its key, as every session.create creates a session).
+  keys of 256 bytes and SET over the same keys (overwriting), on a store that stays at 100 000 keys; and,
+  on a second Redis, SET of new keys (each run a prefix of its own: every SET creates its key, as every
+  session.create creates a session, and that Redis's store and AOF grow as keyholed's do).
 - keyholed's apple.sign_in without a code: 4000 distinct RS256 identity tokens for an [[issuer]] with
   preset "apple" (its key set a local file), each signing its user in (a user upsert and a session,
   both durable) after a full signature check.
@@ -313,16 +314,23 @@ def main():
         run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket", main_server.socket,
              "--count", "100000", "--users", "10000", "--issuer", "local", "--out", sessions])
 
-        redis_dir = os.path.join(directory, "redis")
-        os.makedirs(redis_dir)
-        redis_socket = os.path.join(redis_dir, "redis.sock")
-        redis = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", redis_socket, "--dir", redis_dir, "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel", "warning"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        helpers.append(redis)
-        wait_for_socket(redis_socket, redis)
+        def start_redis(name):
+            redis_dir = os.path.join(directory, name)
+            os.makedirs(redis_dir)
+            socket = os.path.join(redis_dir, "redis.sock")
+            process = subprocess.Popen(
+                ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
+                 "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel",
+                 "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            helpers.append(process)
+            wait_for_socket(socket, process)
+            return process, socket
+
+        # GET and the SET that overwrites: a store that stays at 100 000 keys.
+        redis, redis_socket = start_redis("redis")
         run(["redis-cli", "-s", redis_socket, "DEBUG", "POPULATE", "100000", "kh", "256"])
+        # The SET that creates its keys has a Redis of its own, whose store grows as keyholed's does.
+        redis_new, redis_new_socket = start_redis("redis-new")
         # SwiftNIO and keyholed's framing alone, answering canned bytes: the floor under every operation.
         floor_socket = os.path.join(directory, "floor.sock")
         floor = subprocess.Popen([os.path.join(RELEASE, "keyhole-bench"), "floor-server", "--socket", floor_socket],
@@ -365,7 +373,7 @@ def main():
             record("redis SET", "redis", connections,
                    load(redis_socket, options.seconds, connections, "--redis", "--op", "SET", server_pid=redis.pid))
             record("redis SET new keys", "redis", connections,
-                   load(redis_socket, options.seconds, connections, *new_key_args(), server_pid=redis.pid))
+                   load(redis_new_socket, options.seconds, connections, *new_key_args(), server_pid=redis_new.pid))
 
         # p99 at a steady half of the peak: 16 connections, each paced.
         peak = max(r["per_second"] for r in results["runs"] if r["name"] == "session.get")
@@ -391,14 +399,15 @@ def main():
              lambda: load(redis_socket, options.seconds, 64, "--redis", "--op", "SET", server_pid=redis_pid)),
             ("session.create fsync=always", "redis SET new keys", 16,
              lambda: load(main_server.socket, options.seconds, 16, *CREATE_ARGS, server_pid=pid),
-             lambda: load(redis_socket, options.seconds, 16, *new_key_args(), server_pid=redis_pid)),
+             lambda: load(redis_new_socket, options.seconds, 16, *new_key_args(), server_pid=redis_new.pid)),
             ("session.create fsync=always", "redis SET new keys", 64,
              lambda: load(main_server.socket, options.seconds, 64, *CREATE_ARGS, server_pid=pid),
-             lambda: load(redis_socket, options.seconds, 64, *new_key_args(), server_pid=redis_pid)),
+             lambda: load(redis_new_socket, options.seconds, 64, *new_key_args(), server_pid=redis_new.pid)),
         )
         results["head_to_head"] = head_to_head(options.rounds, cases)
-        redis.send_signal(signal.SIGTERM)
-        redis.wait(timeout=30)
+        for process in (redis, redis_new):
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
         floor.send_signal(signal.SIGTERM)
         floor.wait(timeout=30)
         for server in servers:
@@ -474,7 +483,8 @@ def report(results):
             words.append("PID" if words and words[-1] == "--server-pid" else (f"'{word}'" if "{" in word else word))
         lines.append(f"- {run_['name']}: `{' '.join(words)}`")
     lines += ["", "Redis: `redis-server --port 0 --unixsocket $DIR/redis/redis.sock --save '' --appendonly yes "
-              "--appendfsync always`, filled with `redis-cli DEBUG POPULATE 100000 kh 256`. Also: `keyhole-bench verify`, "
+              "--appendfsync always`, filled with `redis-cli DEBUG POPULATE 100000 kh 256`; SET of new keys goes to a "
+              "second, empty one started alike ($DIR/redis-new). Also: `keyhole-bench verify`, "
               "`openssl speed -seconds 3 rsa2048 ecdsap256` and PyJWT's `jwt.decode` in-process (Scripts/bench.py).",
               "", "## Goals (issue 8)", "",
               f"Ratios against Redis and OpenSSL are the median of the {results.get('rounds', '')} "
