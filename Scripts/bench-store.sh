@@ -39,7 +39,8 @@ run --socket "$D/redis.sock" --redis --op GET --connections 16 --server-pid $RED
 echo "== the floor: floor-server's canned answers (what SwiftNIO and the framing alone cost), 16 connections x 1"
 run --socket "$D/floor.sock" --connections 16 --server-pid $FLOOR
 for connections in 16 64; do
-  echo "== durable writes, $connections connections x 1 in flight"
-  run --socket "$D/k.sock" --op session.create --args '{"sub":"bench"}' --connections $connections --server-pid $KEYHOLED
+  echo "== durable writes, $connections connections x 1 in flight: creates over 10000 subjects; SET overwriting 100000 keys, then SET of new keys"
+  run --socket "$D/k.sock" --op session.create --args '{"sub":"bench"}' --subjects 10000 --connections $connections --server-pid $KEYHOLED
   run --socket "$D/redis.sock" --redis --op SET --connections $connections --server-pid $REDIS
+  run --socket "$D/redis.sock" --redis --op SET --keys 900000 --key-prefix "new$connections" --connections $connections --server-pid $REDIS
 done
