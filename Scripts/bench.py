@@ -35,6 +35,7 @@ Needs: a release build (`swift build -c release`), redis-server, and Python's `c
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -351,65 +352,51 @@ def main():
                   f"  p99 {result['latency_us']['p99']:6} µs  server CPU {result.get('server_cpu_us_per_request', '-')} µs",
                   flush=True)
 
-        pid = main_server.process.pid
+        def scenario(server_socket, server_pid, *extra):
+            return lambda connections: load(server_socket, options.seconds, connections, *extra, server_pid=server_pid)
+
+        pid, writer_pid = main_server.process.pid, writer.process.pid
+        # Every scenario, in the table's order: who answers it, and how to run it at a number of connections.
+        scenarios = {
+            "ping": ("keyholed", scenario(main_server.socket, pid)),
+            "session.get": ("keyholed", scenario(main_server.socket, pid, "--sessions", sessions)),
+            "token.verify cached": ("keyholed", scenario(main_server.socket, pid, "--tokens", one_token)),
+            "token.verify cached ES256": ("keyholed", scenario(main_server.socket, pid, "--tokens", one_es_token)),
+            "token.verify distinct RS256": ("keyholed", scenario(main_server.socket, pid, "--tokens",
+                                                                 os.path.join(tokens_dir, "tokens.txt"))),
+            "token.verify distinct ES256": ("keyholed", scenario(main_server.socket, pid, "--tokens",
+                                                                 os.path.join(es_dir, "tokens.txt"))),
+            "apple.sign_in distinct RS256": ("keyholed", scenario(writer.socket, writer_pid, "--op", "apple.sign_in",
+                                                                  "--tokens", os.path.join(apple_dir, "tokens.txt"))),
+            "redis GET": ("redis", scenario(redis_socket, redis.pid, "--redis", "--op", "GET")),
+            "floor (NIO and framing only)": ("floor", scenario(floor_socket, floor.pid)),
+            "session.create fsync=always": ("keyholed", scenario(writer.socket, writer_pid, *CREATE_ARGS)),
+            "session.create fsync=batch": ("keyholed", scenario(others["batch"].socket, others["batch"].process.pid,
+                                                                *CREATE_ARGS)),
+            "session.create fsync=off": ("keyholed", scenario(others["off"].socket, others["off"].process.pid,
+                                                              *CREATE_ARGS)),
+            "redis SET": ("redis", scenario(redis_socket, redis.pid, "--redis", "--op", "SET")),
+            # A fresh key prefix for every run.
+            "redis SET new keys": ("redis", lambda connections: scenario(redis_new_socket, redis_new.pid,
+                                                                         *new_key_args())(connections)),
+        }
         for connections in CONNECTIONS:
-            record("ping", "keyholed", connections, load(main_server.socket, options.seconds, connections, server_pid=pid))
-            record("session.get", "keyholed", connections,
-                   load(main_server.socket, options.seconds, connections, "--sessions", sessions, server_pid=pid))
-            record("token.verify cached", "keyholed", connections,
-                   load(main_server.socket, options.seconds, connections, "--tokens", one_token, server_pid=pid))
-            record("token.verify cached ES256", "keyholed", connections,
-                   load(main_server.socket, options.seconds, connections, "--tokens", one_es_token, server_pid=pid))
-            record("token.verify distinct RS256", "keyholed", connections,
-                   load(main_server.socket, options.seconds, connections, "--tokens",
-                        os.path.join(tokens_dir, "tokens.txt"), server_pid=pid))
-            record("token.verify distinct ES256", "keyholed", connections,
-                   load(main_server.socket, options.seconds, connections, "--tokens",
-                        os.path.join(es_dir, "tokens.txt"), server_pid=pid))
-            record("apple.sign_in distinct RS256", "keyholed", connections,
-                   load(writer.socket, options.seconds, connections, "--op", "apple.sign_in", "--tokens",
-                        os.path.join(apple_dir, "tokens.txt"), server_pid=writer.process.pid))
-            record("redis GET", "redis", connections,
-                   load(redis_socket, options.seconds, connections, "--redis", "--op", "GET", server_pid=redis.pid))
-            record("floor (NIO and framing only)", "floor", connections,
-                   load(floor_socket, options.seconds, connections, server_pid=floor.pid))
-            for policy, server in (("always", writer), ("batch", others["batch"]), ("off", others["off"])):
-                record(f"session.create fsync={policy}", "keyholed", connections,
-                       load(server.socket, options.seconds, connections, *CREATE_ARGS, server_pid=server.process.pid))
-            record("redis SET", "redis", connections,
-                   load(redis_socket, options.seconds, connections, "--redis", "--op", "SET", server_pid=redis.pid))
-            record("redis SET new keys", "redis", connections,
-                   load(redis_new_socket, options.seconds, connections, *new_key_args(), server_pid=redis_new.pid))
+            for name, (target, measure) in scenarios.items():
+                record(name, target, connections, measure(connections))
 
         # p99 at a steady half of the peak: 16 connections, each paced.
         peak = max(r["per_second"] for r in results["runs"] if r["name"] == "session.get")
         interval_ms = 16 * 1000.0 / (peak / 2)
+        paced = scenario(main_server.socket, pid, "--sessions", sessions, "--interval-ms", f"{interval_ms:.4f}")
         for _ in range(3):
-            record("session.get at half peak", "keyholed", 16,
-                   load(main_server.socket, options.seconds, 16, "--sessions", sessions, "--interval-ms",
-                        f"{interval_ms:.4f}", server_pid=pid))
+            record("session.get at half peak", "keyholed", 16, paced(16))
 
-        redis_pid, writer_pid = redis.pid, writer.process.pid
-        cases = (
-            ("session.get", "redis GET", 16,
-             lambda: load(main_server.socket, options.seconds, 16, "--sessions", sessions, server_pid=pid),
-             lambda: load(redis_socket, options.seconds, 16, "--redis", "--op", "GET", server_pid=redis_pid)),
-            ("token.verify cached", "redis GET", 16,
-             lambda: load(main_server.socket, options.seconds, 16, "--tokens", one_token, server_pid=pid),
-             lambda: load(redis_socket, options.seconds, 16, "--redis", "--op", "GET", server_pid=redis_pid)),
-            ("session.create fsync=always", "redis SET", 16,
-             lambda: load(writer.socket, options.seconds, 16, *CREATE_ARGS, server_pid=writer_pid),
-             lambda: load(redis_socket, options.seconds, 16, "--redis", "--op", "SET", server_pid=redis_pid)),
-            ("session.create fsync=always", "redis SET", 64,
-             lambda: load(writer.socket, options.seconds, 64, *CREATE_ARGS, server_pid=writer_pid),
-             lambda: load(redis_socket, options.seconds, 64, "--redis", "--op", "SET", server_pid=redis_pid)),
-            ("session.create fsync=always", "redis SET new keys", 16,
-             lambda: load(writer.socket, options.seconds, 16, *CREATE_ARGS, server_pid=writer_pid),
-             lambda: load(redis_new_socket, options.seconds, 16, *new_key_args(), server_pid=redis_new.pid)),
-            ("session.create fsync=always", "redis SET new keys", 64,
-             lambda: load(writer.socket, options.seconds, 64, *CREATE_ARGS, server_pid=writer_pid),
-             lambda: load(redis_new_socket, options.seconds, 64, *new_key_args(), server_pid=redis_new.pid)),
-        )
+        pairs = (("session.get", "redis GET", 16), ("token.verify cached", "redis GET", 16),
+                 ("session.create fsync=always", "redis SET", 16), ("session.create fsync=always", "redis SET", 64),
+                 ("session.create fsync=always", "redis SET new keys", 16),
+                 ("session.create fsync=always", "redis SET new keys", 64))
+        cases = [(name, against, connections, functools.partial(scenarios[name][1], connections),
+                  functools.partial(scenarios[against][1], connections)) for name, against, connections in pairs]
         results["head_to_head"] = head_to_head(options.rounds, cases)
         for process in (redis, redis_new):
             process.send_signal(signal.SIGTERM)
@@ -419,7 +406,10 @@ def main():
         for server in servers:
             server.stop()
 
-        results["verify_us"] = verify_microseconds(tokens_dir, one_token)
+        results["verify_rounds"] = verify_rounds(options.rounds, tokens_dir, one_token)
+        # RS256's figure is the rounds' median; ES256 is measured once, as a reference point only.
+        rsa_figures = [pair["keyhole_us"] for pair in results["verify_rounds"]]
+        results["verify_us"] = median(rsa_figures) if rsa_figures else None
         results["verify_es_us"] = verify_microseconds(es_dir, one_es_token, ES_ISSUER)
         print(f"keyhole-bench verify: {results['verify_us']} µs CPU per whole RS256 verification, "
               f"{results['verify_es_us']} µs per ES256", flush=True)
@@ -427,7 +417,6 @@ def main():
         print(f"PyJWT {results['pyjwt_version']}: {results['pyjwt_us']:.1f} µs per RS256 verification", flush=True)
         results["openssl"] = openssl_speed(3)
         print(f"openssl speed: {results['openssl']}", flush=True)
-        results["verify_rounds"] = verify_rounds(options.rounds, tokens_dir, one_token)
         if not options.skip_million:
             ms, rss, empty_rss, count = startup_with_million(directory, 900)
             results["million"] = {"open_ms": ms, "rss_kib": rss, "empty_rss_kib": empty_rss, "sessions": count}

@@ -155,7 +155,7 @@ struct Load: AsyncParsableCommand {
             // Each subject is a request made and encoded up front: a million is about 100 MB.
             guard subjects >= 1, subjects <= 1_000_000 else { throw ValidationError("--subjects must be from 1 to 1000000") }
             guard tokens == nil, sessions == nil else { throw ValidationError("--subjects excludes --tokens and --sessions") }
-            if let sub = arguments["sub"], case .string = sub {} else if arguments["sub"] != nil {
+            if let sub = arguments["sub"], sub.stringValue == nil {
                 throw ValidationError("--subjects needs --args's sub to be a string")
             }
         }
@@ -183,11 +183,13 @@ struct Load: AsyncParsableCommand {
     func run() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let counters = LoadCounters()
+        // Parsed once: each token's and each subject's request starts from it.
+        let arguments = self.arguments
         // --op's default (ping) with --tokens means token.verify.
-        let tokenOp = op == "apple.sign_in" ? op : "token.verify"
+        let (tokenOp, tokenArgument) = op == "apple.sign_in" ? (op, "identity_token") : ("token.verify", "token")
         let requests = try tokens.map(Self.readTokens)?.map { token in
             var args = arguments
-            args[tokenOp == "apple.sign_in" ? "identity_token" : "token"] = .string(token)
+            args[tokenArgument] = .string(token)
             return Request(id: .int(1), op: tokenOp, args: args)
         } ?? sessions.map(Self.readTokens)?.map { session in
             Request(id: .int(1), op: "session.get", args: ["session": .string(session)])

@@ -47,11 +47,7 @@ struct InlineCommitTests {
 
         /// Waits (polling, up to 30 s) until `count` have arrived.
         func wait(for count: Int) async throws -> [Result<Void, StoreError>] {
-            let deadline = ContinuousClock.now + .seconds(30)
-            while all.count < count {
-                guard ContinuousClock.now < deadline else { break }
-                try await Task.sleep(for: .milliseconds(2))
-            }
+            try await eventually { all.count >= count }
             return all
         }
     }
@@ -264,10 +260,7 @@ struct InlineCommitTests {
         #expect(throws: StoreError.unavailable("")) { _ = try create(running.store, "b", outcomes.completion) }
 
         failing.withLock { $0 = false }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while running.store.statistics.failure != nil, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await eventually { running.store.statistics.failure == nil }
         #expect(running.store.statistics.failure == nil)
         try await committerIdle(running.store)
         let kept = try create(running.store, "c", outcomes.completion)

@@ -88,12 +88,19 @@ func durably<R: Sendable>(_ body: (@escaping Store.Completion) throws(StoreError
 /// Waits until `store`'s committer thread waits for work: before that, its first pass (or the one
 /// after a probe) may take a queued change itself, which is right but not what a test means to see.
 func committerIdle(_ store: Store) async throws {
+    if try await !eventually({ store.state.withLock { $0.committerWaiting && $0.committerBusySince == nil } }) {
+        Issue.record("the committer never went idle")
+    }
+}
+
+/// Waits, checking every millisecond for up to 30 s, until `condition` holds; whether it did. What the
+/// test expects afterwards is its own to check.
+@discardableResult
+func eventually(_ condition: () -> Bool) async throws -> Bool {
     let deadline = ContinuousClock.now + .seconds(30)
-    while !store.state.withLock({ $0.committerWaiting && $0.committerBusySince == nil }) {
-        guard ContinuousClock.now < deadline else {
-            Issue.record("the committer never went idle")
-            return
-        }
+    while !condition() {
+        guard ContinuousClock.now < deadline else { return false }
         try await Task.sleep(for: .milliseconds(1))
     }
+    return true
 }

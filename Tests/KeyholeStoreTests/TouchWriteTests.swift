@@ -54,10 +54,7 @@ struct TouchWriteTests {
         }
         let before = running.store.statistics.records
         #expect(running.store.session(token: token, now: now + 61) != nil)
-        let deadline = ContinuousClock.now + .seconds(30)
-        while running.store.statistics.records == before, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await eventually { running.store.statistics.records != before }
         #expect(running.store.statistics.records == before + 1)
         #expect(running.store.state.withLock { $0.pendingCount } == 0)
         await running.close()
