@@ -37,6 +37,8 @@ struct JSONParser {
             /// Nesting deeper than the limit given.
             case tooDeep(Int)
             case duplicateMember(String)
+            /// More members than the limit given (the caller's, for an object it reads member by member).
+            case tooManyMembers(Int)
         }
 
         /// The byte offset in the input where the problem is.
@@ -53,6 +55,8 @@ struct JSONParser {
                 return "payload starts with a byte order mark"
             case .invalidUTF8:
                 return "payload is not valid UTF-8 at byte \(offset)"
+            case .tooManyMembers:
+                return "request has \(detail) (at byte \(offset))"
             default:
                 return "invalid JSON at byte \(offset): \(detail)"
             }
@@ -74,6 +78,7 @@ struct JSONParser {
             case .numberOutOfRange: return "number is too large"
             case .tooDeep(let limit): return "nesting deeper than \(limit) levels"
             case .duplicateMember(let name): return "duplicate member '\(Self.shortened(name))'"
+            case .tooManyMembers(let limit): return "more than \(limit) members besides v, id, op and args"
             }
         }
 

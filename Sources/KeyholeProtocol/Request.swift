@@ -24,6 +24,11 @@ public struct Request: Sendable, Hashable {
         public var error: ProtocolError
     }
 
+    /// The most top-level members a request may have besides `v`, `id`, `op` and `args`. They are
+    /// ignored, but each is checked against the others for repeats: without a bound, a frame of
+    /// thousands of short names costs the event loop time quadratic in its size.
+    public static let maximumUnknownMembers = 32
+
     /// Reads a request from a frame body, checking in the order PROTOCOL.md section 3 gives.
     public static func parse(_ frame: ByteBuffer) throws(Rejection) -> Request {
         // The envelope's members are picked up as they are read: building a dictionary of four
@@ -44,6 +49,9 @@ public struct Request: Sendable, Hashable {
                     case "op": isNew = rawOp == nil; rawOp = value
                     case "args": isNew = rawArgs == nil; rawArgs = value
                     default:
+                        guard others.count < maximumUnknownMembers else {
+                            throw JSONParser.Failure(offset: offset, reason: .tooManyMembers(maximumUnknownMembers), atEnd: false)
+                        }
                         isNew = !others.contains(name)
                         others.append(name)
                     }

@@ -52,8 +52,8 @@ public struct AccessPolicy: Sendable, Equatable {
             self.allow = allow
         }
 
-        func matches(_ peer: PeerCredentials) -> Bool {
-            users.contains(peer.uid) || groups.contains { peer.isMember(of: $0) }
+        func matches(_ peer: PeerCredentials, overflowGroup: UInt32) -> Bool {
+            users.contains(peer.uid) || groups.contains { $0 != overflowGroup && peer.isMember(of: $0) }
         }
     }
 
@@ -63,24 +63,39 @@ public struct AccessPolicy: Sendable, Equatable {
     public var socketGroup: UInt32?
     /// keyholed's own user, which gets every group like root.
     public var serverUser: UInt32
+    /// The uid and gid the kernel reports for ids that keyholed's user namespace does not map
+    /// (`/proc/sys/kernel/overflowuid` and `overflowgid`, 65534 by default). Every such peer reads as
+    /// the same id, so it tells nothing about who the peer is: a peer with the overflow uid is
+    /// unknown (nothing but `ping`), and the overflow gid makes nobody a member of anything.
+    public var overflowIDs: (user: UInt32, group: UInt32)
 
     /// The default policy for a server running as `serverUser`.
-    public init(rules: [Rule]? = nil, socketGroup: UInt32? = nil, serverUser: UInt32) {
+    public init(
+        rules: [Rule]? = nil, socketGroup: UInt32? = nil, serverUser: UInt32,
+        overflowIDs: (user: UInt32, group: UInt32) = PeerCredentials.overflowIDs
+    ) {
         self.rules = rules
         self.socketGroup = socketGroup
         self.serverUser = serverUser
+        self.overflowIDs = overflowIDs
     }
 
-    /// What `peer` may do; nothing (but `ping`) for unknown credentials.
+    /// Equal when every member is.
+    public static func == (lhs: AccessPolicy, rhs: AccessPolicy) -> Bool {
+        lhs.rules == rhs.rules && lhs.socketGroup == rhs.socketGroup && lhs.serverUser == rhs.serverUser
+            && lhs.overflowIDs == rhs.overflowIDs
+    }
+
+    /// What `peer` may do; nothing (but `ping`) for unknown credentials, the overflow uid's included.
     public func allowed(for peer: PeerCredentials?) -> Groups {
-        guard let peer else { return [] }
+        guard let peer, peer.uid != overflowIDs.user else { return [] }
         if peer.uid == 0 || peer.uid == serverUser { return .all }
         guard let rules else {
-            if let socketGroup, peer.isMember(of: socketGroup) { return .clients }
+            if let socketGroup, socketGroup != overflowIDs.group, peer.isMember(of: socketGroup) { return .clients }
             return []
         }
         var allowed: Groups = []
-        for rule in rules where rule.matches(peer) { allowed.formUnion(rule.allow) }
+        for rule in rules where rule.matches(peer, overflowGroup: overflowIDs.group) { allowed.formUnion(rule.allow) }
         return allowed
     }
 

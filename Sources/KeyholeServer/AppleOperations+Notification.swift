@@ -65,7 +65,7 @@ extension AppleOperations {
             case .array(let values)?: audiences = values.compactMap(\.stringValue)
             default: throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no aud")
             }
-            guard audiences.contains(where: configuration.clientIDs.contains) else {
+            guard audiences.contains(where: configuration.clientIDs.containsExactly) else {
                 throw ProtocolError(code: .tokenAudienceInvalid, message: "the notification's aud names none of [apple] client_ids")
             }
             guard let exp = claims["exp"]?.intValue else {

@@ -30,11 +30,19 @@ extension AppleOperations {
             let given = try Self.givenUser(arguments.value("user"))
             let (ttl, idle, data) = try sessionArguments(arguments.value("session"))
             try arguments.finish()
-            if let clientID, !configuration.clientIDs.contains(clientID) {
+            if let clientID, !configuration.clientIDs.containsExactly(clientID) {
                 throw .badRequest("client_id '\(clientID)' is not among [apple] client_ids")
             }
 
             let verified = try await verify(identityToken, audience: clientID, nonce: nonce).token
+            // The same bounds as a `sub` argument of session.create: a user record keeps at most
+            // 255 bytes of subject, and the token is the caller's input as much as an argument is.
+            for (claim, value) in [("sub", verified.subject), ("transfer_sub", verified.transferSub)] {
+                guard let value, value.utf8.count > Principal.maximumFieldBytes || value.isEmpty else { continue }
+                throw ProtocolError(
+                    code: .tokenClaimInvalid,
+                    message: "the token's \(claim) must be 1 to \(Principal.maximumFieldBytes) bytes long, as a user's subject is")
+            }
             // A token that carries a nonce was asked for with one: signing in with it and no nonce
             // would let a captured token open sessions until it expires.
             if nonce == nil, verified.nonce != nil {
@@ -42,7 +50,7 @@ extension AppleOperations {
             }
             // The client the token was issued to: the code was issued to the same one, and must be
             // exchanged under it (never simply the first configured client).
-            let audiences = verified.audiences.filter(configuration.clientIDs.contains)
+            let audiences = verified.audiences.filter(configuration.clientIDs.containsExactly)
             let client: String
             if let clientID {
                 client = clientID
@@ -64,7 +72,7 @@ extension AppleOperations {
             }
 
             let time = Int64(now().rounded(.down))
-            if let transferSub = verified.transferSub, transferSub != verified.subject {
+            if let transferSub = verified.transferSub, !ExactString.equal(transferSub, verified.subject) {
                 // The first sign-in after a team transfer: the record kept under the transfer
                 // identifier (imported from the sending team) becomes this user's.
                 _ = try await Transfer(configuration: configuration, store: store, now: now, logger: logger)
@@ -131,7 +139,7 @@ extension AppleOperations {
                     "the id_token Apple returned for the code does not verify (\(error.code): \(error.message)); the code is spent: start a new authorization",
                     retryAfterMs: 1000)
             }
-            guard returned.subject == principal.sub else {
+            guard ExactString.equal(returned.subject, principal.sub) else {
                 await discard(tokens.refreshToken, client: client, with: exchange)
                 throw .badRequest("the authorization code is another user's than the identity token's")
             }

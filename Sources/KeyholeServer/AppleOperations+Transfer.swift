@@ -24,7 +24,7 @@ extension AppleOperations {
         /// The client the request names, else the user's grant's, else the only configured one.
         func client(_ requested: String?, for principal: Principal?) throws(ProtocolError) -> String {
             if let requested {
-                guard configuration.clientIDs.contains(requested) else {
+                guard configuration.clientIDs.containsExactly(requested) else {
                     throw .badRequest("client_id '\(requested)' is not among [apple] client_ids")
                 }
                 return requested

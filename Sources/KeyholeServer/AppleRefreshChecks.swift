@@ -100,7 +100,7 @@ public final class AppleRefreshChecks: Service, Sendable {
         var due: [(Int64, Principal)] = []
         var cursor = 0
         repeat {
-            let (users, next) = store.users(from: cursor, limit: 4096) { $0.principal.issuer == issuer }
+            let (users, next) = store.users(from: cursor, limit: 4096) { ExactString.equal($0.principal.issuer, issuer) }
             for user in users {
                 guard let grant = AppleGrant(user) else { continue }
                 let when = self.due(user.principal, checkedAt: grant.checkedAt)

@@ -270,7 +270,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if version != accessVersion { (allowed, accessVersion) = core.access.allowed(for: peer) }
         guard allowed.isDisjoint(with: required) else { return nil }
         let group = AccessPolicy.group(of: op)?.rawValue ?? "admin"
-        let who = peer.map { "uid \($0.uid)" } ?? "a peer of unknown credentials"
+        let who: String
+        switch peer {
+        case let peer? where peer.uid == PeerCredentials.overflowIDs.user:
+            who = "uid \(peer.uid) (the overflow uid: a user keyholed's user namespace does not map, so unknown)"
+        case let peer?: who = "uid \(peer.uid)"
+        case nil: who = "a peer of unknown credentials"
+        }
         refusals += 1
         // The connection's logger carries peer_uid and peer_pid.
         noteLimited("access.denied", ["op": "\(op)", "group": "\(group)", "audit": "true"], atNotice: refusals == 1)

@@ -64,9 +64,9 @@ public final class KeyholeServer: Service, Sendable {
     public var accessPolicy: AccessPolicy { core.access.current }
 
     /// The default policy's clients are the socket file's group: taken from the file once listening.
-    private func fillInSocketGroup(from descriptor: CInt) {
+    private func fillInSocketGroup(_ group: UInt32?) {
         core.access.update { policy in
-            if policy.socketGroup == nil { policy.socketGroup = SocketFile.group(ofListening: descriptor) }
+            if policy.socketGroup == nil { policy.socketGroup = group }
         }
     }
 
@@ -84,6 +84,10 @@ public final class KeyholeServer: Service, Sendable {
                 logger.notice("server.stale_socket_removed", metadata: ["socket": "\(path)"])
             }
             let descriptor = try file.bind(mode: mode, backlog: core.configuration.backlog)
+            // Before the channel accepts anything: a connection accepted first would be judged
+            // without the socket's group (with systemd's socket, the very request that started us).
+            // From the inode our bind made, read right after it: not from whatever is at the path now.
+            fillInSocketGroup(file.group)
             do {
                 channel = try await adopt(descriptor, bootstrap: bootstrap, name: path)
             } catch {
@@ -91,10 +95,9 @@ public final class KeyholeServer: Service, Sendable {
                 throw error
             }
             socketFile = file
-            fillInSocketGroup(from: descriptor)
         case .descriptor(let descriptor):
+            fillInSocketGroup(SocketFile.group(ofListening: descriptor))
             channel = try await adopt(descriptor, bootstrap: bootstrap, name: "fd:\(descriptor)")
-            fillInSocketGroup(from: descriptor)
         }
         logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)"])
         onListening()

@@ -38,6 +38,21 @@ public struct PeerCredentials: Sendable, Equatable {
 }
 
 extension PeerCredentials {
+    /// The ids the kernel reports for a uid or gid that the reader's user namespace does not map:
+    /// `/proc/sys/kernel/overflowuid` and `overflowgid`, 65534 when they cannot be read.
+    public static let overflowIDs: (user: UInt32, group: UInt32) = (
+        overflowID("/proc/sys/kernel/overflowuid"), overflowID("/proc/sys/kernel/overflowgid")
+    )
+
+    private static func overflowID(_ path: String) -> UInt32 {
+        guard let file = fopen(path, "r") else { return 65534 }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 32)
+        guard fgets(&line, Int32(line.count), file) != nil else { return 65534 }
+        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return UInt32(String(text.prefix { $0.isASCII && $0.isNumber })) ?? 65534
+    }
+
     /// The layout of `struct ucred` (<sys/socket.h>), which Glibc's module exposes only under
     /// _GNU_SOURCE: three 32-bit fields, 12 bytes, the same on every Linux architecture.
     struct UCred: Sendable {

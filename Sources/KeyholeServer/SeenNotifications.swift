@@ -1,3 +1,4 @@
+import KeyholeProtocol
 import Synchronization
 
 /// The `jti` of the notifications applied, each remembered for as long as its token is accepted, so
@@ -5,7 +6,8 @@ import Synchronization
 /// after a restart a repeat is applied again, which every event type tolerates.
 final class SeenNotifications: Sendable {
     private struct State {
-        var expiries: [String: Int64] = [:]
+        // By bytes: two ids that differ only in Unicode normalisation are two notifications.
+        var expiries: [ExactString: Int64] = [:]
     }
 
     /// The most remembered at once; past it the soonest to expire go first.
@@ -20,8 +22,9 @@ final class SeenNotifications: Sendable {
     /// caller then applies the notification).
     func claim(_ jti: String, until expiresAt: Int64, now: Int64) -> Bool {
         state.withLock { state in
-            if let known = state.expiries[jti], known > now { return false }
-            state.expiries[jti] = expiresAt
+            let key = ExactString(jti)
+            if let known = state.expiries[key], known > now { return false }
+            state.expiries[key] = expiresAt
             Self.prune(&state, capacity: capacity, now: now)
             return true
         }
@@ -29,7 +32,7 @@ final class SeenNotifications: Sendable {
 
     /// Forgets `jti` (its notification could not be applied).
     func release(_ jti: String) {
-        _ = state.withLock { $0.expiries.removeValue(forKey: jti) }
+        _ = state.withLock { $0.expiries.removeValue(forKey: ExactString(jti)) }
     }
 
     private static func prune(_ state: inout State, capacity: Int, now: Int64) {

@@ -11,6 +11,8 @@ struct SocketFile {
     let path: String
     /// The inode created by our bind, so that we never remove a file someone else put there since.
     private(set) var inode: ino_t?
+    /// The group owning that inode, read with the same lstat: the default policy's clients.
+    private(set) var group: UInt32?
 
     init(path: String) { self.path = path }
 
@@ -106,6 +108,7 @@ struct SocketFile {
             throw .bindFailed(path, "lstat after bind: \(reason)")
         }
         inode = info.st_ino
+        group = UInt32(info.st_gid)
         guard listen(fd, CInt(clamping: backlog)) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
@@ -126,7 +129,10 @@ private let systemBind = Darwin.bind
 #endif
 
 extension SocketFile {
-    /// The group owning the socket file `descriptor` listens on, if it is bound to a path.
+    /// The group owning the socket file `descriptor` (one systemd passed) listens on, if it is bound
+    /// to a path: read with lstat, and only from a socket file, so that a symlink or another file put
+    /// at the path does not lend its group. (The file's inode cannot be checked against the
+    /// descriptor: fstat of a socket describes the socket, not the file.)
     static func group(ofListening descriptor: CInt) -> UInt32? {
         var address = sockaddr_un()
         var length = socklen_t(MemoryLayout<sockaddr_un>.size)
@@ -139,7 +145,7 @@ extension SocketFile {
         }
         guard path.hasPrefix("/") else { return nil }
         var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFSOCK else { return nil }
         return UInt32(info.st_gid)
     }
 

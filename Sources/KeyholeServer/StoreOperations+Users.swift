@@ -38,7 +38,7 @@ extension StoreOperations {
                 try arguments.finish()
                 let time = now()
                 let logger = requestContext.logger
-                if let revocations = context.revocations, principal.issuer == revocations.issuer {
+                if let revocations = context.revocations, ExactString.equal(principal.issuer, revocations.issuer) {
                     return .later { () async throws(ProtocolError) in
                         let answer = try await deleteAppleUser(principal, now: time, store: store, revocations: revocations)
                         if answer["deleted"] == true {

@@ -65,7 +65,8 @@ public enum StoreOperations {
                     throw .badRequest("'issuer' is required: one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
                 }
             }
-            guard issuer == StoreOperations.localIssuer || issuers.contains(issuer) else {
+            // By bytes: a request's issuer name is one of the configured ones exactly, or none.
+            guard ExactString.equal(issuer, StoreOperations.localIssuer) || issuers.containsExactly(issuer) else {
                 throw .badRequest("unknown issuer '\(issuer)': one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
             }
             return Principal(issuer: issuer, sub: sub)

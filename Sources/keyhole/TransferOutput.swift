@@ -1,3 +1,5 @@
+import KeyholeProtocol
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -15,8 +17,9 @@ final class TransferOutput {
     }
 
     let path: String
-    /// The first column of every complete two-column line.
-    let done: Set<String>
+    /// The first column of every complete two-column line, by its bytes: two subs that differ only
+    /// in Unicode normalisation are two users.
+    let done: Set<ExactString>
     /// Whether an incomplete last line, left by a run cut off mid-write, was cut off.
     let cutPartialLine: Bool
     private let descriptor: Int32
@@ -37,10 +40,10 @@ final class TransferOutput {
                     throw Failure(message: "cannot cut the incomplete last line of \(path): \(Self.reason())", exitCode: 1)
                 }
             }
-            var done = Set<String>()
+            var done = Set<ExactString>()
             for line in contents[..<end].split(separator: UInt8(ascii: "\n")) {
                 let fields = line.split(separator: UInt8(ascii: "\t"), omittingEmptySubsequences: false)
-                if fields.count == 2, !fields[0].isEmpty, !fields[1].isEmpty { done.insert(String(decoding: fields[0], as: UTF8.self)) }
+                if fields.count == 2, !fields[0].isEmpty, !fields[1].isEmpty { done.insert(ExactString(String(decoding: fields[0], as: UTF8.self))) }
             }
             self.path = path
             self.done = done

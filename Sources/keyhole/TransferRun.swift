@@ -27,11 +27,11 @@ struct TransferRun {
     static let stoppingAppleErrors: Set<String> = ["invalid_client", "unauthorized_client", "invalid_scope", "unsupported_grant_type"]
 
     func run(_ call: @escaping (KeyholeClient, String) async throws -> Answer) async throws {
-        var seen = Set<String>()
+        var seen = Set<ExactString>()
         let items = try Self.lines(of: input).map { line in
             let fields = line.split(separator: "\t", omittingEmptySubsequences: false)
             return fields.count > column ? String(fields[column]).trimmingCharacters(in: .whitespaces) : ""
-        }.filter { !$0.isEmpty && seen.insert($0).inserted }
+        }.filter { !$0.isEmpty && seen.insert(ExactString($0)).inserted }
         let file: TransferOutput
         do {
             file = try TransferOutput(path: output)
@@ -40,7 +40,7 @@ struct TransferRun {
             throw ExitCode(error.exitCode)
         }
         if file.cutPartialLine { Output.error("keyhole: cut an incomplete last line from \(output), left by an interrupted run") }
-        let pending = items.filter { !file.done.contains($0) }
+        let pending = items.filter { !file.done.contains(ExactString($0)) }
         var tally = Tally(total: pending.count, skipped: items.count - pending.count)
         var stopped = false
         try await connection.withClient { client in

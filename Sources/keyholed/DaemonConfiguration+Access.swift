@@ -16,8 +16,9 @@ extension DaemonConfiguration {
         guard !sections.isEmpty else { return nil }
         var rules: [AccessPolicy.Rule] = []
         for section in sections {
-            let users = try ids(section, "users", kind: "user", lookup: userID(named:))
-            let groups = try ids(section, "groups", kind: "group", lookup: groupID(named:))
+            let overflow = PeerCredentials.overflowIDs
+            let users = try ids(section, "users", kind: "user", overflow: overflow.user, lookup: userID(named:))
+            let groups = try ids(section, "groups", kind: "group", overflow: overflow.group, lookup: groupID(named:))
             guard !users.isEmpty || !groups.isEmpty else {
                 throw section.error("users", "a rule names users, groups or both")
             }
@@ -36,9 +37,10 @@ extension DaemonConfiguration {
         return rules
     }
 
-    /// The ids of an array of names (strings) and numbers.
+    /// The ids of an array of names (strings) and numbers. The overflow id is refused: every user or
+    /// group a user namespace does not map reads as it, so a rule for it would match strangers.
     private static func ids(
-        _ section: ConfigFile.Section, _ key: String, kind: String, lookup: (String) -> UInt32?
+        _ section: ConfigFile.Section, _ key: String, kind: String, overflow: UInt32, lookup: (String) -> UInt32?
     ) throws(ConfigError) -> Set<UInt32> {
         guard let value = section.table[key] else { return [] }
         guard let array = value.array else { throw section.error(key, "must be an array of \(kind) names or numbers") }
@@ -56,6 +58,9 @@ extension DaemonConfiguration {
             } else {
                 throw section.error(key, "must be an array of \(kind) names or numbers")
             }
+        }
+        if ids.contains(overflow) {
+            throw section.error(key, "names \(kind) id \(overflow), the overflow id that every \(kind) outside keyholed's user namespace reads as: a rule for it would match strangers")
         }
         return ids
     }

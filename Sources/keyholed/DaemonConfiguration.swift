@@ -18,6 +18,9 @@ struct DaemonConfiguration {
     /// single requests faster than two that contend with the apps for the cores.
     var threads = max(1, System.coreCount / 2)
     var stateDirectory = "/var/lib/keyhole"
+    /// Whether keyholed may run in a user namespace that does not map every uid and gid to itself
+    /// (`[server] allow_unmapped_peers`); see `UserNamespace`.
+    var allowUnmappedPeers = false
     var logLevel = Logger.Level.info
     var issuers: [IssuerConfiguration] = []
     /// Sign in with Apple (`[apple]`); `nil` without the section.

@@ -58,6 +58,14 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        // Access control rests on peers' real uids and gids: refuse a user namespace that hides them.
+        if let problem = UserNamespace.problem() {
+            guard configuration.allowUnmappedPeers else {
+                printError("keyholed: \(problem)")
+                throw ExitCode(78)
+            }
+            printError("keyholed: warning: \(problem) ([server] allow_unmapped_peers = true: starting anyway)")
+        }
         // Socket activation: taken (and LISTEN_FDS unset) before any thread starts.
         let adopted: ListenSockets.Adopted?
         do {
@@ -79,7 +87,7 @@ struct Keyholed: AsyncParsableCommand {
             try StateDirectory.prepare(configuration.stateDirectory)
         } catch {
             logger.critical("keyholed.state_dir_failed", metadata: ["dir": "\(configuration.stateDirectory)", "error": "\(error)"])
-            throw ExitCode(1)
+            throw ExitCode(error.isConfiguration ? 78 : 1)
         }
 
         // A write past RLIMIT_FSIZE must fail with EFBIG (storage_unavailable), not kill the daemon.

@@ -14,6 +14,7 @@ extension Reloader {
         keep("server.socket_mode", \.socketMode)
         keep("server.threads", \.threads)
         keep("server.backlog", \.server.backlog)
+        keep("server.allow_unmapped_peers", \.allowUnmappedPeers)
         keep("storage.dir", \.stateDirectory)
         keep("storage.fsync", \.store.durability)
         keep("storage.snapshot_wal_bytes", \.store.snapshotWALBytes)

@@ -151,3 +151,62 @@ struct ErrorCodeTests {
         #expect(ProtocolError.badRequest("a") != ProtocolError.internal("a"))
     }
 }
+
+/// Parsing a request costs time linear in its size, whatever its shape: the review found a frame of
+/// thousands of unknown top-level members costing the event loop quadratic time before any access
+/// check. Judged by how the cost grows from one size to four times that size (about 4x when linear,
+/// 16x when quadratic), not by a time limit, so that a slow or busy machine cannot fail it.
+@Suite("Request parsing cost")
+struct RequestParsingCostTests {
+    /// `count` members of non-ASCII names (whose comparison as Swift strings is the slowest), at
+    /// the top level (`args: false`) or in `args`.
+    static func frame(members count: Int, inArgs: Bool) -> ByteBuffer {
+        let names = (0..<count).map { "\"\u{E9}\u{301}\u{212A}-\($0)\":0" }.joined(separator: ",")
+        let text = inArgs ? "{\"op\":\"ping\",\"args\":{\(names)}}" : "{\"op\":\"ping\",\(names)}"
+        return ByteBuffer(string: text)
+    }
+
+    /// The least of several timings of `body`, in nanoseconds: the least is the least disturbed.
+    static func fastest(_ body: () -> Void) -> Double {
+        let clock = ContinuousClock()
+        var best = Duration.seconds(3600)
+        for _ in 0..<7 {
+            best = min(best, clock.measure(body))
+        }
+        return Double(best.components.seconds) * 1e9 + Double(best.components.attoseconds) / 1e9
+    }
+
+    @Test("more than 32 unknown top-level members are refused, up to 32 are accepted")
+    func cap() throws {
+        #expect(Request.maximumUnknownMembers == 32)
+        #expect(try Request.parse(Self.frame(members: 32, inArgs: false)).op == "ping")
+        #expect {
+            try Request.parse(Self.frame(members: 33, inArgs: false))
+        } throws: { error in
+            let rejection = error as? Request.Rejection
+            return rejection?.error.code == .badRequest && rejection?.error.message.contains("more than 32 members") == true
+        }
+        // The review's frame: 6000 short unknown members in 64 KiB.
+        let hostile = "{\"op\":\"ping\"," + (0..<6000).map { "\"\($0)\":0" }.joined(separator: ",") + "}"
+        #expect(throws: Request.Rejection.self) { try Request.parse(ByteBuffer(string: hostile)) }
+    }
+
+    @Test("arguments of many members cost time linear in their number")
+    func argumentsLinear() {
+        let small = Self.frame(members: 1000, inArgs: true)
+        let large = Self.frame(members: 8000, inArgs: true)
+        #expect((try? Request.parse(large))?.args.count == 8000)
+        let ratio = Self.fastest { _ = try? Request.parse(large) } / Self.fastest { _ = try? Request.parse(small) }
+        // Linear is 8x; the margin is for a busy machine. Quadratic would be 64x.
+        #expect(ratio < 24, "8x the members cost \(ratio)x the time")
+    }
+
+    @Test("a frame refused for too many members costs no more than one at the limit")
+    func refusalIsCheap() {
+        let atLimit = Self.frame(members: 32, inArgs: false)
+        let hostile = Self.frame(members: 6000, inArgs: false)
+        let ratio = Self.fastest { _ = try? Request.parse(hostile) } / Self.fastest { _ = try? Request.parse(atLimit) }
+        // Refused at the 33rd member: the rest of the frame is never read.
+        #expect(ratio < 4, "a 6000-member frame cost \(ratio)x a 32-member one")
+    }
+}

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 @testable import KeyholeServer
@@ -68,5 +69,41 @@ struct AccessPolicyTests {
         #expect(PeerCredentials.supplementaryGroups(fromKernelList: full) == full)
         #expect(MemoryLayout<PeerCredentials.UCred>.size == 12)
         #expect(MemoryLayout<PeerCredentials.GroupBuffer>.size == 4 * PeerCredentials.maxGroups)
+    }
+}
+
+/// Ids a user namespace does not map read as the overflow ids: they say nothing about who a peer is.
+@Suite("AccessPolicy and the overflow ids")
+struct AccessPolicyOverflowTests {
+    static let overflow: (user: UInt32, group: UInt32) = (65534, 65534)
+    static let unmapped = PeerCredentials(pid: 12, uid: 65534, gid: 65534, groups: [65534])
+
+    @Test("a peer with the overflow uid gets nothing, whatever the rules and its groups say")
+    func overflowUser() {
+        let byDefault = AccessPolicy(socketGroup: 990, serverUser: 994, overflowIDs: Self.overflow)
+        #expect(byDefault.allowed(for: PeerCredentials(pid: 12, uid: 65534, gid: 990, groups: [990])) == [])
+        let named = AccessPolicy(rules: [.init(users: [65534], allow: .all), .init(groups: [990], allow: .all)],
+            socketGroup: 990, serverUser: 994, overflowIDs: Self.overflow)
+        #expect(named.allowed(for: PeerCredentials(pid: 12, uid: 65534, gid: 990, groups: [990])) == [])
+        // The same rules for a mapped peer of that group: the rules themselves do match.
+        #expect(named.allowed(for: PeerCredentials(pid: 13, uid: 33, gid: 990, groups: [990])) == .all)
+    }
+
+    @Test("the overflow gid makes nobody a member: not of a rule's group, not of the socket's")
+    func overflowGroup() {
+        let rules = AccessPolicy(rules: [.init(groups: [65534], allow: .all)], serverUser: 994, overflowIDs: Self.overflow)
+        #expect(rules.allowed(for: PeerCredentials(pid: 13, uid: 33, gid: 65534, groups: [65534])) == [])
+        // A socket whose group keyholed's namespace does not map reads as owned by the overflow gid.
+        let socket = AccessPolicy(socketGroup: 65534, serverUser: 994, overflowIDs: Self.overflow)
+        #expect(socket.allowed(for: PeerCredentials(pid: 13, uid: 33, gid: 65534, groups: [65534])) == [])
+        #expect(socket.allowed(for: Self.unmapped) == [])
+    }
+
+    @Test("the overflow ids are read from the kernel")
+    func kernelOverflowIDs() throws {
+        let user = try String(contentsOfFile: "/proc/sys/kernel/overflowuid", encoding: .utf8)
+        let group = try String(contentsOfFile: "/proc/sys/kernel/overflowgid", encoding: .utf8)
+        #expect("\(PeerCredentials.overflowIDs.user)\n" == user)
+        #expect("\(PeerCredentials.overflowIDs.group)\n" == group)
     }
 }

@@ -7,10 +7,11 @@ import Testing
 @Suite("access by peer credentials, end to end", .serialized)
 struct AccessEndToEndTests {
     static let keyhole = ChildProcess.builtProduct("keyhole").path
-    /// nobody, with no supplementary groups.
-    static let stranger = ["--reuid=65534", "--regid=65534", "--clear-groups"]
-    /// nobody, in the socket file's group (root's, as this test's keyholed runs as root) as effective group.
-    static let socketGroupMember = ["--reuid=65534", "--regid=0", "--clear-groups"]
+    /// www-data (uid 33), with no supplementary groups. Not nobody: uid 65534 is the overflow uid,
+    /// which keyholed treats as unknown whatever the rules say (AccessPolicyOverflowTests).
+    static let stranger = ["--reuid=33", "--regid=33", "--clear-groups"]
+    /// www-data, in the socket file's group (root's, as this test's keyholed runs as root) as effective group.
+    static let socketGroupMember = ["--reuid=33", "--regid=0", "--clear-groups"]
 
     /// keyholed with a socket every user may open (mode 0666, its directory traversable).
     static func start(_ config: String = "") throws -> DaemonProcess {
@@ -41,7 +42,7 @@ struct AccessEndToEndTests {
         #expect(try await Self.outcome(Self.stranger, daemon, "ping") == "ok")
         let refused = try await ChildProcess.runOffPool(
             ["/usr/bin/setpriv"] + Self.stranger + [Self.keyhole, "call", "--socket", daemon.socketPath, "session.create", #"{"sub":"u1"}"#])
-        #expect((refused.stdout + refused.stderr).contains("'session.create' is in operation group 'session', which uid 65534 may not use"),
+        #expect((refused.stdout + refused.stderr).contains("'session.create' is in operation group 'session', which uid 33 may not use"),
             "\(refused.stdout)\(refused.stderr)")
         #expect(try await Self.outcome(Self.stranger, daemon, "token.verify", #"{"token":"x"}"#) == "permission_denied")
         #expect(try await Self.outcome(Self.stranger, daemon, "stats") == "permission_denied")
@@ -62,7 +63,7 @@ struct AccessEndToEndTests {
             "\(deleted)")
 
         // A reload (SIGHUP) puts rules in place for the next connections and the open ones alike.
-        let config = "[server]\nsocket_mode = \"0666\"\n[[access]]\nusers = [65534]\nallow = [\"verify\"]\n"
+        let config = "[server]\nsocket_mode = \"0666\"\n[[access]]\nusers = [33]\nallow = [\"verify\"]\n"
         try config.write(to: daemon.directory.appendingPathComponent("keyholed.toml"), atomically: true, encoding: .utf8)
         daemon.signal(SIGHUP)
         try daemon.waitForStderr(containing: "config.reloaded")
@@ -76,7 +77,7 @@ struct AccessEndToEndTests {
     func rules() async throws {
         let daemon = try Self.start("""
             [[access]]
-            users = ["nobody"]
+            users = ["www-data"]
             allow = ["verify"]
 
             [[access]]
@@ -85,7 +86,7 @@ struct AccessEndToEndTests {
             """)
         #expect(try await Self.outcome(Self.stranger, daemon, "token.verify", #"{"token":"x"}"#) == "token_malformed")
         #expect(try await Self.outcome(Self.stranger, daemon, "session.create", #"{"sub":"u2"}"#) == "permission_denied")
-        let inGroup = ["--reuid=65534", "--regid=65534", "--groups=4242"]
+        let inGroup = ["--reuid=33", "--regid=33", "--groups=4242"]
         #expect(try await Self.outcome(inGroup, daemon, "session.create", #"{"sub":"u2"}"#) == "ok")
         #expect(try await Self.outcome(inGroup, daemon, "stats") == "ok")
         // With rules, the socket's group alone no longer gives anything.
@@ -99,6 +100,8 @@ struct AccessEndToEndTests {
             ("users = [0]", "access[0].allow"),
             ("allow = [\"verify\"]", "a rule names users, groups or both"),
             ("users = [0]\nallow = [\"verify\"]\nuser = [1]", "user"),
+            ("users = [\"nobody\"]\nallow = [\"verify\"]", "names user id 65534, the overflow id"),
+            ("groups = [65534]\nallow = [\"verify\"]", "names group id 65534, the overflow id"),
         ] {
             let bad = try DaemonProcess(config: "[[access]]\n" + rule + "\n")
             #expect(try bad.waitForExit() == 78, "\(rule)")
