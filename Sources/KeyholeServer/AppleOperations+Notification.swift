@@ -4,6 +4,7 @@ import KeyholeProtocol
 import KeyholeStore
 import Logging
 import NIOCore
+import Synchronization
 
 extension AppleOperations {
     /// One `apple.notification`: Apple's server-to-server notification, as the app's endpoint received
@@ -31,6 +32,11 @@ extension AppleOperations {
             let signed = try await registry.verifySignature(of: payload, issuer: configuration.issuer)
             let time = Int64(now().rounded(.down))
             let (jti, acceptedUntil) = try checkClaims(signed, now: time)
+            // Apple always sends iat; it orders notifications, and keeps a repeat after a restart from
+            // being applied again (AppleNotificationMark).
+            guard let issuedAt = signed.claims["iat"]?.intValue else {
+                throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no integer iat")
+            }
             let event = try Self.event(signed.claims["events"])
             var answer: [String: JSONValue] = ["type": .string(event.type), "sub": .string(event.sub), "applied": false, "duplicate": false]
             // Claimed before it is applied, so that two deliveries at once apply it once; given back
@@ -39,14 +45,16 @@ extension AppleOperations {
                 answer["duplicate"] = true
                 return answer
             }
-            let applied: Bool
+            let outcome: Outcome
             do {
-                applied = try await apply(event, issuedAt: signed.claims["iat"]?.intValue, now: time)
+                outcome = try await apply(event, jti: jti, issuedAt: issuedAt, now: time)
             } catch {
                 seen.release(jti)
                 throw error
             }
+            let applied = outcome == .applied
             answer["applied"] = .bool(applied)
+            answer["duplicate"] = .bool(outcome == .duplicate)
             logger.notice("apple.notification", metadata: ["type": "\(event.type)", "sub": "\(event.sub)", "applied": "\(applied)"])
             return answer
         }
@@ -110,19 +118,44 @@ extension AppleOperations {
             return event
         }
 
-        /// Applies the event; returns whether it changed anything (false for a user keyholed does not
-        /// know, or a type it does not act on).
-        func apply(_ event: Event, issuedAt: Int64?, now time: Int64) async throws(ProtocolError) -> Bool {
+        /// What applying a notification came to.
+        enum Outcome: Equatable {
+            case applied
+            /// A user keyholed does not know, a type it does not act on, or a notification older than
+            /// what the user's record has seen since.
+            case notApplied
+            /// The notification applied before, delivered again (after a restart: its jti is no
+            /// longer in memory, but the record's mark has it).
+            case duplicate
+        }
+
+        /// Applies the event to the user's record unless the record's mark for the event's family
+        /// says it is a repeat or stale (AppleNotificationMark), noting it in the mark when applied.
+        func apply(_ event: Event, jti: String, issuedAt: Int64, now time: Int64) async throws(ProtocolError) -> Outcome {
             let principal = Principal(issuer: configuration.issuer, sub: event.sub)
+            guard let family = AppleNotificationMark.family(of: event.type) else { return .notApplied }
+            let mark = AppleNotificationMark(issuedAt: issuedAt, jti: jti)
+            // Worked out under the store's lock, in the closures below.
+            let standing = Mutex(AppleNotificationMark.Standing.new)
+            func admits(_ user: User) -> Bool {
+                let found = AppleNotificationMark.standing(of: jti, issuedAt: issuedAt, family: family, for: user)
+                standing.withLock { $0 = found }
+                return found == .new
+            }
+            func outcome(applied: Bool) -> Outcome {
+                applied ? .applied : standing.withLock { $0 } == .duplicate ? .duplicate : .notApplied
+            }
             switch event.type {
             case "consent-revoked":
                 let revoke = configuration.onRevoked == .revokeSessions
                 let changed = try await StoreCommit.awaiting { done throws(StoreError) in
                     try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
+                        guard admits(user) else { return false }
                         // A grant issued (or found valid) after the notification is newer consent: a
                         // late retry or a replay after a restart must not undo it.
-                        if let issuedAt, let grant = AppleGrant(user), grant.checkedAt > issuedAt { return false }
+                        if let grant = AppleGrant(user), grant.checkedAt > issuedAt { return false }
                         AppleGrant.remove(from: &user, revokedAt: time)
+                        mark.store(in: &user, family: family)
                         return true
                     }
                 }
@@ -131,31 +164,32 @@ extension AppleOperations {
                         "sub": "\(event.sub)", "on_revoked": "\(configuration.onRevoked.rawValue)",
                         "sessions_revoked": "\(changed?.sessions ?? 0)", "trigger": "notification", "audit": "true",
                     ])
-                    return true
                 }
-                return false
+                return outcome(applied: changed?.applied == true)
             case "account-delete", "account-deleted":
-                // Apple deleted the account (and its grants): nothing to revoke there.
+                // Apple deleted the account (and its grants): nothing to revoke there. The record is
+                // gone after, so a repeat finds nothing; one made since (the user signed up again)
+                // is newer than the notification and stays.
                 let deleted = try await StoreCommit.awaiting { done throws(StoreError) in
-                    try store.deleteUser(principal, now: time, completion: done)
+                    try store.deleteUser(principal, now: time, completion: done, when: { user in user.map(admits) ?? true }) { _ in nil }
                 }
                 if deleted.deleted {
                     StoreOperations.logUserDeleted(
                         principal, sessions: Int64(deleted.sessions), trigger: "apple.notification", logger: logger)
                 }
-                return deleted.deleted
-            case "email-disabled", "email-enabled":
+                return outcome(applied: deleted.deleted)
+            default:
                 let changed = try await StoreCommit.awaiting { done throws(StoreError) in
                     try store.modifyUser(principal, now: time, completion: done) { user in
+                        guard admits(user) else { return false }
                         user.fields["email_enabled"] = .bool(event.type == "email-enabled")
                         if let email = event.email { user.fields["email"] = .string(email) }
                         if let isPrivate = event.isPrivateEmail { user.fields["is_private_email"] = .bool(isPrivate) }
+                        mark.store(in: &user, family: family)
                         return true
                     }
                 }
-                return changed != nil
-            default:
-                return false
+                return outcome(applied: changed?.applied == true)
             }
         }
     }

@@ -37,16 +37,19 @@ extension Store {
 
     /// Deletes `principal`'s record and every session of theirs, as `deleteUser(_:now:completion:)`
     /// does, and in the same change adds the outbox entry `work` returns for the record as it was
-    /// (called under the store's lock, so that no update can slip in between).
+    /// (called under the store's lock, so that no update can slip in between). When `condition`
+    /// refuses the record as it is (`nil` when there is none), nothing is deleted.
     ///
     /// The entry's record is logged before the deletion's: a crash that keeps only one of them keeps
     /// the work owed, never a deletion whose work is lost.
     public func deleteUser(
-        _ principal: Principal, now: Int64, completion: @escaping Completion, outbox work: (User) -> OutboxWork?
+        _ principal: Principal, now: Int64, completion: @escaping Completion,
+        when condition: (User?) -> Bool = { _ in true }, outbox work: (User) -> OutboxWork?
     ) throws(StoreError) -> (deleted: Bool, sessions: Int, outbox: OutboxEntry?) {
         try change(completion) { tables, undo throws(StoreError) -> ((Bool, Int, OutboxEntry?), [StoreRecord]) in
-            let live = tables.liveSessionCount(of: principal, now: now)
             let user = tables.user(principal)
+            guard condition(user) else { return ((false, 0, nil), []) }
+            let live = tables.liveSessionCount(of: principal, now: now)
             let removed = tables.removeAll(of: principal, undo: &undo)
             guard user != nil || removed > 0 else { return ((false, 0, nil), []) }
             tables.setUser(principal, nil, undo: &undo)

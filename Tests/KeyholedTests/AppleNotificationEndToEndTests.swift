@@ -80,6 +80,46 @@ struct AppleNotificationEndToEndTests {
         try await apple.close()
     }
 
+    @Test("after a restart, a notification applied before is a duplicate (its mark is in the user's record); an older one of the same kind is not applied over a newer")
+    func replayAfterRestart() async throws {
+        let apple = try await FakeApple()
+        var (daemon, connection) = try SignIn.start(apple)
+        let sub = "001.n.replay"
+        _ = try AppleDeletionEndToEndTests.signIn(apple, connection, sub: sub)
+        let now = Int64(Date().timeIntervalSince1970)
+        let revoked = apple.notification(type: "consent-revoked", sub: sub, audience: SignIn.app)
+        #expect(try connection.result("apple.notification", ["payload": .string(revoked)])["applied"] == true)
+        // Email forwarding turned off, then on: the later one wins even when the earlier comes last.
+        let disabled = apple.notification(type: "email-disabled", sub: sub, audience: SignIn.app, claims: ["iat": .int(now + 1)])
+        let enabled = apple.notification(type: "email-enabled", sub: sub, audience: SignIn.app, claims: ["iat": .int(now + 2)])
+        #expect(try connection.result("apple.notification", ["payload": .string(enabled)])["applied"] == true)
+        #expect(try connection.result("apple.notification", ["payload": .string(disabled)])
+            == ["type": "email-disabled", "sub": .string(sub), "applied": false, "duplicate": false])
+        #expect(try connection.result("user.get", ["sub": .string(sub)])["email_enabled"] == true)
+
+        // keyholed restarts: the jtis it saw in memory are gone.
+        #expect(try daemon.terminate() == 0)
+        daemon = try DaemonProcess(
+            config: try String(contentsOf: daemon.directory.appendingPathComponent("keyholed.toml"), encoding: .utf8), directory: daemon.directory)
+        try daemon.waitUntilReady()
+        connection = try RawConnection(path: daemon.socketPath)
+        // The user signs in again (without a code: no new grant), then Apple delivers the old
+        // consent-revoked once more. It must not revoke the new session.
+        let again = try connection.result("apple.sign_in", ["identity_token": .string(apple.identityToken(sub: sub, audience: SignIn.app))])
+        let session = try #require(again["session"]?["session"]?.stringValue)
+        #expect(try connection.result("apple.notification", ["payload": .string(revoked)])
+            == ["type": "consent-revoked", "sub": .string(sub), "applied": false, "duplicate": true])
+        #expect(try connection.result("session.get", ["session": .string(session)])["sub"] == .string(sub))
+        #expect(try connection.result("apple.notification", ["payload": .string(enabled)])["duplicate"] == true)
+        #expect(try connection.result("apple.notification", ["payload": .string(disabled)])["applied"] == false)
+        #expect(try connection.result("user.get", ["sub": .string(sub)])["email_enabled"] == true)
+        // A notification without iat is refused: nothing could order it.
+        let undated = apple.notification(type: "email-disabled", sub: sub, audience: SignIn.app, claims: ["iat": .null])
+        #expect(try connection.errorCode("apple.notification", ["payload": .string(undated)]) == "token_claim_invalid")
+        #expect(try daemon.terminate() == 0)
+        try await apple.close()
+    }
+
     @Test("forged, expired, foreign and malformed notifications are refused with their codes; nothing changes")
     func refused() async throws {
         let apple = try await FakeApple()
