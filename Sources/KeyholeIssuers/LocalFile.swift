@@ -16,9 +16,10 @@ public enum LocalFile {
 
     /// The bytes of `path`, refusing files larger than `maximumBytes` without reading further.
     ///
-    /// With `secret` (a private key, a store key) the file must also be a regular file with no access
-    /// for "other" (a group may read it, as with root:keyhole 0640), a FIFO is refused instead of
-    /// waited on, and the read buffer is zeroed afterwards.
+    /// With `secret` (a private key, a store key) the file must also be a regular file owned by
+    /// keyholed's user or root, with no access for "other" and no write access for its group (a group
+    /// may read it, as with root:keyhole 0640); a FIFO is refused instead of waited on, and the read
+    /// buffer is zeroed afterwards.
     public static func contents(of path: String, maximumBytes: Int, secret: Bool = false) throws(Failure) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC | (secret ? O_NONBLOCK : 0))
         guard fd >= 0 else {
@@ -36,6 +37,18 @@ public enum LocalFile {
             guard status.st_mode & 0o007 == 0 else {
                 throw Failure(
                     description: "\(path) is accessible to every user (mode 0\(String(status.st_mode & 0o777, radix: 8))): a secret key must not be; chmod o-rwx it",
+                    isMissing: false)
+            }
+            // Whoever may write the key may replace it with their own: only its owner, who must be
+            // keyholed's user or root.
+            guard status.st_mode & 0o020 == 0 else {
+                throw Failure(
+                    description: "\(path) is writable by its group (mode 0\(String(status.st_mode & 0o777, radix: 8))): a secret key must not be; chmod g-w it",
+                    isMissing: false)
+            }
+            guard status.st_uid == geteuid() || status.st_uid == 0 else {
+                throw Failure(
+                    description: "\(path) is owned by uid \(status.st_uid): a secret key must belong to keyholed's user (uid \(geteuid())) or root",
                     isMissing: false)
             }
             // Sized at once, so no copy of the secret is left behind in a freed, grown buffer.
