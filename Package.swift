@@ -3,7 +3,6 @@ import PackageDescription
 
 let package = Package(
     name: "keyhole",
-    platforms: [.macOS(.v15)],
     products: [
         .library(name: "KeyholeProtocol", targets: ["KeyholeProtocol"]),
         .library(name: "KeyholeClient", targets: ["KeyholeClient"]),
