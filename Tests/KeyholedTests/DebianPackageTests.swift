@@ -58,6 +58,25 @@ struct DebianPackageTests {
         #expect(!listing.stdout.contains("./var/") && !listing.stdout.contains("./run/"))
     }
 
+    /// Runs `script` with `arguments` as root under systemd in a throwaway container, which sees
+    /// `directory` as /srv/keyhole-test (Scripts/systemd-container.sh); expects it to succeed. Returns
+    /// the run and the `name=value` lines it printed, one finding each.
+    static func runInContainer(
+        _ script: String, in directory: URL, arguments: [String]
+    ) async throws -> (run: ChildProcess.Result, found: [String: String]) {
+        try script.write(to: directory.appendingPathComponent("script.sh"), atomically: true, encoding: .utf8)
+        let run = try await ChildProcess.runOffPool([
+            top.appendingPathComponent("Scripts/systemd-container.sh").path, directory.path, "/bin/sh", "/srv/keyhole-test/script.sh",
+        ] + arguments)
+        #expect(run.status == 0, "\(run.stderr)")
+        var found: [String: String] = [:]
+        for line in run.stdout.split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            found[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        return (run, found)
+    }
+
     /// Runs in the container under systemd: prints a `name=value` line per finding for the test to check.
     static let lifecycle = #"""
         set -u
@@ -84,6 +103,10 @@ struct DebianPackageTests {
         # Socket activation: nothing runs until the first client connects, which it then answers.
         say service_before_connection "$(systemctl is-active keyholed.service)"
         say first_ping "$(k call ping '{}' >/dev/null 2>&1 && echo answered || echo failed)"
+        # keyholed may answer before systemd has taken its READY=1 (the service is "activating" until
+        # then): polled for at most 10 s.
+        i=0
+        while [ "$(systemctl is-active keyholed.service)" = activating ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
         say service_after_connection "$(systemctl is-active keyholed.service)"
         say service_status "$(prop keyholed.service StatusText | cut -d: -f1)"
         pid=$(prop keyholed.service MainPID)
@@ -168,18 +191,8 @@ struct DebianPackageTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         _ = try await Self.build(version: "0.1.0-1", into: directory)
         _ = try await Self.build(version: "0.1.0-2", into: directory)
-        try Self.lifecycle.write(to: directory.appendingPathComponent("lifecycle.sh"), atomically: true, encoding: .utf8)
-        // The container sees the test directory as /srv/keyhole-test (Scripts/systemd-container.sh).
-        let run = try await ChildProcess.runOffPool([
-            Self.top.appendingPathComponent("Scripts/systemd-container.sh").path, directory.path,
-            "/bin/sh", "/srv/keyhole-test/lifecycle.sh", "/srv/keyhole-test/keyhole_0.1.0-1.deb", "/srv/keyhole-test/keyhole_0.1.0-2.deb",
-        ])
-        #expect(run.status == 0, "\(run.stderr)")
-        var found: [String: String] = [:]
-        for line in run.stdout.split(separator: "\n") {
-            guard let equals = line.firstIndex(of: "=") else { continue }
-            found[String(line[..<equals])] = String(line[line.index(after: equals)...])
-        }
+        let (run, found) = try await Self.runInContainer(
+            Self.lifecycle, in: directory, arguments: ["/srv/keyhole-test/keyhole_0.1.0-1.deb", "/srv/keyhole-test/keyhole_0.1.0-2.deb"])
         let expected: [String: String] = [
             "root": "755 root", "pid1": "systemd", "install_status": "0", "binary": "yes",
             "user": "keyhole:/var/lib/keyhole:/usr/sbin/nologin", "group": "keyhole-clients", "state_dir": "700 keyhole",

@@ -85,17 +85,8 @@ struct SystemdAccessTests {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         _ = try await DebianPackageTests.build(version: "0.1.0-1", into: directory)
-        try Self.script.write(to: directory.appendingPathComponent("access.sh"), atomically: true, encoding: .utf8)
-        let run = try await ChildProcess.runOffPool([
-            DebianPackageTests.top.appendingPathComponent("Scripts/systemd-container.sh").path, directory.path,
-            "/bin/sh", "/srv/keyhole-test/access.sh", "/srv/keyhole-test/keyhole_0.1.0-1.deb",
-        ])
-        #expect(run.status == 0, "\(run.stderr)")
-        var found: [String: String] = [:]
-        for line in run.stdout.split(separator: "\n") {
-            guard let equals = line.firstIndex(of: "=") else { continue }
-            found[String(line[..<equals])] = String(line[line.index(after: equals)...])
-        }
+        let (run, found) = try await DebianPackageTests.runInContainer(
+            Self.script, in: directory, arguments: ["/srv/keyhole-test/keyhole_0.1.0-1.deb"])
         let expected: [String: String] = [
             "install_status": "0", "webapp_uid_known": "yes",
             "webapp_create": "ok", "webapp_stats": "permission_denied", "stranger_ping": "no_connection",
