@@ -55,8 +55,9 @@ extension DaemonConfiguration {
             guard section.table["jwks_uri"] == nil else {
                 throw section.error("discovery", "give either discovery or jwks_uri, not both")
             }
-            guard case .url = try? keySetLocation(discovery, section: section) else {
-                throw section.error("discovery", "must be an https:// issuer URL (or http:// to a loopback host)")
+            // OpenID Connect Discovery 3: the issuer is a URL without query or fragment.
+            guard let url = try? RemoteURL(discovery), url.isPermitted, !url.pathAndQuery.contains("?") else {
+                throw section.error("discovery", "must be an https:// issuer URL (or http:// to a loopback host) without a query\(refusal(discovery))")
             }
             // OpenID Connect Discovery 4.3: the issuer's identifier is the URL its document is found under.
             if section.table["iss"] == nil && configuration.issuer != discovery {
@@ -85,8 +86,18 @@ extension DaemonConfiguration {
     private static func keySetLocation(_ text: String, section: ConfigFile.Section) throws(ConfigError) -> IssuerConfiguration.KeySetLocation {
         if text.hasPrefix("/") { return .file(text) }
         if text.hasPrefix("file:///") { return .file(String(text.dropFirst("file://".count))) }
-        if KeySetFetcher.isAllowed(text) { return .url(text) }
-        throw section.error("jwks_uri", "must be https://, http:// to a loopback host, or an absolute file path")
+        if RemoteURL.permits(text) { return .url(text) }
+        throw section.error("jwks_uri", "must be https://, http:// to a loopback host, or an absolute file path\(refusal(text))")
+    }
+
+    /// ": why" when `text` is no `RemoteURL` at all, for a configuration error's message; else "".
+    static func refusal(_ text: String) -> String {
+        do {
+            _ = try RemoteURL(text)
+            return ""
+        } catch {
+            return ": \(error)"
+        }
     }
 
     private static func algorithms(_ names: [String], section: ConfigFile.Section) throws(ConfigError) -> Set<JWSAlgorithm> {

@@ -130,6 +130,7 @@ struct TokenEndToEndTests {
         ("[tokens]\ncache_entries = -1\n", "cache_entries"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/k.json\"\naudiences = [\"a\"]\ncolour = \"red\"\n", "colour"),
         ("[issuer]\nname = \"x\"\n", "issuer"),
+        ("[[issuer]]\nname = \"x\"\niss = \"x\"\njwks_uri = \"http://127.0.0.1:80@evil.example/keys\"\naudiences = [\"a\"]\n", "jwks_uri"),
     ])
     func badIssuerConfig(text: String, key: String) throws {
         let daemon = try DaemonProcess(config: text)
