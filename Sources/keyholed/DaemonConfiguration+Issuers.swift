@@ -3,7 +3,7 @@ import KeyholeJOSE
 
 extension DaemonConfiguration {
     static let issuerKeys: Set<String> = [
-        "name", "preset", "iss", "jwks_uri", "discovery", "audiences", "algorithms", "leeway",
+        "name", "preset", "iss", "jwks_uri", "discovery", "audiences", "algorithms", "leeway", "allow_missing_nonce",
     ]
 
     /// Reads the `[[issuer]]` tables.
@@ -78,6 +78,9 @@ extension DaemonConfiguration {
             configuration.leeway = leeway.nanoseconds / 1_000_000_000
         } else if section.table["leeway"] != nil {
             throw section.error("leeway", "must be a duration string such as \"60s\"")
+        }
+        if let allow = try section.bool("allow_missing_nonce") {
+            configuration.allowsMissingNonce = allow
         }
         return configuration
     }
