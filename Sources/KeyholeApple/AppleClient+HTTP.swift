@@ -81,7 +81,7 @@ extension AppleClient {
         let url = configuration.endpoint + path
         let timeout = configuration.totalTimeout
         let retry = retryAfterMs(nil)
-        guard KeySetFetcher.isAllowed(url) else {
+        guard RemoteURL.permits(url) else {
             throw .unavailable("\(url) is neither https nor http to a loopback host", retryAfterMs: retry)
         }
         var request = HTTPClientRequest(url: url)

@@ -44,6 +44,8 @@ public struct IssuerConfiguration: Sendable, Equatable {
     public var leeway: Int64 = ClaimsPolicy.defaultLeeway
     /// How its claims are normalised.
     public var profile: ClaimsProfile = .standard
+    /// Whether a request's nonce accepts its tokens that carry none (`allow_missing_nonce`).
+    public var allowsMissingNonce = false
 
     /// An issuer.
     public init(name: String, issuer: String, keySet: KeySetLocation, audiences: Set<String>) {
@@ -57,6 +59,6 @@ public struct IssuerConfiguration: Sendable, Equatable {
     public var policy: ClaimsPolicy {
         ClaimsPolicy(
             issuer: issuer, alternativeIssuers: alternativeIssuers, audiences: audiences, leeway: leeway,
-            profile: profile)
+            profile: profile, allowsMissingNonce: allowsMissingNonce)
     }
 }

@@ -53,8 +53,11 @@ extension IssuerKeys {
         do throws(KeySetFetcher.Failure) {
             let url = try await keySetURL(fetcher: fetcher)
             fetched = try await fetcher.fetch(url)
+            // Keys the last good set already holds are taken from it, not made again (issue 26,
+            // finding 5): a refresh of an unchanged set costs libcrypto nothing.
+            let previous = state.withLock { $0.cache.keys }
             do {
-                keys = try JWKSet(json: fetched.document)
+                keys = try JWKSet(json: fetched.document, reusing: previous)
             } catch {
                 throw KeySetFetcher.Failure(description: "\(url): \(error.message)")
             }
@@ -81,10 +84,12 @@ extension IssuerKeys {
         // the verified-token cache already purged of keys that left the set, as jwks.status shows it.
         for listener in listeners { listener(inUse) }
         for waiter in waiters { waiter.resume(returning: .succeeded) }
+        // Metadata is written sorted by key, and `issuer.keys_fetched issuer=...` is what operators
+        // and tests look for: no key may sort before `issuer` (hence keys_built, not built).
         logger.info("issuer.keys_fetched", metadata: [
             "issuer": "\(configuration.name)", "reason": "\(reason.rawValue)", "keys": "\(inUse.keys.count)",
             "kids": "\(inUse.keys.compactMap(\.kid).joined(separator: ","))", "ttl_s": "\(Int(expiresAt - now))",
-            "skipped": "\(keys.skipped.count)",
+            "skipped": "\(keys.skipped.count)", "keys_built": "\(keys.built)",
         ])
         // Keys coming and going is what an issuer's key rotation looks like, and what a compromised
         // endpoint would look like too: worth a line of its own.

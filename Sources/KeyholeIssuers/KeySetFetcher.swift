@@ -82,12 +82,26 @@ public struct KeySetFetcher: Sendable {
         guard case .string(let keySetURL)? = document["jwks_uri"] else {
             throw Failure(description: "\(url) has no jwks_uri string")
         }
-        // Plain http only to loopback, and only when discovery itself is on loopback (tests): a
-        // remote document must not aim keyholed at services on its own host.
-        guard keySetURL.hasPrefix("https://") || (Self.isAllowed(keySetURL) && !issuer.hasPrefix("https://")) else {
-            throw Failure(description: "\(url) gives a jwks_uri that is not https")
-        }
+        try Self.checkDiscovered(keySetURL, issuer: issuer, document: url)
         return keySetURL
+    }
+
+    /// The rules for a `jwks_uri` a discovery document gives: parsed as `RemoteURL` (no user
+    /// information, whatever the scheme); plain http only to loopback, and loopback at all only when
+    /// discovery itself is on loopback (tests): a remote document must not aim keyholed at services on
+    /// keyholed's own host.
+    public static func checkDiscovered(_ keySetURL: String, issuer: String, document: String) throws(Failure) {
+        let target: RemoteURL
+        let origin: RemoteURL
+        do {
+            target = try RemoteURL(keySetURL)
+            origin = try RemoteURL(issuer)
+        } catch {
+            throw Failure(description: "\(document) gives a jwks_uri that is refused: \(error)")
+        }
+        guard target.isPermitted, !target.isLoopback || origin.isLoopback else {
+            throw Failure(description: "\(document) gives a jwks_uri that is not https to another host")
+        }
     }
 
     /// A GET bounded as a whole by `totalTimeout` (see `withDeadline`).
@@ -103,7 +117,13 @@ public struct KeySetFetcher: Sendable {
     }
 
     private func unboundedGet(_ url: String, accept: String) async throws(Failure) -> (ByteBuffer, HTTPHeaders) {
-        guard Self.isAllowed(url) else { throw Failure(description: "\(url) is neither https nor http to a loopback host") }
+        let target: RemoteURL
+        do {
+            target = try RemoteURL(url)
+        } catch {
+            throw Failure(description: "\(url.prefix(256)) is refused: \(error)")
+        }
+        guard target.isPermitted else { throw Failure(description: "\(url) is neither https nor http to a loopback host") }
         var request = HTTPClientRequest(url: url)
         request.method = .GET
         // The issue: fetch past any intermediate cache, so a rotated key set is seen at once.
@@ -125,15 +145,5 @@ public struct KeySetFetcher: Sendable {
         } catch {
             throw Failure(description: "fetching \(url) failed: \(error)")
         }
-    }
-
-    /// https, or http to 127.0.0.1, localhost or [::1].
-    public static func isAllowed(_ url: String) -> Bool {
-        if url.hasPrefix("https://") { return true }
-        for loopback in ["http://127.0.0.1", "http://localhost", "http://[::1]"] where url.hasPrefix(loopback) {
-            let rest = url.dropFirst(loopback.count)
-            if rest.isEmpty || rest.hasPrefix(":") || rest.hasPrefix("/") { return true }
-        }
-        return false
     }
 }

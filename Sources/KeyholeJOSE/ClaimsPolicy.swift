@@ -17,18 +17,23 @@ public struct ClaimsPolicy: Sendable, Hashable {
     public let leeway: Int64
     /// How the issuer's claims are normalised.
     public let profile: ClaimsProfile
+    /// Whether a request's nonce accepts a token without one (and without `nonce_supported: true`).
+    /// Off by default (issue 26, finding 7): otherwise a captured token minted without a nonce passes
+    /// any request's nonce check. For issuers known to drop nonces.
+    public let allowsMissingNonce: Bool
 
     /// A policy. A negative `leeway` is taken as 0: a leeway that shortens a token's life would make
     /// fresh tokens fail on any skew, which is never what a configuration meant.
     public init(
         issuer: String, alternativeIssuers: Set<String> = [], audiences: Set<String>, leeway: Int64 = defaultLeeway,
-        profile: ClaimsProfile = .standard
+        profile: ClaimsProfile = .standard, allowsMissingNonce: Bool = false
     ) {
         self.issuer = issuer
         self.alternativeIssuers = alternativeIssuers
         self.audiences = audiences
         self.leeway = max(0, leeway)
         self.profile = profile
+        self.allowsMissingNonce = allowsMissingNonce
     }
 
     /// Whether a token's `iss` is this issuer's, compared byte for byte.

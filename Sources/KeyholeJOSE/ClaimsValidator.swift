@@ -98,18 +98,20 @@ public enum ClaimsValidator {
             }
         }
         if let nonce {
-            try checkNonce(token.nonceClaim, requested: nonce)
+            try checkNonce(token.nonceClaim, requested: nonce, allowMissing: policy.allowsMissingNonce)
         }
     }
 
     /// The token's `nonce` must be the request's, or the lowercase hex SHA-256 of it: Apple's native
     /// flow has the app pass Apple the hash of its nonce, so the token carries the hash.
     ///
-    /// A token without `nonce` is accepted unless it says `nonce_supported: true` (issue 3, "Nonce"):
-    /// Apple's web flow and older clients produce tokens without a nonce, and refusing them would lock
-    /// those users out, while a token that says its client supports nonces and has none was not made for
-    /// this request. Any other value of `nonce` (a number, null) does not match.
-    private static func checkNonce(_ claim: VerifiedToken.NonceClaim, requested: String) throws(JOSEError) {
+    /// A token without `nonce` does not match (issue 26, finding 7): a request that passes a nonce
+    /// wants a token made for it, and accepting one without would let any captured nonce-less token
+    /// through. Only `allowMissing` (the issuer's `allow_missing_nonce`, for issuers that drop nonces)
+    /// accepts it, and even then not a token that says `nonce_supported: true`: its client supports
+    /// nonces, so it was not made for this request. Any other value of `nonce` (a number, null) does
+    /// not match.
+    private static func checkNonce(_ claim: VerifiedToken.NonceClaim, requested: String, allowMissing: Bool) throws(JOSEError) {
         switch claim {
         case .value(let tokenNonce):
             guard
@@ -121,7 +123,9 @@ public enum ClaimsValidator {
         case .absent(supported: true):
             throw JOSEError(.tokenNonceMismatch, "token has no nonce but says nonce_supported")
         case .absent(supported: false):
-            return
+            guard allowMissing else {
+                throw JOSEError(.tokenNonceMismatch, "token has no nonce, and the request passes one (allow_missing_nonce is off for this issuer)")
+            }
         case .invalid:
             throw JOSEError(.tokenNonceMismatch, "token's nonce is not a string")
         }

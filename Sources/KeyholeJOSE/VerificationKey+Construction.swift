@@ -29,6 +29,9 @@ extension VerificationKey {
         }
         let bits = modulus.count * 8 - (modulus.first.map { $0.leadingZeroBitCount } ?? 8)
         guard bits >= minimumRSABits else { throw .keyInvalid("RSA key of \(bits) bits is below \(minimumRSABits)") }
+        guard bits <= maximumRSABits else {
+            throw .keyInvalid("RSA key of \(bits) bits is above the \(maximumRSABits) keyholed accepts")
+        }
         guard !ROCAFingerprint.matches(modulus: modulus) else {
             throw .keyInvalid("RSA key has the ROCA fingerprint (CVE-2017-15361): its private key can be recovered")
         }

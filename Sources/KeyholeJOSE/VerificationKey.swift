@@ -5,7 +5,7 @@ import NIOCore
 /// A public key from a JWK, made into an OpenSSL `EVP_PKEY` once, when its key set is loaded, so that
 /// verifying a token never parses key material.
 ///
-/// Supported: RSA of at least 2048 bits (RS256/384/512, PS256/384/512), EC P-256 (ES256) and P-384
+/// Supported: RSA of 2048 to 8192 bits (RS256/384/512, PS256/384/512), EC P-256 (ES256) and P-384
 /// (ES384), OKP Ed25519 (EdDSA). The JWK's `alg`, `use` and `key_ops` limit what the key may verify.
 public final class VerificationKey: Sendable, CustomStringConvertible {
     /// The kinds of key, with what decides which algorithms fit.
@@ -37,15 +37,28 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
 
     /// The smallest RSA modulus accepted.
     public static let minimumRSABits = 2048
+    /// The largest RSA modulus accepted (issue 26, finding 5): no issuer signs with more, and making
+    /// and checking a key, and each signature check, grow with its size.
+    public static let maximumRSABits = 8192
 
     /// Makes a key from a JWK object. Private members (`d`, `p`, ...) are ignored.
     ///
     /// - Throws: `key_invalid` for an unsupported type or curve, a short or malformed key, a point not on
     ///   its curve, or members of the wrong type.
-    public init(jwk: [String: JSONValue]) throws(JOSEError) {
+    public convenience init(jwk: [String: JSONValue]) throws(JOSEError) {
+        try self.init(jwk: jwk, fingerprint: Self.fingerprint(of: jwk))
+    }
+
+    /// The JWK serialised with its members sorted: what `fingerprint` holds.
+    static func fingerprint(of jwk: [String: JSONValue]) -> [UInt8] {
         var canonical = ByteBuffer()
         JSONValue.object(jwk).write(to: &canonical)
-        fingerprint = Array(canonical.readableBytesView)
+        return Array(canonical.readableBytesView)
+    }
+
+    /// Makes a key from a JWK whose `fingerprint(of:)` the caller already has.
+    init(jwk: [String: JSONValue], fingerprint: [UInt8]) throws(JOSEError) {
+        self.fingerprint = fingerprint
         kid = try Self.optionalString(jwk, "kid")
         declaredAlgorithm = try Self.optionalString(jwk, "alg")
         algorithm = declaredAlgorithm.flatMap(JWSAlgorithm.init(rawValue:))
@@ -139,7 +152,12 @@ public final class VerificationKey: Sendable, CustomStringConvertible {
             // JWS carries r‖s of fixed width (RFC 7518 3.4); OpenSSL wants DER. Other lengths are forged.
             guard let der = Self.derSignature(rawRS: signature, width: algorithm == .es256 ? 32 : 48) else { return false }
             signature = der
-        default:
+        case .rs256, .rs384, .rs512, .ps256, .ps384, .ps512:
+            // RFC 8017 8.1.2 and 8.2.2: a signature is exactly k bytes, k the modulus's length. OpenSSL's
+            // PSS check strips leading zero bytes before it compares, so without this one signature
+            // would have two spellings (two token strings) whenever it begins with a zero byte.
+            guard case .rsa(let bits) = kind, signature.count == (bits + 7) / 8 else { return false }
+        case .edDSA:
             break
         }
         for entry in prepared where entry.algorithm == algorithm {

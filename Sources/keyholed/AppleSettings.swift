@@ -84,15 +84,19 @@ extension DaemonConfiguration {
                 guard apple.clientIDs.contains(client) else {
                     throw section.error("redirect_uris", "'\(client.prefix(64))' is not among client_ids")
                 }
-                guard let uri = uri.string, uri.hasPrefix("https://") || KeySetFetcher.isAllowed(uri), uri.utf8.count <= 2048 else {
-                    throw section.error("redirect_uris", "the redirect URI of '\(client.prefix(64))' must be an https:// URL")
+                // Handed to Apple, never fetched, but parsed as strictly: it names the host Apple sends
+                // the user back to with a code. No fragment either (RFC 6749 3.1.2).
+                guard let uri = uri.string, RemoteURL.permits(uri), uri.utf8.count <= 2048 else {
+                    let reason = uri.string.map { DaemonConfiguration.refusal($0) } ?? ""
+                    throw section.error("redirect_uris", "the redirect URI of '\(client.prefix(64))' must be an https:// URL\(reason)")
                 }
                 apple.redirectURIs[client] = uri
             }
         }
         if let endpoint = try section.string("endpoint") {
-            guard KeySetFetcher.isAllowed(endpoint), !endpoint.hasSuffix("/") else {
-                throw section.error("endpoint", "must be https:// (or http:// to a loopback host, for tests), without a trailing /")
+            // Paths are appended to it: a query or a trailing / would garble them.
+            guard let url = try? RemoteURL(endpoint), url.isPermitted, !url.pathAndQuery.contains("?"), !endpoint.hasSuffix("/") else {
+                throw section.error("endpoint", "must be https:// (or http:// to a loopback host, for tests), without a query or a trailing /\(DaemonConfiguration.refusal(endpoint))")
             }
             apple.endpoint = endpoint
         }

@@ -3,7 +3,7 @@ import KeyholeJOSE
 
 extension DaemonConfiguration {
     static let issuerKeys: Set<String> = [
-        "name", "preset", "iss", "jwks_uri", "discovery", "audiences", "algorithms", "leeway",
+        "name", "preset", "iss", "jwks_uri", "discovery", "audiences", "algorithms", "leeway", "allow_missing_nonce",
     ]
 
     /// Reads the `[[issuer]]` tables.
@@ -55,8 +55,9 @@ extension DaemonConfiguration {
             guard section.table["jwks_uri"] == nil else {
                 throw section.error("discovery", "give either discovery or jwks_uri, not both")
             }
-            guard case .url = try? keySetLocation(discovery, section: section) else {
-                throw section.error("discovery", "must be an https:// issuer URL (or http:// to a loopback host)")
+            // OpenID Connect Discovery 3: the issuer is a URL without query or fragment.
+            guard let url = try? RemoteURL(discovery), url.isPermitted, !url.pathAndQuery.contains("?") else {
+                throw section.error("discovery", "must be an https:// issuer URL (or http:// to a loopback host) without a query\(refusal(discovery))")
             }
             // OpenID Connect Discovery 4.3: the issuer's identifier is the URL its document is found under.
             if section.table["iss"] == nil && configuration.issuer != discovery {
@@ -78,6 +79,9 @@ extension DaemonConfiguration {
         } else if section.table["leeway"] != nil {
             throw section.error("leeway", "must be a duration string such as \"60s\"")
         }
+        if let allow = try section.bool("allow_missing_nonce") {
+            configuration.allowsMissingNonce = allow
+        }
         return configuration
     }
 
@@ -85,8 +89,18 @@ extension DaemonConfiguration {
     private static func keySetLocation(_ text: String, section: ConfigFile.Section) throws(ConfigError) -> IssuerConfiguration.KeySetLocation {
         if text.hasPrefix("/") { return .file(text) }
         if text.hasPrefix("file:///") { return .file(String(text.dropFirst("file://".count))) }
-        if KeySetFetcher.isAllowed(text) { return .url(text) }
-        throw section.error("jwks_uri", "must be https://, http:// to a loopback host, or an absolute file path")
+        if RemoteURL.permits(text) { return .url(text) }
+        throw section.error("jwks_uri", "must be https://, http:// to a loopback host, or an absolute file path\(refusal(text))")
+    }
+
+    /// ": why" when `text` is no `RemoteURL` at all, for a configuration error's message; else "".
+    static func refusal(_ text: String) -> String {
+        do {
+            _ = try RemoteURL(text)
+            return ""
+        } catch {
+            return ": \(error)"
+        }
     }
 
     private static func algorithms(_ names: [String], section: ConfigFile.Section) throws(ConfigError) -> Set<JWSAlgorithm> {

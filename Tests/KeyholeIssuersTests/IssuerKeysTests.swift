@@ -4,6 +4,7 @@ import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeTestSupport
 import NIOCore
+import Synchronization
 import Testing
 
 /// The hot key-set cache as it runs: a refresh loop on a manual clock fetching from a real HTTP server
@@ -130,6 +131,30 @@ struct IssuerKeysTests {
             }
             #expect(message.contains("503"))
             #expect(h.server.received.count == 3)
+        }
+    }
+
+    @Test("a refresh of an unchanged key set makes no key; a rotation makes only the new one (issue 26)")
+    func refreshReusesKeys() async throws {
+        try await Harness.run(reply: try Harness.reply("panva-wellknown-20241001")) { h in
+            let sets = Mutex<[JWKSet]>([])
+            h.keys.onKeysChanged { set in sets.withLock { $0.append(set) } }
+            await h.keys.waitUntil { $0.usable }
+            let first = try #require(h.keys.verifier()).signatures.keys
+            #expect(first.built == 3)
+            #expect(await h.keys.refresh() == .succeeded)
+            let refreshed = try #require(sets.withLock { $0.last })
+            #expect(refreshed.built == 0)
+            #expect(refreshed.keys.count == 3 && zip(first.keys, refreshed.keys).allSatisfy { $0 === $1 })
+
+            // Apple's June 2024 set of four shares one key (pggnQeNCOU) with October's: three are made.
+            h.server.setReply(try Harness.reply("panva-wellknown-20240605"))
+            h.clock.advance(by: 30)
+            #expect(await h.keys.refresh() == .succeeded)
+            let rotated = try #require(sets.withLock { $0.last })
+            let shared = rotated.keys.filter { key in first.keys.contains { $0 === key } }
+            #expect(shared.map(\.kid) == ["pggnQeNCOU"])
+            #expect(rotated.keys.count == 4 && rotated.built == 3)
         }
     }
 

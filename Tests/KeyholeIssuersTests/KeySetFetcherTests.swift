@@ -94,10 +94,43 @@ struct KeySetFetcherTests {
 
     @Test("only https, or http to a loopback host, is fetched")
     func urlPolicy() async throws {
-        try await withFetcher(LocalHTTPServer.Reply(body: Self.document)) { fetcher, _ in
-            for url in ["http://example.com/keys", "ftp://127.0.0.1/keys", "http://127.0.0.1.evil.example/keys", "file:///etc/passwd"] {
-                await #expect(throws: KeySetFetcher.Failure.self) { try await fetcher.fetch(url) }
+        try await withFetcher(LocalHTTPServer.Reply(body: Self.document)) { fetcher, server in
+            for url in [
+                "http://example.com/keys", "ftp://127.0.0.1/keys", "http://127.0.0.1.evil.example/keys", "file:///etc/passwd",
+                "http://localhost.evil.example/keys", "http://127.0.0.1:80@evil.example/keys",
+                // Both hosts loopback, so a prefix test let it through to the server: the user
+                // information alone must refuse it.
+                "http://127.0.0.1:1@127.0.0.1:\(server.port)/keys", "http://user@127.0.0.1:\(server.port)/keys",
+            ] {
+                await #expect(throws: KeySetFetcher.Failure.self, "\(url)") { try await fetcher.fetch(url) }
+            }
+            #expect(server.received.isEmpty)
+            // An uppercase scheme is still http, to loopback here.
+            let fetched = try await fetcher.fetch("HTTP://127.0.0.1:\(server.port)/keys")
+            #expect(fetched.document == Self.document)
+            #expect(server.received.count == 1)
+        }
+    }
+
+    @Test("discovery: a jwks_uri with user information, or aimed at loopback by a remote issuer, is refused", arguments: [
+        "http://127.0.0.1:80@evil.example/keys", "https://127.0.0.1:80@evil.example/keys", "http://user@127.0.0.1:1/keys",
+        "http://localhost.evil.example/keys", "http://127.0.0.1.evil.example/keys", "https://x/#frag", "http://127.0.0.1\\@x/",
+    ])
+    func discoveredURLs(jwksURI: String) async throws {
+        try await withFetcher(LocalHTTPServer.Reply(status: .notFound)) { fetcher, server in
+            let document: [String: String] = ["issuer": server.url, "jwks_uri": jwksURI]
+            server.setReply(
+                LocalHTTPServer.Reply(body: Array(try JSONEncoder().encode(document))),
+                forPath: "/.well-known/openid-configuration")
+            await #expect(throws: KeySetFetcher.Failure.self) { try await fetcher.discoverKeySetURL(issuer: server.url) }
+        }
+        // A remote (https) issuer's document may name neither plain http nor a loopback host at all.
+        for url in ["http://127.0.0.1:1/keys", "https://127.0.0.1/keys", "https://localhost:8443/keys", "https://[::1]/keys"] {
+            #expect(throws: KeySetFetcher.Failure.self) {
+                try KeySetFetcher.checkDiscovered(url, issuer: "https://login.example.com", document: "doc")
             }
         }
+        try KeySetFetcher.checkDiscovered("https://login.example.com/keys", issuer: "https://login.example.com", document: "doc")
+        try KeySetFetcher.checkDiscovered("http://[::1]:8080/keys", issuer: "http://127.0.0.1:8080", document: "doc")
     }
 }

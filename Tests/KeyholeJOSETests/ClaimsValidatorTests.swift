@@ -230,16 +230,32 @@ struct ClaimsValidatorTests {
         }
     }
 
-    @Test("a token without nonce passes unless it says nonce_supported")
+    @Test("a request's nonce refuses a token without one (issue 26: no downgrade by leaving the nonce out)")
     func nonceAbsent() throws {
-        try Self.validate(Self.claims(), nonce: "abc")
-        try Self.validate(Self.claims(["nonce_supported": false]), nonce: "abc")
-        #expect(throws: Self.code(.tokenNonceMismatch)) {
-            try Self.validate(Self.claims(["nonce_supported": true]), nonce: "abc")
+        for claims in [Self.claims(), Self.claims(["nonce_supported": false]), Self.claims(["nonce_supported": true]),
+            Self.claims(["nonce_supported": "true"])]
+        {
+            #expect(throws: Self.code(.tokenNonceMismatch)) { try Self.validate(claims, nonce: "abc") }
         }
+        // A cached token is checked again per request, under the same rule.
+        let token = try Self.validate(Self.claims())
         #expect(throws: Self.code(.tokenNonceMismatch)) {
-            try Self.validate(Self.claims(["nonce_supported": "true"]), nonce: "abc")
+            try ClaimsValidator.check(token, policy: Self.policy, now: Self.now, audience: nil, nonce: "abc")
         }
+    }
+
+    @Test("allow_missing_nonce accepts a token without nonce, unless it says nonce_supported; a wrong nonce still fails")
+    func nonceAbsentAllowed() throws {
+        let relaxed = ClaimsPolicy(issuer: Self.issuer, audiences: ["com.example.app"], allowsMissingNonce: true)
+        try Self.validate(Self.claims(), policy: relaxed, nonce: "abc")
+        try Self.validate(Self.claims(["nonce_supported": false]), policy: relaxed, nonce: "abc")
+        try ClaimsValidator.check(try Self.validate(Self.claims()), policy: relaxed, now: Self.now, audience: nil, nonce: "abc")
+        for claims in [Self.claims(["nonce_supported": true]), Self.claims(["nonce_supported": "true"]), Self.claims(["nonce": "abd"]),
+            Self.claims(["nonce": .null])]
+        {
+            #expect(throws: Self.code(.tokenNonceMismatch)) { try Self.validate(claims, policy: relaxed, nonce: "abc") }
+        }
+        try Self.validate(Self.claims(["nonce": "abc"]), policy: relaxed, nonce: "abc")
     }
 
     @Test("without a nonce in the request the token's nonce is not checked")

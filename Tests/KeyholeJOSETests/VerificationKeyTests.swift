@@ -71,15 +71,24 @@ struct VerificationKeyTests {
         #expect(SHA256.hexDigest(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
 
-    @Test("a key set takes at most 100 keys; the rest are skipped, with the reason")
+    @Test("a key set of more than 100 entries is refused whole; one of 100 is read, each distinct JWK made once")
     func keySetBound() throws {
         let key = #"{"kty":"EC","crv":"P-256","kid":"k","x":"KSexBRK64-3c_kZ4KBKLrSkDJpkZ9whgacjE32xzKDg","y":"x3h5ZOqsAOWSH7FJimD0YGdms9loUAFVjRqXTnNBUT4"}"#
-        let document = #"{"keys":["# + Array(repeating: key, count: 150).joined(separator: ",") + "]}"
-        let set = try JWKSet(json: Array(document.utf8))
+        func document(_ entries: [String]) -> [UInt8] { Array((#"{"keys":["# + entries.joined(separator: ",") + "]}").utf8) }
+        do {
+            _ = try JWKSet(json: document(Array(repeating: key, count: 101)))
+            Issue.record("a set of 101 entries was read")
+        } catch {
+            #expect(error.code == .keyInvalid && error.message.contains("101 entries"), "\(error)")
+        }
+        // Entries that are not keys count too: they cost a parse and a refusal each.
+        #expect(throws: JOSEError.keyInvalid("")) { try JWKSet(json: document(Array(repeating: "7", count: 101))) }
+        #expect(throws: JOSEError.keyInvalid("")) { try JWKSet(json: document(Array(repeating: #"{"kty":"oct"}"#, count: 101))) }
+        let set = try JWKSet(json: document(Array(repeating: key, count: JWKSet.maximumKeys)))
         #expect(set.keys.count == JWKSet.maximumKeys)
-        #expect(set.skipped.contains { $0.contains("first 100") })
-        // The same JWK twice is the same fingerprint; another kid is another.
-        #expect(set.keys[0].fingerprint == set.keys[1].fingerprint)
+        // The same JWK twice is the same fingerprint, and the same key object, made once.
+        #expect(set.built == 1)
+        #expect(set.keys[0].fingerprint == set.keys[1].fingerprint && set.keys[0] === set.keys[99])
         let other = try JWKSet(json: Array(#"{"keys":[\#(key.replacingOccurrences(of: "\"k\"", with: "\"k2\""))]}"#.utf8))
         #expect(other.keys[0].fingerprint != set.keys[0].fingerprint)
         #expect(other.reusingKeys(of: set).keys[0] !== set.keys[0])

@@ -151,6 +151,55 @@ struct ConfigurationTests {
         #expect(parsed.issuers[2].policy.acceptsIssuer("accounts.google.com"))
     }
 
+    /// URLs a prefix test took for loopback or https, and their friends (issue 26, finding 4).
+    static let hostileURLs = [
+        "http://127.0.0.1:80@evil.example/", "https://127.0.0.1:80@evil.example/", "http://user@127.0.0.1/",
+        "http://localhost.evil.example/", "http://127.0.0.1.evil.example/", "HTTP://evil.example/",
+        "http://127.0.0.1#@evil.example/", "http://127.1/", "https://x.example/a#b",
+    ]
+
+    @Test("every configured URL is parsed: user information and hosts that only look like loopback are refused", arguments: hostileURLs)
+    func hostileURL(url: String) {
+        let files: [(String, String)] = [
+            ("[[issuer]]\nname = \"x\"\niss = \"i\"\njwks_uri = \"\(url)\"\naudiences = [\"a\"]\n", "issuer[0].jwks_uri"),
+            ("[[issuer]]\nname = \"x\"\ndiscovery = \"\(url)\"\naudiences = [\"a\"]\n", "issuer[0].discovery"),
+            (Self.appleIssuer + "[apple]\nendpoint = \"\(url.dropLast())\"\n", "apple.endpoint"),
+            (Self.appleIssuer + "[apple]\nredirect_uris = { \"com.example.web\" = \"\(url)cb\" }\n", "apple.redirect_uris"),
+        ]
+        for (text, key) in files {
+            do {
+                _ = try DaemonConfiguration.parse(text)
+                Issue.record("accepted \(url) as \(key)")
+            } catch {
+                #expect(error.key == key, "\(error)")
+            }
+        }
+    }
+
+    @Test("loopback http in any spelling of the scheme, [::1], and https are accepted where URLs are configured")
+    func loopbackURLs() throws {
+        for url in ["http://[::1]:8080", "HTTP://127.0.0.1:8080", "http://localhost", "https://login.example.com"] {
+            let parsed = try DaemonConfiguration.parse("""
+                [[issuer]]
+                name = "x"
+                discovery = "\(url)"
+                audiences = ["com.example.web"]
+                [[issuer]]
+                name = "y"
+                iss = "y"
+                jwks_uri = "\(url)/keys"
+                audiences = ["a"]
+                [apple]
+                issuer = "x"
+                endpoint = "\(url)"
+                redirect_uris = { "com.example.web" = "\(url)/cb" }
+                """)
+            #expect(parsed.issuers.map(\.keySet) == [.discovery(url), .url(url + "/keys")])
+            #expect(parsed.apple?.endpoint == url)
+            #expect(parsed.apple?.redirectURIs == ["com.example.web": url + "/cb"])
+        }
+    }
+
     @Test("an absent default file means built-in defaults; an absent named file is an error")
     func missingFile() throws {
         #expect(try DaemonConfiguration.load(path: "/nonexistent/keyholed.toml", required: false).socketPath

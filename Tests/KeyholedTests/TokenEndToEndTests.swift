@@ -98,6 +98,33 @@ struct TokenEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
+    /// Apple's token 1 carries neither `nonce` nor `nonce_supported`: a request's nonce must not let it
+    /// through unless the issuer says its tokens may lack one (issue 26, finding 7).
+    @Test("a request's nonce refuses a token without one; allow_missing_nonce = true lets it through", arguments: [false, true])
+    func missingNonce(allowed: Bool) async throws {
+        let token = try Self.token("apple_token_1.jwt")
+        let claims = try Self.claims(token)
+        #expect(claims["nonce"] == nil && claims["nonce_supported"] == nil)
+        let daemon = try DaemonProcess.start(
+            config: Self.config(
+                keySet: "apple_jwks_go-pkgz-auth.json", audiences: [claims["aud"]!.stringValue!],
+                extra: allowed ? "allow_missing_nonce = true" : ""),
+            arguments: ["--enable-debug-ops", "--fixed-clock", "\(claims["iat"]!.intValue! + 60)"])
+        let client = try await KeyholeClient.connect(socketPath: daemon.socketPath)
+        // Without a nonce in the request there is nothing to match: it verifies either way.
+        #expect(try await client.call("token.verify", args: ["token": .string(token)])["sub"] == claims["sub"])
+        let response = try await client.send("token.verify", args: ["token": .string(token), "nonce": "n-0S6_WzA2Mj"])
+        switch response.outcome {
+        case .failure(let error):
+            #expect(!allowed, "\(error)")
+            #expect(error.code == .tokenNonceMismatch)
+        default:
+            #expect(allowed, "a token without nonce passed a request's nonce")
+        }
+        try await client.close()
+        #expect(try daemon.terminate() == 0)
+    }
+
     @Test("keyhole verify: the token from stdin or the argument; exit 0 valid, 1 refused")
     func commandLine() throws {
         let token = try Self.token("apple_token_4.jwt")
@@ -130,6 +157,8 @@ struct TokenEndToEndTests {
         ("[tokens]\ncache_entries = -1\n", "cache_entries"),
         ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/k.json\"\naudiences = [\"a\"]\ncolour = \"red\"\n", "colour"),
         ("[issuer]\nname = \"x\"\n", "issuer"),
+        ("[[issuer]]\nname = \"x\"\niss = \"https://x\"\njwks_uri = \"/k.json\"\naudiences = [\"a\"]\nallow_missing_nonce = \"yes\"\n", "allow_missing_nonce"),
+        ("[[issuer]]\nname = \"x\"\niss = \"x\"\njwks_uri = \"http://127.0.0.1:80@evil.example/keys\"\naudiences = [\"a\"]\n", "jwks_uri"),
     ])
     func badIssuerConfig(text: String, key: String) throws {
         let daemon = try DaemonProcess(config: text)
