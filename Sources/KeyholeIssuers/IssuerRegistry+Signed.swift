@@ -18,7 +18,7 @@ extension IssuerRegistry {
     /// - Throws: `token_issuer_unknown` when no such issuer is configured; the `token_*` codes of the
     ///   JOSE layer for the signature; `keys_unavailable`.
     public func verifySignature(of token: String, issuer: String) async throws(ProtocolError) -> SignedPayload {
-        guard let keys = issuers.first(where: { $0.configuration.name == issuer }) else {
+        guard let keys = issuers.first(where: { ExactString.equal($0.configuration.name, issuer) }) else {
             throw ProtocolError(code: .tokenIssuerUnknown, message: "no issuer named '\(issuer.prefix(64))' is configured")
         }
         let jws: CompactJWS

@@ -194,8 +194,8 @@ public struct IssuerRegistry: Sendable {
         _ digest: SHA256.Digest, in cache: VerifiedTokenCache, entries: [IssuerKeys], issuer: String?, audience: String?,
         nonce: String?, now: Double
     ) throws(ProtocolError) -> Verification? {
-        guard let hit = cache.entry(for: digest, now: now), issuer == nil || issuer == hit.issuer,
-            let keys = entries.first(where: { $0.configuration.name == hit.issuer }), keys.serial == hit.keysSerial,
+        guard let hit = cache.entry(for: digest, now: now), issuer.map { ExactString.equal($0, hit.issuer) } ?? true,
+            let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial,
             let verifier = keys.verifier(), verifier.signatures.keys.contains(hit.key)
         else { return nil }
         do {
@@ -208,7 +208,7 @@ public struct IssuerRegistry: Sendable {
 
     private static func route(_ entries: [IssuerKeys], issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {
         if let issuer {
-            guard let named = entries.first(where: { $0.configuration.name == issuer }) else {
+            guard let named = entries.first(where: { ExactString.equal($0.configuration.name, issuer) }) else {
                 throw ProtocolError(code: .tokenIssuerUnknown, message: "no issuer named '\(issuer.prefix(64))' is configured")
             }
             return named

@@ -1,3 +1,4 @@
+import KeyholeProtocol
 import KeyholeJOSE
 import NIOCore
 import Synchronization
@@ -81,7 +82,7 @@ public final class VerifiedTokenCache: Sendable {
     /// Removes every entry of `issuer` whose key is not in `keys`: run when a new key set comes in.
     public func removeEntries(of issuer: String, keptKeys keys: JWKSet) {
         for shard in shards {
-            shard.mutex.withLock { $0.removeAll { $0.issuer == issuer && !keys.contains($0.key) } }
+            shard.mutex.withLock { $0.removeAll { ExactString.equal($0.issuer, issuer) && !keys.contains($0.key) } }
         }
     }
 

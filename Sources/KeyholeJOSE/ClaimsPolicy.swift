@@ -1,3 +1,5 @@
+import KeyholeProtocol
+
 /// What an issuer's tokens must claim to be accepted: who issued them, for whom, and how much clock
 /// skew to forgive.
 ///
@@ -71,6 +73,6 @@ public struct ClaimsPolicy: Sendable, Hashable {
     /// Byte equality of UTF-8. Swift's `==` on strings uses Unicode canonical equivalence, but RFC 7519
     /// compares `iss`, `aud` and the like as exact strings, so two spellings must not match.
     static func exactlyEqual(_ lhs: String, _ rhs: String) -> Bool {
-        lhs.utf8.elementsEqual(rhs.utf8)
+        ExactString.equal(lhs, rhs)
     }
 }

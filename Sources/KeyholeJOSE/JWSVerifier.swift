@@ -1,3 +1,5 @@
+import KeyholeProtocol
+
 /// Verifies a compact JWS against an issuer's key set and allowed algorithms.
 ///
 /// The token only ever *names* an algorithm and a key: the algorithm must be on the issuer's allow-list
@@ -51,7 +53,7 @@ public struct JWSVerifier: Sendable {
     func candidates(for keyID: String?, algorithm: JWSAlgorithm) throws(JOSEError) -> [VerificationKey] {
         if let keyID {
             // At most a few: a hostile set repeating one kid must not make one token cost many checks.
-            let matching = Array(keys.keys.lazy.filter { $0.kid == keyID && $0.permits(algorithm) }.prefix(Self.maximumCandidates))
+            let matching = Array(keys.keys.lazy.filter { $0.kid.map { ExactString.equal($0, keyID) } == true && $0.permits(algorithm) }.prefix(Self.maximumCandidates))
             guard !matching.isEmpty else {
                 // The kid is not echoed: it is whatever the client chose, up to the length of the token.
                 throw JOSEError(

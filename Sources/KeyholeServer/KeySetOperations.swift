@@ -41,7 +41,7 @@ public enum KeySetOperations {
         let name = try arguments.string("issuer")
         try arguments.finish()
         guard let name else { return registry.issuers }
-        guard let keys = registry.issuers.first(where: { $0.configuration.name == name }) else {
+        guard let keys = registry.issuers.first(where: { ExactString.equal($0.configuration.name, name) }) else {
             throw .badRequest("no issuer named '\(name.prefix(64))' is configured")
         }
         return [keys]

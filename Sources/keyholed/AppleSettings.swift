@@ -1,3 +1,4 @@
+import KeyholeProtocol
 import KeyholeApple
 import KeyholeIssuers
 import KeyholeServer
@@ -49,7 +50,7 @@ extension DaemonConfiguration {
         guard let section = try file.section("apple", keys: AppleSettings.keys) else { return nil }
         var apple = AppleSettings()
         if let name = try section.string("issuer") { apple.issuer = name }
-        guard let issuer = issuers.first(where: { $0.name == apple.issuer }) else {
+        guard let issuer = issuers.first(where: { ExactString.equal($0.name, apple.issuer) }) else {
             throw section.error("issuer", "names no [[issuer]] '\(apple.issuer)': add one with preset = \"apple\" and your client IDs as audiences")
         }
         apple.teamID = try appleIdentifier(section, "team_id")

@@ -1,3 +1,4 @@
+import KeyholeProtocol
 import KeyholeIssuers
 import KeyholeJOSE
 
@@ -60,10 +61,10 @@ extension DaemonConfiguration {
                 throw section.error("discovery", "must be an https:// issuer URL (or http:// to a loopback host) without a query\(refusal(discovery))")
             }
             // OpenID Connect Discovery 4.3: the issuer's identifier is the URL its document is found under.
-            if section.table["iss"] == nil && configuration.issuer != discovery {
+            if section.table["iss"] == nil && !ExactString.equal(configuration.issuer, discovery) {
                 configuration.issuer = discovery
                 configuration.alternativeIssuers = []
-            } else if configuration.issuer != discovery {
+            } else if !ExactString.equal(configuration.issuer, discovery) {
                 throw section.error("discovery", "must equal iss: an OpenID Connect issuer is found under its own URL")
             }
             configuration.keySet = .discovery(discovery)

@@ -1,3 +1,4 @@
+import KeyholeProtocol
 import KeyholeIssuers
 import Logging
 
@@ -14,7 +15,7 @@ extension Keyholed {
         var issuers: [IssuerKeys] = []
         for (index, issuer) in configurations.enumerated() {
             guard case .file(let path) = issuer.keySet else {
-                if let running = previous.first(where: { $0.configuration.name == issuer.name && $0.configuration.keySet == issuer.keySet }) {
+                if let running = previous.first(where: { ExactString.equal($0.configuration.name, issuer.name) && $0.configuration.keySet == issuer.keySet }) {
                     issuers.append(running.configuration == issuer ? running : IssuerKeys(configuration: issuer, cache: cache, continuing: running))
                     continue
                 }

@@ -1,3 +1,4 @@
+import KeyholeProtocol
 import KeyholeIssuers
 import KeyholeServer
 import KeyholeSystemd
@@ -115,7 +116,7 @@ final class Reloader: Sendable {
     /// The running [apple] section must still find its issuer, and its client ids among that issuer's
     /// audiences (a reload may have changed both).
     private static func checkApple(_ apple: AppleSettings, issuers: [IssuerConfiguration]) throws(ConfigError) {
-        guard let issuer = issuers.first(where: { $0.name == apple.issuer }) else {
+        guard let issuer = issuers.first(where: { ExactString.equal($0.name, apple.issuer) }) else {
             throw ConfigError(key: "apple.issuer", line: nil, message: "the running [apple] section uses [[issuer]] '\(apple.issuer)', which the file no longer has")
         }
         for id in apple.clientIDs where !issuer.audiences.contains(id) {

@@ -46,6 +46,21 @@ struct IssuerRegistryTests {
         }
     }
 
+    @Test("the issuer named in a request is a configured name byte for byte, also for a cached token")
+    func issuerNamesByBytes() throws {
+        let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+        #expect(nfc == nfd)
+        let registry = IssuerRegistry(
+            issuers: [IssuerKeys(configuration: appleIssuer(name: nfc), keys: keys)], cache: VerifiedTokenCache(capacity: 16))
+        #expect(try registry.verify(token: token, issuer: nfc, audience: nil, nonce: nil, now: now).issuer == nfc)
+        // The second time from the verified-token cache, which compares the name on its own path.
+        for _ in 0..<2 {
+            #expect(throws: ProtocolError(code: .tokenIssuerUnknown, message: "")) {
+                try registry.verify(token: token, issuer: nfd, audience: nil, nonce: nil, now: now)
+            }
+        }
+    }
+
     @Test("an issuer without keys yet answers keys_unavailable with a retry hint")
     func keysUnavailable() {
         let registry = IssuerRegistry(issuers: [appleIssuer()], keySets: [:])
