@@ -21,6 +21,11 @@ depth 1 (each connection waits for its answer before asking again) and 1, 16 and
   operation can cost, as a reference;
 - session.get paced at half its peak, for p99 at a steady load; start-up with 1 000 000 sessions
   (time and resident memory), unless --skip-million.
+- Under a hostile client: well-behaved clients (4 connections, a session.get each millisecond) on a
+  keyholed of their own, quiet, then while `keyhole-bench hostile` attacks it from another uid
+  (random bytes, random and maximum-size frames, bad JSON, half frames, unread answers), then quiet
+  again; their p99 under attack against the worse of the two quiet ones, --rounds times.
+  `--hostile-only` runs this part alone (no Redis, PyJWT or OpenSSL needed).
 - Head to head, for the goals that compare: --rounds rounds (default 5) of keyholed and Redis run
   back to back, which one goes first alternating, and of `keyhole-bench verify` next to
   `openssl speed rsa2048`. A goal is judged on the median of the rounds' ratios: on a shared 2-core
@@ -62,6 +67,11 @@ def new_key_args():
 
 
 CREATE_ARGS = ("--op", "session.create", "--args", '{"sub":"bench","issuer":"local"}', "--subjects", "10000")
+# The hostile client's uid when the bench runs as root (setpriv): another user's process, as an attacker's
+# would be. Not 65534, the overflow uid, which keyholed treats as unknown.
+HOSTILE_UID = 4242
+# The goal under attack: the well-behaved clients' p99 at most this many times their quiet p99.
+HOSTILE_P99_GOAL = 2.0
 
 
 def run(argv, **kwargs):
@@ -169,6 +179,80 @@ def openssl_speed(seconds, algorithms=("rsa2048", "ecdsap256")):
     return figures
 
 
+def paced_session_gets(socket, seconds, sessions, server_pid):
+    """Well-behaved clients: 4 connections, each a session.get every millisecond. Returns keyhole-bench
+    load's figures; requests that failed are counted there (`failed`), not raised."""
+    argv = [os.path.join(RELEASE, "keyhole-bench"), "load", "--socket", socket, "--connections", "4", "--depth", "1",
+            "--interval-ms", "1", "--seconds", str(seconds), "--json", "--sessions", sessions, "--server-pid", str(server_pid)]
+    return argv, subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished_load(started, keyholed_pid=None):
+    """Waits for a load started by paced_session_gets; its figures, and keyholed's peak RSS meanwhile."""
+    argv, process = started
+    peak = 0
+    while keyholed_pid and process.poll() is None:
+        peak = max(peak, rss_kib(keyholed_pid))
+        time.sleep(0.1)
+    out, err = process.communicate()
+    try:
+        result = json.loads(out)
+    except ValueError:
+        raise SystemExit(f"bench: {' '.join(argv)} printed no figures: {out}{err}")
+    result["command"] = argv
+    return result, peak
+
+
+def hostile_rounds(directory, seconds, rounds):
+    """session.get's p99 quiet, under `keyhole-bench hostile`, and quiet again, `rounds` times, on a keyholed
+    of its own holding 1000 sessions (its socket open to every user, as the attacker is another one)."""
+    os.chmod(directory, 0o711)
+    keyholed = Keyholed(directory, "hostile", '[server]\nsocket_mode = "0666"\n').start()
+    try:
+        sessions = os.path.join(keyholed.directory, "sessions.txt")
+        run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket", keyholed.socket,
+             "--count", "1000", "--users", "100", "--out", sessions])
+        os.chmod(sessions, 0o644)
+        pid = keyholed.process.pid
+        outcomes = []
+        for number in range(rounds):
+            quiet, _ = finished_load(paced_session_gets(keyholed.socket, seconds, sessions, pid))
+            rss_quiet = rss_kib(pid)
+            # The attack covers the load's warm-up (1 s) and its measured seconds, with a margin.
+            attacker = [os.path.join(RELEASE, "keyhole-bench"), "hostile", "--socket", keyholed.socket,
+                        "--seconds", str(seconds + 3), "--connections", "4", "--seed", str(number + 1)]
+            if os.geteuid() == 0:
+                attacker = ["/usr/bin/setpriv", f"--reuid={HOSTILE_UID}", f"--regid={HOSTILE_UID}", "--clear-groups"] + attacker
+            attack = subprocess.Popen(attacker, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            attacked, rss_peak = finished_load(paced_session_gets(keyholed.socket, seconds, sessions, pid), pid)
+            attack_out, attack_err = attack.communicate()
+            if attack.returncode != 0:
+                raise SystemExit(f"bench: {' '.join(attacker)} exited with {attack.returncode}: {attack_out}{attack_err}")
+            quiet_after, _ = finished_load(paced_session_gets(keyholed.socket, seconds, sessions, pid))
+            outcome = {"quiet": quiet, "attacked": attacked, "quiet_after": quiet_after, "attack": attack_out.strip(),
+                       "attacker_uid": HOSTILE_UID if os.geteuid() == 0 else os.geteuid(),
+                       "rss_quiet_kib": rss_quiet, "rss_peak_kib": rss_peak}
+            outcomes.append(outcome)
+            print(f"hostile round {number + 1}: session.get p99 quiet {quiet['latency_us']['p99']} µs, under attack "
+                  f"{attacked['latency_us']['p99']} µs ({attacked['failed']} failed), quiet again "
+                  f"{quiet_after['latency_us']['p99']} µs; {outcome['attack']}", flush=True)
+        return outcomes
+    finally:
+        keyholed.stop()
+
+
+def judge_hostile(outcomes):
+    """Each round's p99 under attack over the worse of its two quiet p99s (the machine may be busier during
+    either); the goal is judged on the median of the rounds' ratios, and on no well-behaved request failing."""
+    for outcome in outcomes:
+        quiet = max(outcome["quiet"]["latency_us"]["p99"], outcome["quiet_after"]["latency_us"]["p99"])
+        outcome["ratio"] = round(outcome["attacked"]["latency_us"]["p99"] / quiet, 4)
+    ratio = median([outcome["ratio"] for outcome in outcomes])
+    failed = sum(outcome["attacked"]["failed"] for outcome in outcomes)
+    return {"median_ratio": ratio, "failed": failed, "met": ratio <= HOSTILE_P99_GOAL and failed == 0}
+
+
 def median(values):
     ordered = sorted(values)
     middle = len(ordered) // 2
@@ -215,10 +299,12 @@ def machine():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    swift = run(["swift", "--version"]).splitlines()[0] if shutil.which("swift") else "?"
+    def version(argv):
+        return run(argv).strip() if shutil.which(argv[0]) else "not installed"
+
     return {
-        "cpu": f"{os.cpu_count()} × {model}", "kernel": platform.release(), "swift": swift,
-        "redis": run(["redis-server", "--version"]).strip(), "openssl": run(["openssl", "version"]).strip(),
+        "cpu": f"{os.cpu_count()} × {model}", "kernel": platform.release(), "swift": version(["swift", "--version"]).splitlines()[0],
+        "redis": version(["redis-server", "--version"]), "openssl": version(["openssl", "version"]),
         "python": platform.python_version(),
     }
 
@@ -261,19 +347,163 @@ def rss_kib(pid):
     return 0
 
 
+def measure_all(options, results, directory, servers, helpers):
+    """Everything but the hostile client: keyholed, Redis, PyJWT and OpenSSL (see the module's docstring)."""
+    # Tokens: more distinct ones than the verified-token cache keeps, so the cycle never hits it.
+    tokens_dir = os.path.join(directory, "tokens")
+    run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", tokens_dir, "--count", "4000"])
+    es_dir = os.path.join(directory, "tokens-es")
+    run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", es_dir, "--count", "4000",
+         "--alg", "ES256", "--name", "bench-es", "--issuer", ES_ISSUER])
+    apple_dir = os.path.join(directory, "tokens-apple")
+    run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", apple_dir, "--count", "4000",
+         "--issuer", "https://appleid.apple.com", "--name", "apple"])
+    one_token, one_es_token = os.path.join(directory, "one-token.txt"), os.path.join(directory, "one-es-token.txt")
+    for source, target in ((tokens_dir, one_token), (es_dir, one_es_token)):
+        with open(os.path.join(source, "tokens.txt")) as file, open(target, "w") as out:
+            out.write(file.readline())
+    issuer_config = "[tokens]\ncache_entries = 1000\n\n"
+    for source in (tokens_dir, es_dir):
+        with open(os.path.join(source, "issuer.toml")) as file:
+            issuer_config += file.read() + "\n"
+    # Sign in with Apple without a code needs no team key: the preset's issuer, with the bench's key set.
+    issuer_config += (f'[[issuer]]\nname = "apple"\npreset = "apple"\njwks_uri = "{os.path.join(apple_dir, "jwks.json")}"\n'
+                      'audiences = ["dev.keyhole.bench"]\n\n[apple]\n\n')
+
+    policies = {"always": '[storage]\nfsync = "always"\n', "batch": '[storage]\nfsync = "batch"\n',
+                "off": '[storage]\nfsync = "off"\n'}
+    # Reads (session.get, token.verify) go to a keyholed holding only the 100 000 sessions they read,
+    # as Redis's GET reads a store of 100 000 keys; writes (creates, sign-ins) to one of their own,
+    # whose store grows with every one of them.
+    main_server = Keyholed(directory, "always", issuer_config + policies["always"]).start()
+    servers.append(main_server)
+    writer = Keyholed(directory, "always-writes", issuer_config + policies["always"]).start()
+    servers.append(writer)
+    others = {}
+    for policy in ("batch", "off"):
+        others[policy] = Keyholed(directory, policy, policies[policy]).start()
+        servers.append(others[policy])
+    sessions = os.path.join(directory, "sessions.txt")
+    run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket", main_server.socket,
+         "--count", "100000", "--users", "10000", "--issuer", "local", "--out", sessions])
+
+    def start_redis(name):
+        redis_dir = os.path.join(directory, name)
+        os.makedirs(redis_dir)
+        socket = os.path.join(redis_dir, "redis.sock")
+        process = subprocess.Popen(
+            ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel",
+             "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        helpers.append(process)
+        wait_for_socket(socket, process)
+        return process, socket
+
+    # GET and the SET that overwrites: a store that stays at 100 000 keys.
+    redis, redis_socket = start_redis("redis")
+    run(["redis-cli", "-s", redis_socket, "DEBUG", "POPULATE", "100000", "kh", "256"])
+    # The SET that creates its keys has a Redis of its own, whose store grows as keyholed's does.
+    redis_new, redis_new_socket = start_redis("redis-new")
+    # SwiftNIO and keyholed's framing alone, answering canned bytes: the floor under every operation.
+    floor_socket = os.path.join(directory, "floor.sock")
+    floor = subprocess.Popen([os.path.join(RELEASE, "keyhole-bench"), "floor-server", "--socket", floor_socket],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    helpers.append(floor)
+    wait_for_socket(floor_socket, floor)
+
+    def record(name, target, connections, result):
+        result.update({"name": name, "target": target, "connections_run": connections})
+        results["runs"].append(result)
+        print(f"{name:28} {connections:3} conn: {result['per_second']:8} /s  p50 {result['latency_us']['p50']:6} µs"
+              f"  p99 {result['latency_us']['p99']:6} µs  server CPU {result.get('server_cpu_us_per_request', '-')} µs",
+              flush=True)
+
+    def scenario(server_socket, server_pid, *extra):
+        return lambda connections: load(server_socket, options.seconds, connections, *extra, server_pid=server_pid)
+
+    pid, writer_pid = main_server.process.pid, writer.process.pid
+    # Every scenario, in the table's order: who answers it, and how to run it at a number of connections.
+    scenarios = {
+        "ping": ("keyholed", scenario(main_server.socket, pid)),
+        "session.get": ("keyholed", scenario(main_server.socket, pid, "--sessions", sessions)),
+        "token.verify cached": ("keyholed", scenario(main_server.socket, pid, "--tokens", one_token)),
+        "token.verify cached ES256": ("keyholed", scenario(main_server.socket, pid, "--tokens", one_es_token)),
+        "token.verify distinct RS256": ("keyholed", scenario(main_server.socket, pid, "--tokens",
+                                                             os.path.join(tokens_dir, "tokens.txt"))),
+        "token.verify distinct ES256": ("keyholed", scenario(main_server.socket, pid, "--tokens",
+                                                             os.path.join(es_dir, "tokens.txt"))),
+        "apple.sign_in distinct RS256": ("keyholed", scenario(writer.socket, writer_pid, "--op", "apple.sign_in",
+                                                              "--tokens", os.path.join(apple_dir, "tokens.txt"))),
+        "redis GET": ("redis", scenario(redis_socket, redis.pid, "--redis", "--op", "GET")),
+        "floor (NIO and framing only)": ("floor", scenario(floor_socket, floor.pid)),
+        "session.create fsync=always": ("keyholed", scenario(writer.socket, writer_pid, *CREATE_ARGS)),
+        "session.create fsync=batch": ("keyholed", scenario(others["batch"].socket, others["batch"].process.pid,
+                                                            *CREATE_ARGS)),
+        "session.create fsync=off": ("keyholed", scenario(others["off"].socket, others["off"].process.pid,
+                                                          *CREATE_ARGS)),
+        "redis SET": ("redis", scenario(redis_socket, redis.pid, "--redis", "--op", "SET")),
+        # A fresh key prefix for every run.
+        "redis SET new keys": ("redis", lambda connections: scenario(redis_new_socket, redis_new.pid,
+                                                                     *new_key_args())(connections)),
+    }
+    for connections in CONNECTIONS:
+        for name, (target, measure) in scenarios.items():
+            record(name, target, connections, measure(connections))
+
+    # p99 at a steady half of the peak: 16 connections, each paced.
+    peak = max(r["per_second"] for r in results["runs"] if r["name"] == "session.get")
+    interval_ms = 16 * 1000.0 / (peak / 2)
+    paced = scenario(main_server.socket, pid, "--sessions", sessions, "--interval-ms", f"{interval_ms:.4f}")
+    for _ in range(3):
+        record("session.get at half peak", "keyholed", 16, paced(16))
+
+    pairs = (("session.get", "redis GET", 16), ("token.verify cached", "redis GET", 16),
+             ("session.create fsync=always", "redis SET", 16), ("session.create fsync=always", "redis SET", 64),
+             ("session.create fsync=always", "redis SET new keys", 16),
+             ("session.create fsync=always", "redis SET new keys", 64))
+    cases = [(name, against, connections, functools.partial(scenarios[name][1], connections),
+              functools.partial(scenarios[against][1], connections)) for name, against, connections in pairs]
+    results["head_to_head"] = head_to_head(options.rounds, cases)
+    for process in (redis, redis_new):
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    floor.send_signal(signal.SIGTERM)
+    floor.wait(timeout=30)
+    for server in servers:
+        server.stop()
+
+    results["verify_rounds"] = verify_rounds(options.rounds, tokens_dir, one_token)
+    # RS256's figure is the rounds' median; ES256 is measured once, as a reference point only.
+    rsa_figures = [pair["keyhole_us"] for pair in results["verify_rounds"]]
+    results["verify_us"] = median(rsa_figures) if rsa_figures else None
+    results["verify_es_us"] = verify_microseconds(es_dir, one_es_token, ES_ISSUER)
+    print(f"keyhole-bench verify: {results['verify_us']} µs CPU per whole RS256 verification, "
+          f"{results['verify_es_us']} µs per ES256", flush=True)
+    results["pyjwt_us"], results["pyjwt_version"] = pyjwt_microseconds(tokens_dir, 2000)
+    print(f"PyJWT {results['pyjwt_version']}: {results['pyjwt_us']:.1f} µs per RS256 verification", flush=True)
+    results["openssl"] = openssl_speed(3)
+    print(f"openssl speed: {results['openssl']}", flush=True)
+    if not options.skip_million:
+        ms, rss, empty_rss, count = startup_with_million(directory, 900)
+        results["million"] = {"open_ms": ms, "rss_kib": rss, "empty_rss_kib": empty_rss, "sessions": count}
+        print(f"start-up with {count} sessions: {ms} ms, RSS {rss} KiB (empty {empty_rss} KiB)", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5, help="measured seconds per run (after 1 s of warm-up)")
     parser.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
     parser.add_argument("--skip-million", action="store_true", help="skip start-up with 1 000 000 sessions")
     parser.add_argument("--rounds", type=int, default=5, help="head-to-head rounds for the goals that compare")
+    parser.add_argument("--hostile-only", action="store_true",
+                        help="only the well-behaved clients' latency under a hostile client (no Redis, PyJWT or OpenSSL)")
     options = parser.parse_args()
     if options.rounds < 1 or options.seconds <= 0:
         raise SystemExit("bench: --rounds and --seconds must be positive")
     for tool in ("keyholed", "keyhole-bench"):
         if not os.access(os.path.join(RELEASE, tool), os.X_OK):
             raise SystemExit(f"bench: {RELEASE}/{tool} missing: swift build -c release")
-    if not shutil.which("redis-server"):
+    if not options.hostile_only and not shutil.which("redis-server"):
         raise SystemExit("bench: redis-server missing (apt-get install redis-server)")
 
     directory = tempfile.mkdtemp(prefix="keyhole-bench.")
@@ -283,144 +513,9 @@ def main():
     servers = []
     helpers = []  # redis-server and floor-server, ended on the way out whatever happened
     try:
-        # Tokens: more distinct ones than the verified-token cache keeps, so the cycle never hits it.
-        tokens_dir = os.path.join(directory, "tokens")
-        run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", tokens_dir, "--count", "4000"])
-        es_dir = os.path.join(directory, "tokens-es")
-        run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", es_dir, "--count", "4000",
-             "--alg", "ES256", "--name", "bench-es", "--issuer", ES_ISSUER])
-        apple_dir = os.path.join(directory, "tokens-apple")
-        run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", apple_dir, "--count", "4000",
-             "--issuer", "https://appleid.apple.com", "--name", "apple"])
-        one_token, one_es_token = os.path.join(directory, "one-token.txt"), os.path.join(directory, "one-es-token.txt")
-        for source, target in ((tokens_dir, one_token), (es_dir, one_es_token)):
-            with open(os.path.join(source, "tokens.txt")) as file, open(target, "w") as out:
-                out.write(file.readline())
-        issuer_config = "[tokens]\ncache_entries = 1000\n\n"
-        for source in (tokens_dir, es_dir):
-            with open(os.path.join(source, "issuer.toml")) as file:
-                issuer_config += file.read() + "\n"
-        # Sign in with Apple without a code needs no team key: the preset's issuer, with the bench's key set.
-        issuer_config += (f'[[issuer]]\nname = "apple"\npreset = "apple"\njwks_uri = "{os.path.join(apple_dir, "jwks.json")}"\n'
-                          'audiences = ["dev.keyhole.bench"]\n\n[apple]\n\n')
-
-        policies = {"always": '[storage]\nfsync = "always"\n', "batch": '[storage]\nfsync = "batch"\n',
-                    "off": '[storage]\nfsync = "off"\n'}
-        # Reads (session.get, token.verify) go to a keyholed holding only the 100 000 sessions they read,
-        # as Redis's GET reads a store of 100 000 keys; writes (creates, sign-ins) to one of their own,
-        # whose store grows with every one of them.
-        main_server = Keyholed(directory, "always", issuer_config + policies["always"]).start()
-        servers.append(main_server)
-        writer = Keyholed(directory, "always-writes", issuer_config + policies["always"]).start()
-        servers.append(writer)
-        others = {}
-        for policy in ("batch", "off"):
-            others[policy] = Keyholed(directory, policy, policies[policy]).start()
-            servers.append(others[policy])
-        sessions = os.path.join(directory, "sessions.txt")
-        run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket", main_server.socket,
-             "--count", "100000", "--users", "10000", "--issuer", "local", "--out", sessions])
-
-        def start_redis(name):
-            redis_dir = os.path.join(directory, name)
-            os.makedirs(redis_dir)
-            socket = os.path.join(redis_dir, "redis.sock")
-            process = subprocess.Popen(
-                ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
-                 "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel",
-                 "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            helpers.append(process)
-            wait_for_socket(socket, process)
-            return process, socket
-
-        # GET and the SET that overwrites: a store that stays at 100 000 keys.
-        redis, redis_socket = start_redis("redis")
-        run(["redis-cli", "-s", redis_socket, "DEBUG", "POPULATE", "100000", "kh", "256"])
-        # The SET that creates its keys has a Redis of its own, whose store grows as keyholed's does.
-        redis_new, redis_new_socket = start_redis("redis-new")
-        # SwiftNIO and keyholed's framing alone, answering canned bytes: the floor under every operation.
-        floor_socket = os.path.join(directory, "floor.sock")
-        floor = subprocess.Popen([os.path.join(RELEASE, "keyhole-bench"), "floor-server", "--socket", floor_socket],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        helpers.append(floor)
-        wait_for_socket(floor_socket, floor)
-
-        def record(name, target, connections, result):
-            result.update({"name": name, "target": target, "connections_run": connections})
-            results["runs"].append(result)
-            print(f"{name:28} {connections:3} conn: {result['per_second']:8} /s  p50 {result['latency_us']['p50']:6} µs"
-                  f"  p99 {result['latency_us']['p99']:6} µs  server CPU {result.get('server_cpu_us_per_request', '-')} µs",
-                  flush=True)
-
-        def scenario(server_socket, server_pid, *extra):
-            return lambda connections: load(server_socket, options.seconds, connections, *extra, server_pid=server_pid)
-
-        pid, writer_pid = main_server.process.pid, writer.process.pid
-        # Every scenario, in the table's order: who answers it, and how to run it at a number of connections.
-        scenarios = {
-            "ping": ("keyholed", scenario(main_server.socket, pid)),
-            "session.get": ("keyholed", scenario(main_server.socket, pid, "--sessions", sessions)),
-            "token.verify cached": ("keyholed", scenario(main_server.socket, pid, "--tokens", one_token)),
-            "token.verify cached ES256": ("keyholed", scenario(main_server.socket, pid, "--tokens", one_es_token)),
-            "token.verify distinct RS256": ("keyholed", scenario(main_server.socket, pid, "--tokens",
-                                                                 os.path.join(tokens_dir, "tokens.txt"))),
-            "token.verify distinct ES256": ("keyholed", scenario(main_server.socket, pid, "--tokens",
-                                                                 os.path.join(es_dir, "tokens.txt"))),
-            "apple.sign_in distinct RS256": ("keyholed", scenario(writer.socket, writer_pid, "--op", "apple.sign_in",
-                                                                  "--tokens", os.path.join(apple_dir, "tokens.txt"))),
-            "redis GET": ("redis", scenario(redis_socket, redis.pid, "--redis", "--op", "GET")),
-            "floor (NIO and framing only)": ("floor", scenario(floor_socket, floor.pid)),
-            "session.create fsync=always": ("keyholed", scenario(writer.socket, writer_pid, *CREATE_ARGS)),
-            "session.create fsync=batch": ("keyholed", scenario(others["batch"].socket, others["batch"].process.pid,
-                                                                *CREATE_ARGS)),
-            "session.create fsync=off": ("keyholed", scenario(others["off"].socket, others["off"].process.pid,
-                                                              *CREATE_ARGS)),
-            "redis SET": ("redis", scenario(redis_socket, redis.pid, "--redis", "--op", "SET")),
-            # A fresh key prefix for every run.
-            "redis SET new keys": ("redis", lambda connections: scenario(redis_new_socket, redis_new.pid,
-                                                                         *new_key_args())(connections)),
-        }
-        for connections in CONNECTIONS:
-            for name, (target, measure) in scenarios.items():
-                record(name, target, connections, measure(connections))
-
-        # p99 at a steady half of the peak: 16 connections, each paced.
-        peak = max(r["per_second"] for r in results["runs"] if r["name"] == "session.get")
-        interval_ms = 16 * 1000.0 / (peak / 2)
-        paced = scenario(main_server.socket, pid, "--sessions", sessions, "--interval-ms", f"{interval_ms:.4f}")
-        for _ in range(3):
-            record("session.get at half peak", "keyholed", 16, paced(16))
-
-        pairs = (("session.get", "redis GET", 16), ("token.verify cached", "redis GET", 16),
-                 ("session.create fsync=always", "redis SET", 16), ("session.create fsync=always", "redis SET", 64),
-                 ("session.create fsync=always", "redis SET new keys", 16),
-                 ("session.create fsync=always", "redis SET new keys", 64))
-        cases = [(name, against, connections, functools.partial(scenarios[name][1], connections),
-                  functools.partial(scenarios[against][1], connections)) for name, against, connections in pairs]
-        results["head_to_head"] = head_to_head(options.rounds, cases)
-        for process in (redis, redis_new):
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
-        floor.send_signal(signal.SIGTERM)
-        floor.wait(timeout=30)
-        for server in servers:
-            server.stop()
-
-        results["verify_rounds"] = verify_rounds(options.rounds, tokens_dir, one_token)
-        # RS256's figure is the rounds' median; ES256 is measured once, as a reference point only.
-        rsa_figures = [pair["keyhole_us"] for pair in results["verify_rounds"]]
-        results["verify_us"] = median(rsa_figures) if rsa_figures else None
-        results["verify_es_us"] = verify_microseconds(es_dir, one_es_token, ES_ISSUER)
-        print(f"keyhole-bench verify: {results['verify_us']} µs CPU per whole RS256 verification, "
-              f"{results['verify_es_us']} µs per ES256", flush=True)
-        results["pyjwt_us"], results["pyjwt_version"] = pyjwt_microseconds(tokens_dir, 2000)
-        print(f"PyJWT {results['pyjwt_version']}: {results['pyjwt_us']:.1f} µs per RS256 verification", flush=True)
-        results["openssl"] = openssl_speed(3)
-        print(f"openssl speed: {results['openssl']}", flush=True)
-        if not options.skip_million:
-            ms, rss, empty_rss, count = startup_with_million(directory, 900)
-            results["million"] = {"open_ms": ms, "rss_kib": rss, "empty_rss_kib": empty_rss, "sessions": count}
-            print(f"start-up with {count} sessions: {ms} ms, RSS {rss} KiB (empty {empty_rss} KiB)", flush=True)
+        if not options.hostile_only:
+            measure_all(options, results, directory, servers, helpers)
+        results["hostile"] = hostile_rounds(directory, options.seconds, options.rounds)
     finally:
         for server in servers:
             try:
@@ -527,6 +622,14 @@ def report(results):
                      f"{'yes' if million['open_ms'] < 2000 else 'no'} |")
         lines.append(f"| resident memory < 300 B per session | {per_session:.0f} B ({million['rss_kib']} KiB with "
                      f"{million['sessions']}, {million['empty_rss_kib']} KiB empty) | {'yes' if per_session < 300 else 'no'} |")
+    hostile = results.get("hostile")
+    if hostile:
+        verdict = judge_hostile(hostile)
+        ratios = [outcome["ratio"] for outcome in hostile]
+        failed = f"; {verdict['failed']} well-behaved requests failed" if verdict["failed"] else ""
+        lines.append(f"| session.get p99 under a hostile client ≤ {HOSTILE_P99_GOAL:g}× its quiet p99, every request answered "
+                     f"(4 connections at 1 request/ms each) | median {verdict['median_ratio']:.2f}× (rounds {min(ratios):.2f}× "
+                     f"to {max(ratios):.2f}×){failed} | {'yes' if verdict['met'] else 'no'} |")
     if results.get("head_to_head"):
         lines += ["", "## Head to head", "",
                   "Each round runs keyholed and Redis back to back at the same settings, keyholed first in odd rounds and "
@@ -536,6 +639,20 @@ def report(results):
             lines.append(f"| {outcome['name']} | {outcome['against']} | {outcome['connections']} | "
                          f"{' '.join(str(v) for v in outcome['keyholed'])} | {' '.join(str(v) for v in outcome['redis'])} | "
                          f"{' '.join(f'{v:.2f}' for v in outcome['ratios'])} | {outcome['median_ratio']:.2f} |")
+    if hostile:
+        lines += ["", "## Under a hostile client", "",
+                  "Well-behaved clients (`keyhole-bench load --sessions --connections 4 --depth 1 --interval-ms 1`) on a "
+                  "keyholed of their own holding 1000 sessions: quiet, then while `keyhole-bench hostile --connections 4` "
+                  f"attacks it as uid {hostile[0]['attacker_uid']}, then quiet again. A round's ratio is its p99 under attack "
+                  "over the worse of its two quiet p99s (the machine may be busier during either).", "",
+                  "| round | quiet p99 µs | under attack p99 µs | quiet again p99 µs | ratio | answered/s under attack | failed "
+                  "| keyholed RSS quiet / peak KiB | the attack |", "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for number, outcome in enumerate(hostile, 1):
+            attacked = outcome["attacked"]
+            lines.append(f"| {number} | {outcome['quiet']['latency_us']['p99']} | {attacked['latency_us']['p99']} | "
+                         f"{outcome['quiet_after']['latency_us']['p99']} | {outcome['ratio']:.2f} | {attacked['per_second']} | "
+                         f"{attacked['failed']} | {outcome['rss_quiet_kib']} / {outcome['rss_peak_kib']} | "
+                         f"{outcome['attack'].removeprefix('hostile: ')} |")
     if results.get("verify_rounds"):
         lines += ["", "RS256 verification, `keyhole-bench verify` (whole token, one thread) and `openssl speed -seconds 2 rsa2048` "
                   "(verify) back to back, µs: " + ", ".join(

@@ -90,5 +90,45 @@ class ReportTests(unittest.TestCase):
         self.assertIn("rounds 0.90× to 1.20×", text)
 
 
+def hostile_round(quiet, attacked, quiet_after, failed=0):
+    def figures(p99, failed=0):
+        return {"per_second": 4000, "failed": failed, "latency_us": {"p50": 60, "p99": p99, "p99_9": 400}}
+    return {"quiet": figures(quiet), "attacked": figures(attacked, failed), "quiet_after": figures(quiet_after),
+            "attack": "hostile: 900 connections, 1 bytes sent, 0 connects refused; attacks: unread=1",
+            "attacker_uid": 4242, "rss_quiet_kib": 30000, "rss_peak_kib": 31000}
+
+
+class HostileTests(unittest.TestCase):
+    def test_ratio_is_over_the_worse_quiet_run(self):
+        verdict = bench.judge_hostile([hostile_round(100, 250, 150)])
+        # 250 / max(100, 150), not 250 / 100.
+        self.assertAlmostEqual(verdict["median_ratio"], 1.6667, places=4)
+        self.assertTrue(verdict["met"])
+
+    def test_goal_follows_the_median_of_the_rounds(self):
+        rounds = [hostile_round(100, 150, 100), hostile_round(100, 300, 100), hostile_round(100, 210, 90)]
+        verdict = bench.judge_hostile(rounds)
+        self.assertEqual([r["ratio"] for r in rounds], [1.5, 3.0, 2.1])
+        self.assertEqual(verdict["median_ratio"], 2.1)
+        self.assertFalse(verdict["met"])
+        self.assertTrue(bench.judge_hostile([hostile_round(100, 200, 100)])["met"], "2.0× is within the goal")
+
+    def test_a_failed_well_behaved_request_misses_the_goal_whatever_the_latency(self):
+        verdict = bench.judge_hostile([hostile_round(100, 100, 100, failed=3)])
+        self.assertEqual(verdict["failed"], 3)
+        self.assertFalse(verdict["met"])
+
+    def test_report_row_and_table(self):
+        results = {"machine": {"cpu": "test"}, "date": "2026-11-25", "took_s": 1, "seconds": 5, "rounds": 2, "runs": [],
+                   "notes": [], "directory": "/tmp/x",
+                   "hostile": [hostile_round(100, 120, 110), hostile_round(100, 260, 100, failed=1)]}
+        text = bench.report(results)
+        row = next(line for line in text.splitlines() if line.startswith("| session.get p99 under a hostile client"))
+        self.assertIn("median 1.85× (rounds 1.09× to 2.60×); 1 well-behaved requests failed", row)
+        self.assertTrue(row.endswith("| no |"), row)
+        self.assertIn("## Under a hostile client", text)
+        self.assertIn("| 2 | 100 | 260 | 100 | 2.60 | 4000 | 1 | 30000 / 31000 | 900 connections,", text)
+
+
 if __name__ == "__main__":
     unittest.main()

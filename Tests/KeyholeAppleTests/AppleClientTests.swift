@@ -41,7 +41,7 @@ struct AppleClientTests {
         #expect(tokens.accessToken != nil)
         // The id_token is Apple's, for this client and user.
         let jws = try CompactJWS.parse(tokens.idToken!)
-        _ = try JWSVerifier(keys: JWKSet(keys: [VerificationKey(jwk: apple.identityKey.publicJWK(kid: apple.identityKeyID))]), algorithms: [.es256]).verify(jws)
+        _ = try JWSVerifier(keys: JWKSet(keys: [VerificationKey(jwk: apple.identityKey.publicJWK(kid: apple.identityKeyID))]), algorithms: [.rs256]).verify(jws)
         guard case .object(let claims) = try JSONValue.parse(ByteBuffer(bytes: jws.payload)) else { throw AppleError.unavailable("x", retryAfterMs: 0) }
         #expect(claims["sub"] == .string("001.abc"))
         #expect(claims["aud"] == .string("com.example.web"))

@@ -1,5 +1,4 @@
 import Foundation
-import KeyholeJOSE
 import KeyholeProtocol
 import NIOCore
 import NIOHTTP1
@@ -107,24 +106,6 @@ extension FakeApple {
             if state.grants[token]?.clientID == clientID { state.grants[token]?.valid = false }
         }
         return LocalHTTPServer.Reply(status: .ok, body: [])
-    }
-
-    /// Apple's checks of a client secret (TN3107); a reason when it fails.
-    func checkClientSecret(_ secret: String, clientID: String) -> String? {
-        guard let jws = try? CompactJWS.parse(secret) else { return "client secret is not a JWS" }
-        guard jws.algorithm == "ES256", jws.keyID == keyID else { return "client secret header alg/kid wrong" }
-        guard let key = try? VerificationKey(jwk: teamKey.publicJWK(kid: keyID)),
-            (try? JWSVerifier(keys: JWKSet(keys: [key]), algorithms: [.es256]).verify(jws)) != nil
-        else { return "client secret signature does not verify with the team's key" }
-        guard case .object(let claims)? = try? JSONValue.parse(ByteBuffer(bytes: jws.payload)) else { return "client secret payload" }
-        let now = clock()
-        guard claims["iss"] == .string(teamID) else { return "client secret iss is not the team id" }
-        guard claims["sub"] == .string(clientID) else { return "client secret sub is not the client_id" }
-        guard claims["aud"] == .string(Self.issuer) else { return "client secret aud" }
-        guard case .int(let iat)? = claims["iat"], case .int(let exp)? = claims["exp"] else { return "client secret iat/exp" }
-        guard iat <= now + 60, exp > now else { return "client secret not valid now" }
-        guard exp - iat <= 15_777_000 else { return "client secret lives longer than six months" }
-        return nil
     }
 
     private func takeFailure() -> LocalHTTPServer.Reply? {

@@ -7,22 +7,30 @@ import Synchronization
 
 /// A fake of Apple's Sign in with Apple service on a real loopback HTTP server, as strict as Apple:
 /// client secrets are verified with the public part of the team's key (signature, header, every claim,
-/// the six-month limit); authorization codes are single use, live 5 minutes and are bound to a client
-/// id and redirect URI; identity tokens are signed with its own key set, served at `/auth/keys`.
-/// It fails on demand.
+/// the six-month limit) by code of its own and the openssl tool, not by the project's verifier
+/// (FakeApple+ClientSecret); authorization codes are single use, live 5 minutes and are bound to a
+/// client id and redirect URI; identity tokens and notifications are signed RS256 with an RSA key
+/// under a kid, as Apple's are, published at `/auth/keys`. It fails on demand.
 package final class FakeApple: Sendable {
     /// The team and key whose client secrets it accepts.
     package let teamID: String
     package let keyID: String
     /// The `.p8` key of the team, for keyholed's configuration (`teamKey.pkcs8PEM()`).
     package let teamKey: SigningKey
-    /// The key it signs identity tokens with, published at `/auth/keys` under `identityKeyID`.
-    package let identityKey = SigningKey()
-    package let identityKeyID = "fake-apple-es256"
+    /// The key it signs identity tokens and notifications with (RS256), published at `/auth/keys`
+    /// under `identityKeyID`.
+    package let identityKey: OpenSSLRSAKey
+    package let identityKeyID = "fake-apple-rs256"
+    /// The key of a forger who signs RS256 under Apple's kid (made when first asked for).
+    private let forgerKey = Mutex<OpenSSLRSAKey?>(nil)
     /// The `iss` of its identity tokens: Apple's.
     package static let issuer = "https://appleid.apple.com"
 
     private let server: LocalHTTPServer
+    /// Its files: the team's public key, and scratch files for openssl.
+    let files: URL
+    /// The team's public key (PEM), which client secrets are verified with.
+    let teamPublicKeyPath: String
     let state = Mutex(State())
     let clock: @Sendable () -> Int64
 
@@ -68,6 +76,14 @@ package final class FakeApple: Sendable {
         self.keyID = keyID
         self.teamKey = SigningKey()
         self.clock = now
+        identityKey = try OpenSSLRSAKey()
+        // The public half of the team's key, taken from its .p8 by openssl rather than by KeyholeJOSE.
+        files = try DaemonProcess.makeDirectory()
+        let teamKeyPath = files.appendingPathComponent("AuthKey.p8").path
+        teamPublicKeyPath = files.appendingPathComponent("team.pub").path
+        try Data(teamKey.pkcs8PEM()).write(to: URL(fileURLWithPath: teamKeyPath))
+        try OpenSSLTool.run(["pkey", "-in", teamKeyPath, "-pubout", "-out", teamPublicKeyPath])
+        try FileManager.default.removeItem(atPath: teamKeyPath)
         server = try await LocalHTTPServer()
         let keys = JSONValue.object(["keys": .array([.object(identityKey.publicJWK(kid: identityKeyID))])]).jsonText
         server.setReply(LocalHTTPServer.Reply(body: Array(keys.utf8)), forPath: "/auth/keys")
@@ -82,6 +98,23 @@ package final class FakeApple: Sendable {
     package var keySetURL: String { server.url + "/auth/keys" }
 
     package func close() async throws { try await server.close() }
+
+    deinit { try? FileManager.default.removeItem(at: files) }
+
+    /// `claims` signed RS256 with Apple's key, or with a forger's when `forged`.
+    private func sign(_ claims: [String: JSONValue], forged: Bool = false) -> String {
+        do {
+            let key = forged ? try forgerKey.withLock { key in
+                if let key { return key }
+                let made = try OpenSSLRSAKey()
+                key = made
+                return made
+            } : identityKey
+            return try key.signJWT(claims: claims, kid: identityKeyID)
+        } catch {
+            fatalError("the fake Apple could not sign with openssl: \(error)")
+        }
+    }
 
     // MARK: - What tests do
 
@@ -101,14 +134,18 @@ package final class FakeApple: Sendable {
         if let emailVerified { claims["email_verified"] = emailVerified }
         if let isPrivateEmail { claims["is_private_email"] = isPrivateEmail }
         claims.merge(extra) { $1 }
-        return try! identityKey.signJWT(claims: claims, kid: identityKeyID)
+        return sign(claims)
     }
 
     /// A server-to-server notification as Apple POSTs it to the app (`{"payload": this}`): `events`
     /// as a JSON string (Apple's way) or, with `eventsAsObject`, an object; `claims` override the rest.
+    /// `forged`: signed by a forger's RSA key under Apple's kid, so that only the signature is wrong.
+    /// `key`, any key, does the same (kept for callers written when the fake signed ES256 with a
+    /// SigningKey: a P-256 forgery would now fail on its algorithm, before its signature).
     package func notification(
         type: String, sub: String, audience: String, event: [String: JSONValue] = [:], eventsAsObject: Bool = false,
-        jti: String = UUID().uuidString, lifetime: Int64 = 86_400, claims: [String: JSONValue] = [:], key: SigningKey? = nil
+        jti: String = UUID().uuidString, lifetime: Int64 = 86_400, claims: [String: JSONValue] = [:], forged: Bool = false,
+        key: SigningKey? = nil
     ) -> String {
         let now = clock()
         var events = event
@@ -122,7 +159,7 @@ package final class FakeApple: Sendable {
             "jti": .string(jti), "events": eventsAsObject ? .object(events) : .string(String(buffer: buffer)),
         ]
         payload.merge(claims) { $1 }
-        return try! (key ?? identityKey).signJWT(claims: payload, kid: identityKeyID)
+        return sign(payload, forged: forged || key != nil)
     }
 
     /// An authorization code for `sub`, as the app's front end receives it, bound to `clientID` and

@@ -26,7 +26,6 @@ struct AppleSignInEndToEndTests {
             preset = "apple"
             jwks_uri = "\(apple.keySetURL)"
             audiences = ["\(app)", "\(web)"]
-            algorithms = ["ES256"]
 
             [apple]
             team_id = "\(apple.teamID)"

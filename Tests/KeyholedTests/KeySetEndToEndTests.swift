@@ -188,10 +188,10 @@ struct KeySetEndToEndTests {
         withExtendedLifetime(first) {}
     }
 
-    @Test("no keys yet and the issuer unreachable: keys_unavailable with a retry hint, the error in jwks.status")
+    @Test("no keys yet and the issuer answering 500: keys_unavailable with a retry hint, the error in jwks.status and in an issuer.keys_fetch_failed audit line")
     func keysUnavailable() async throws {
         let (token, moment) = try Self.token4()
-        let server = try await LocalHTTPServer(reply: LocalHTTPServer.Reply(status: .badGateway))
+        let server = try await LocalHTTPServer(reply: LocalHTTPServer.Reply(status: .internalServerError))
         let daemon = try DaemonProcess.start(
             config: Self.config(#"jwks_uri = "\#(server.url)/auth/keys""#),
             arguments: ["--enable-debug-ops", "--fixed-clock", "\(moment)"])
@@ -203,10 +203,15 @@ struct KeySetEndToEndTests {
         }
         #expect(error.code == .keysUnavailable)
         #expect((error.retryAfterMs ?? 0) >= 1000)
-        #expect(error.message.contains("HTTP 502"), "\(error.message)")
+        #expect(error.message.contains("HTTP 500"), "\(error.message)")
         let status = try await client.call("jwks.status")
         #expect(status["issuers"]?[0]?["usable"] == false)
-        #expect(status["issuers"]?[0]?["last_error"]?.stringValue?.contains("HTTP 502") == true)
+        #expect(status["issuers"]?[0]?["last_error"]?.stringValue?.contains("HTTP 500") == true)
+        try daemon.waitForStderr(containing: "issuer.keys_fetch_failed")
+        let line = try #require(daemon.stderr.split(separator: "\n").first { $0.contains(" issuer.keys_fetch_failed ") })
+        for field in [" warning issuer.keys_fetch_failed ", "audit=true", "issuer=apple", "serving_last_good_keys=false", "HTTP 500", "reason="] {
+            #expect(line.contains(field), "\(field) in \(line)")
+        }
         try await client.close()
         #expect(try daemon.terminate() == 0)
         try await server.close()

@@ -11,13 +11,15 @@ import Glibc
 /// watchdog, socket activation (systemd-socket-activate).
 @Suite("systemd, end to end", .serialized)
 struct SystemdEndToEndTests {
-    @Test("NOTIFY_SOCKET: READY=1 with a status once serving, STATUS as it changes, WATCHDOG=1 at half WATCHDOG_USEC, STOPPING=1 on SIGTERM")
+    @Test("NOTIFY_SOCKET: READY=1 with a status once serving, STATUS as it changes, WATCHDOG=1 within every WATCHDOG_USEC, STOPPING=1 on SIGTERM")
     func notify() throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let notify = try DatagramSocket(path: directory.appendingPathComponent("notify").path)
+        // 4 s: keyholed pings at half of it, so a ping may come up to 2 s late (a loaded machine)
+        // before systemd would count the watchdog as missed; that, and only that, is what is checked.
         let daemon = try DaemonProcess(
-            config: "", directory: directory, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
+            config: "", directory: directory, environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "4000000"])
         let untilReady = try #require(notify.receive(until: "READY=1"))
         try daemon.waitUntilReady()
         // READY=1 only once the socket is served: the log said so first, and the socket answers.
@@ -28,17 +30,18 @@ struct SystemdEndToEndTests {
         #expect(try connection.result("ping", [:])["protocol"] == 1)
         _ = try connection.result("session.create", ["sub": "u1"])
 
-        // Pings every 200 ms (half of 400 ms), among the status lines.
+        // Pings among the status lines: systemd needs one within every WATCHDOG_USEC.
         var pings: [ContinuousClock.Instant] = []
         var statuses: [String] = []
-        while pings.count < 8 || statuses.isEmpty {
+        while pings.count < 4 || statuses.isEmpty {
             let message = try #require(notify.receive(seconds: 30))
             if message.text == "WATCHDOG=1" { pings.append(message.at) } else { statuses.append(message.text) }
         }
         #expect(statuses.contains("STATUS=serving: 1 sessions, 1 users, 0 issuers"))
-        let average = (pings.last! - pings.first!) / (pings.count - 1)
-        #expect(average >= .milliseconds(150) && average <= .milliseconds(350), "\(average)")
-        #expect(daemon.stderr.contains("watchdog.started interval_ms=400"))
+        for (earlier, later) in zip(pings, pings.dropFirst()) {
+            #expect(later - earlier < .microseconds(4_000_000), "a gap of \(later - earlier) between watchdog pings")
+        }
+        #expect(daemon.stderr.contains("watchdog.started interval_ms=4000"))
 
         daemon.signal(SIGTERM)
         let untilStopping = try #require(notify.receive(until: "STOPPING=1"))

@@ -1,0 +1,136 @@
+import Foundation
+import KeyholeProtocol
+import KeyholeTestSupport
+import Testing
+
+/// The per-uid limits and the limit on a connection's unsent answers, with the kernel's peer
+/// credentials of real processes of other users (setpriv: www-data, uid 33, and uid 4242; not 65534,
+/// the overflow uid, which keyholed treats as unknown), and the audit lines keyholed writes when they
+/// bite. The same limits with injected credentials: KeyholeClientTests' LimitsTests.
+@Suite("per-uid limits and their audit lines, end to end", .serialized)
+struct PeerLimitsEndToEndTests {
+    static let keyhole = ChildProcess.builtProduct("keyhole").path
+
+    /// keyholed with a socket every user may open, `server` added to its [server] table.
+    static func start(_ server: String, _ rest: String = "") throws -> DaemonProcess {
+        let daemon = try DaemonProcess.start(config: "[server]\nsocket_mode = \"0666\"\n" + server + "\n" + rest)
+        chmod(daemon.directory.path, 0o711)
+        return daemon
+    }
+
+    /// keyholed's log lines of `event`, each `time level event key=value...`.
+    static func lines(_ daemon: DaemonProcess, _ event: String) -> [String] {
+        daemon.stderr.split(separator: "\n").filter { $0.contains(" \(event) ") }.map(String.init)
+    }
+
+    /// `keyhole call op {}` run as `uid`.
+    static func call(uid: Int, _ daemon: DaemonProcess, _ op: String = "ping") async throws -> ChildProcess.Result {
+        try await ChildProcess.runOffPool([
+            "/usr/bin/setpriv", "--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", keyhole, "call", "--socket", daemon.socketPath, op, "{}",
+        ])
+    }
+
+    /// Polls `condition` until it holds or 60 s passed (a loaded machine is slow); whether it held.
+    static func eventually(_ condition: () throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            if try condition() { return true }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return try condition()
+    }
+
+    @Test("max_connections_per_uid: uid 33 at its limit is refused overloaded, with a connection.refused audit line naming it; uid 4242 still connects; a close makes room")
+    func connectionsPerUID() async throws {
+        let daemon = try Self.start("max_connections_per_uid = 2")
+        let holder = try PeerProcess(uid: 33, daemon: daemon, ["hold", "2"])
+        for _ in 0..<2 { #expect(try holder.answer()["ok"] == true) }
+        #expect(holder.line() == "held")
+
+        let refused = try await Self.call(uid: 33, daemon)
+        let output = refused.stdout + refused.stderr
+        #expect(refused.status != 0, "\(output)")
+        #expect(output.contains("overloaded"), "\(output)")
+        #expect(output.contains("uid 33 has 2 connections open, its limit ([server] max_connections_per_uid)"), "\(output)")
+        try daemon.waitForStderr(containing: "connection.refused")
+        let line = try #require(Self.lines(daemon, "connection.refused").first)
+        for field in [" notice connection.refused ", "audit=true", "limit=2", "peer_uid=33", "reason=max_connections_per_uid"] {
+            #expect(line.contains(field), "\(field) in \(line)")
+        }
+
+        // uid 4242 has a count of its own.
+        let other = try await Self.call(uid: 4242, daemon)
+        #expect(other.status == 0 && other.stdout.contains(#""ok":true"#), "\(other.stdout)\(other.stderr)")
+        #expect(Self.lines(daemon, "connection.refused").count == 1)
+
+        // The holder's connections closed: uid 33 is below its limit again, once keyholed saw them go.
+        holder.signal(SIGTERM)
+        #expect(holder.finish().status == 0)
+        let root = try RawConnection(path: daemon.socketPath)
+        #expect(try await Self.eventually { try root.result("stats")["connections"]?["open"] == 1 })
+        let again = try await Self.call(uid: 33, daemon)
+        #expect(again.status == 0 && again.stdout.contains(#""ok":true"#), "\(again.stdout)\(again.stderr)")
+        #expect(try root.result("stats")["connections"]?["rejected"] == 1)
+        #expect(try daemon.terminate() == 0)
+    }
+
+    @Test("requests_per_second_per_uid: uid 33 over its rate is answered overloaded with retry_after_ms, with a request.rate_limited audit line naming it; uid 4242 is not held back")
+    func requestRate() async throws {
+        // One a second after a burst of 2. The three pings go in one write and are served together:
+        // the third finds the bucket empty however slowly the machine runs.
+        let daemon = try Self.start("requests_per_second_per_uid = 1\nrequest_burst_per_uid = 2")
+        let limited = try PeerProcess(uid: 33, daemon: daemon, ["burst", "3"])
+        let answers = [try limited.answer(), try limited.answer(), try limited.answer()]
+        #expect(limited.finish().status == 0)
+        #expect(answers[0]["ok"] == true && answers[1]["ok"] == true, "\(answers)")
+        let error = try #require(answers[2]["error"], "\(answers)")
+        #expect(error["code"] == "overloaded")
+        #expect(error["message"] == "uid 33 is over its request rate ([server] requests_per_second_per_uid)")
+        let retryAfter = try #require(error["retry_after_ms"]?.intValue)
+        #expect((1...1000).contains(retryAfter), "retry_after_ms \(retryAfter)")
+        try daemon.waitForStderr(containing: "request.rate_limited")
+
+        // uid 4242's bucket is its own: both of its pings are answered.
+        let other = try PeerProcess(uid: 4242, daemon: daemon, ["burst", "2"])
+        #expect(try other.answer()["ok"] == true)
+        #expect(try other.answer()["ok"] == true)
+        #expect(other.finish().status == 0)
+
+        let lines = Self.lines(daemon, "request.rate_limited")
+        #expect(lines.count == 1, "\(lines)")
+        for field in [" notice request.rate_limited ", "audit=true", "peer_uid=33"] {
+            #expect(lines.first?.contains(field) == true, "\(field) in \(lines)")
+        }
+        let root = try RawConnection(path: daemon.socketPath)
+        #expect(try root.result("stats")["errors"]?["overloaded"] == 1)
+        #expect(try daemon.terminate() == 0)
+    }
+
+    @Test("max_unsent_bytes: uid 33 not reading its answers is cut off, with a connection.slow_reader audit line of its uid and unsent bytes; uid 4242 is answered meanwhile")
+    func slowReader() async throws {
+        // uid 33 may use debug.sleep, whose reply_bytes makes answers of 32 KiB: 40 of them, none
+        // read, are 1.3 MB against a socket buffer of about 200 KB and a limit of 64 KiB beyond it.
+        let daemon = try Self.start("max_unsent_bytes = \"64KiB\"", "[[access]]\nusers = [33]\nallow = [\"admin\"]\n")
+        let reluctant = try PeerProcess(uid: 33, daemon: daemon, ["unread", "40", "32768"])
+        #expect(reluctant.line() == "sent")
+        try daemon.waitForStderr(containing: "connection.slow_reader")
+        let line = try #require(Self.lines(daemon, "connection.slow_reader").first)
+        for field in [" notice connection.slow_reader ", "audit=true", "limit=65536", "peer_uid=33"] {
+            #expect(line.contains(field), "\(field) in \(line)")
+        }
+        let unsent = line.split(separator: " ").first { $0.hasPrefix("unsent_bytes=") }.flatMap { Int($0.dropFirst(13)) }
+        #expect((unsent ?? 0) > 65536, "\(line)")
+
+        let other = try await Self.call(uid: 4242, daemon)
+        #expect(other.status == 0 && other.stdout.contains(#""ok":true"#), "\(other.stdout)\(other.stderr)")
+
+        // What reached the socket before the cut can still be read; then the connection ends.
+        reluctant.signal(SIGUSR1)
+        let read = try reluctant.answer()["answers_read"]?.intValue
+        #expect(reluctant.finish().status == 0)
+        #expect(read.map { $0 < 40 } == true, "\(String(describing: read)) answers read")
+        let root = try RawConnection(path: daemon.socketPath)
+        #expect(try root.result("stats")["connections"]?["slow_readers"] == 1)
+        #expect(try daemon.terminate() == 0)
+    }
+}
