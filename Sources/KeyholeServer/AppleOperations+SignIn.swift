@@ -37,11 +37,11 @@ extension AppleOperations {
             let verified = try await verify(identityToken, audience: clientID, nonce: nonce).token
             // The same bounds as a `sub` argument of session.create: a user record keeps at most
             // 255 bytes of subject, and the token is the caller's input as much as an argument is.
-            for (claim, value) in [("sub", verified.subject), ("transfer_sub", verified.transferSub)] {
-                guard let value, value.utf8.count > Principal.maximumFieldBytes || value.isEmpty else { continue }
+            // (A longer transfer_sub is read as none: VerifiedToken.)
+            guard !verified.subject.isEmpty, verified.subject.utf8.count <= Principal.maximumFieldBytes else {
                 throw ProtocolError(
                     code: .tokenClaimInvalid,
-                    message: "the token's \(claim) must be 1 to \(Principal.maximumFieldBytes) bytes long, as a user's subject is")
+                    message: "the token's sub must be 1 to \(Principal.maximumFieldBytes) bytes long, as a user's subject is")
             }
             // A token that carries a nonce was asked for with one: signing in with it and no nonce
             // would let a captured token open sessions until it expires.
