@@ -83,6 +83,7 @@ extension Store {
             principals: 0)
         let plan = try WALRecovery.plan(
             files: files, read: { index throws(StoreError) in try WALDirectory.readFile(files[index].path) },
+            readHeader: { index throws(StoreError) in try WALDirectory.readPrefix(files[index].path, count: WALSegmentHeader.size) },
             snapshotLSN: snapshotLSN, repair: repair
         ) { lsn, record in
             guard let storeRecord = StoreRecord(record) else {
@@ -118,20 +119,16 @@ extension Store {
             report.snapshotLSN = plan.lastLSN + 1
         }
 
-        // What a snapshot covers and a crash left behind: older snapshots, segments before its own.
-        let kept = plan.segments.filter { !plan.remove.contains($0.sequence) }
-        var removedBytes = 0
-        if let snapshot = report.snapshotLSN {
-            try snapshots.removeSnapshots(before: snapshot)
-            let covered = zip(kept, kept.dropFirst()).filter { pair in pair.1.firstLSN.map { $0 <= snapshot } ?? false }
-            if let last = covered.last { removedBytes = try directory.removeSegments(before: last.0.sequence + 1) }
-        }
+        // What a snapshot covers and a crash left behind: older snapshots, segments before its start
+        // (recovery did not read them: any of them may be missing).
+        if let snapshot = report.snapshotLSN { try snapshots.removeSnapshots(before: snapshot) }
+        _ = try directory.removeSegments(plan.covered)
 
         var writerConfiguration = WALWriter.Configuration()
         writerConfiguration.segmentBytes = configuration.segmentBytes
         writerConfiguration.syncData = configuration.syncData
         let writer = try WALWriter(directory: directory, plan: plan, configuration: writerConfiguration)
-        let walBytes = plan.keptBytes - removedBytes
+        let walBytes = plan.keptBytes
         let store = Store(
             configuration: configuration, tables: tables, writer: writer, lock: lock, walDirectory: directory,
             snapshots: snapshots, walBytes: walBytes)

@@ -59,15 +59,21 @@ public struct WALDirectory: Sendable {
     /// Deletes the segments numbered below `sequence` (a snapshot covers their records); returns how
     /// many bytes they held.
     public func removeSegments(before sequence: UInt64) throws(StoreError) -> Int {
-        let old = try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:)).filter { $0 < sequence }
+        try removeSegments(try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:)).filter { $0 < sequence })
+    }
+
+    /// Deletes segments a snapshot covers, oldest first (a crash in between leaves the newest of them,
+    /// in sequence, though start-up copes with any of them left: `WALRecovery.Plan.covered`); returns
+    /// how many bytes they held.
+    public func removeSegments(_ sequences: [UInt64]) throws(StoreError) -> Int {
         var bytes = 0
-        for found in old {
+        for found in sequences.sorted() {
             let file = segmentPath(found)
             var info = stat()
             if stat(file, &info) == 0 { bytes += Int(info.st_size) }
             guard unlink(file) == 0 || errno == ENOENT else { throw .io("cannot remove \(file): \(Self.error())") }
         }
-        if !old.isEmpty { try syncDirectory() }
+        if !sequences.isEmpty { try syncDirectory() }
         return bytes
     }
 
@@ -117,6 +123,25 @@ public struct WALDirectory: Sendable {
     static func fileSize(_ file: String) -> Int {
         var info = stat()
         return stat(file, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    /// The first `count` bytes of `file` (fewer when it is shorter): a segment's header.
+    static func readPrefix(_ file: String, count: Int) throws(StoreError) -> [UInt8] {
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(file): \(error())") }
+        defer { close(fd) }
+        var failure: Int32 = 0
+        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            while initialized < buffer.count {
+                let read = pread(fd, buffer.baseAddress! + initialized, buffer.count - initialized, off_t(initialized))
+                if read < 0 && errno == EINTR { continue }
+                if read < 0 { failure = errno }
+                guard read > 0 else { return }
+                initialized += read
+            }
+        }
+        guard failure == 0 else { throw .io("cannot read \(file): \(String(cString: strerror(failure)))") }
+        return bytes
     }
 
     /// The whole of `file`, read into an array of its size (no regrowing: segments are large).

@@ -54,6 +54,9 @@ public enum WALRecovery {
         public var appendTo: (sequence: UInt64, size: Int)?
         /// The highest sequence number of the segments kept (0 when none is): a new segment gets the next.
         public var lastKeptSequence: UInt64 = 0
+        /// Segments holding only records the snapshot covers, in sequence order: not read, and to be
+        /// deleted, oldest first (a crash while a snapshot deleted them may have left any of them).
+        public var covered: [UInt64] = []
         /// The segments read, in order.
         public var segments: [SegmentSummary] = []
         /// What was dropped, for the warning: torn bytes, or the records `--repair` cut.
@@ -83,6 +86,7 @@ public enum WALRecovery {
         let sorted = segments.sorted { $0.sequence < $1.sequence }
         var plan = try plan(
             files: sorted.map { ($0.sequence, $0.path) }, read: { index throws(StoreError) in sorted[index].bytes },
+            readHeader: { index throws(StoreError) in Array(sorted[index].bytes.prefix(WALSegmentHeader.size)) },
             snapshotLSN: snapshotLSN, repair: repair
         ) { lsn, record in
             if lsn > snapshotLSN { entries.append(Entry(lsn: lsn, record: record)) }
@@ -95,6 +99,12 @@ public enum WALRecovery {
     /// Plans recovery of the segment `files` (in sequence order), reading one at a time with `read`
     /// (given its index in `files`), after a snapshot that covers LSNs up to `snapshotLSN`.
     ///
+    /// Segments wholly before the snapshot's start are not read, only listed in `covered`: those before
+    /// the last segment whose header is valid and whose first LSN is at or before the snapshot's start.
+    /// Their records are all in the snapshot, so one missing or damaged among them loses nothing.
+    ///
+    /// - Parameter readHeader: reads the first 32 bytes (or all, if shorter) of `files[index]`, to find
+    ///   the segments covered; `nil` reads them with `read`.
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
     /// - Parameter accept: called with each record whose CRC matches, in log order, for the segments
     ///   planned and no other (each segment's LSN continuity is checked before it is scanned). It says
@@ -103,28 +113,75 @@ public enum WALRecovery {
     ///   may apply those after `snapshotLSN` as they come.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`), or `read`'s error.
     public static func plan(
-        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8], snapshotLSN: UInt64,
+        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
+        readHeader: ((Int) throws(StoreError) -> [UInt8])? = nil, snapshotLSN: UInt64,
         repair: Bool = false, accept: (UInt64, WALRecord) -> String?
     ) throws(StoreError) -> Plan {
         var plan = Plan(lastLSN: snapshotLSN)
-        try planSegments(&plan, files: files, read: read, snapshotLSN: snapshotLSN, repair: repair, accept: accept)
+        let first = if let readHeader {
+            try firstNeeded(files, readHeader: readHeader, snapshotLSN: snapshotLSN)
+        } else {
+            try firstNeeded(files, readHeader: read, snapshotLSN: snapshotLSN)
+        }
+        plan.covered = files[..<first].map(\.sequence)
+        let needed = Array(files[first...])
+        let logEnd = try planSegments(
+            &plan, files: needed, read: { index throws(StoreError) in try read(first + index) }, snapshotLSN: snapshotLSN,
+            repair: repair, accept: accept)
         plan.lastKeptSequence = files.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
+        if let append = plan.appendTo, let logEnd, logEnd.nextLSN <= snapshotLSN {
+            // The log ends before the snapshot's start (its tail lost or cut): the next record is the
+            // snapshot's start, which the end of this segment does not imply. It goes to a new segment
+            // whose header says so; this one, no longer the last, gives back its zeros.
+            if logEnd.fileSize > append.size { plan.truncate = (append.sequence, append.size) }
+            plan.appendTo = nil
+            plan.warnings.append(
+                "\(logEnd.path): the log ends at LSN \(logEnd.nextLSN - 1), before the snapshot's start \(snapshotLSN + 1); "
+                    + "appends go to a new segment starting there")
+        }
         return plan
     }
 
+    /// The index in `files` of the first segment to read: the last one whose header is valid and whose
+    /// first LSN is at or before the snapshot's start (every segment before it holds only earlier
+    /// records); 0 when there is none (the first segment is then read, and its checks apply).
+    static func firstNeeded(
+        _ files: [(sequence: UInt64, path: String)], readHeader: (Int) throws(StoreError) -> [UInt8], snapshotLSN: UInt64
+    ) throws(StoreError) -> Int {
+        for index in files.indices.reversed() {
+            if let header = WALSegmentHeader(try readHeader(index)), header.sequence == files[index].sequence,
+                header.firstLSN - 1 <= snapshotLSN
+            {
+                return index
+            }
+        }
+        return 0
+    }
+
+    /// Where the log read ends: the segment appends would continue in, its size on disk, and the LSN
+    /// its next record would have.
+    private struct LogEnd {
+        var path: String
+        var fileSize: Int
+        var nextLSN: UInt64
+    }
+
+    /// Plans `files`, the segments from the first one needed; returns where the log kept ends (`nil`
+    /// when no segment with a valid header is kept).
     private static func planSegments(
         _ plan: inout Plan, files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
         snapshotLSN: UInt64, repair: Bool, accept: (UInt64, WALRecord) -> String?
-    ) throws(StoreError) {
+    ) throws(StoreError) -> LogEnd? {
         var expectedLSN: UInt64?
         var previousSize = 0
+        var logEnd: LogEnd?
         for (index, file) in files.enumerated() {
             let isLast = index == files.count - 1
             if index > 0, file.sequence != files[index - 1].sequence + 1 {
                 let missing = WALSegmentHeader.fileName(files[index - 1].sequence + 1)
                 try fail(&plan, files, read, from: index, bytes: nil, offset: 0, repair: repair, path: file.path,
                     reason: "segment \(missing) before it is missing")
-                return
+                return logEnd
             }
             let bytes = try read(index)
             let header = WALSegmentHeader(bytes)
@@ -137,7 +194,7 @@ public enum WALRecovery {
                 guard continues else {
                     try fail(&plan, files, read, from: index, bytes: bytes, offset: 0, repair: repair, path: file.path,
                         reason: "its first LSN \(header.firstLSN) does not follow LSN \((expectedLSN ?? snapshotLSN + 1) - 1)")
-                    return
+                    return logEnd
                 }
             }
             var lsn = header?.firstLSN ?? 0
@@ -151,6 +208,7 @@ public enum WALRecovery {
                 let count = UInt64(scan.count)
                 if count > 0 { plan.lastLSN = max(plan.lastLSN, header.firstLSN + count - 1) }
                 expectedLSN = header.firstLSN + count
+                logEnd = LogEnd(path: file.path, fileSize: bytes.count, nextLSN: header.firstLSN + count)
             }
             switch scan.ending {
             case .clean:
@@ -173,10 +231,11 @@ public enum WALRecovery {
                 // The records before the damage in this segment are kept; the plan cuts at it.
                 try fail(&plan, files, read, from: index, bytes: bytes, offset: offset, repair: repair, path: file.path, reason: reason)
                 if offset > 0 { plan.appendTo = (file.sequence, offset) }
-                return
+                return logEnd
             }
             previousSize = bytes.count
         }
+        return logEnd
     }
 
     /// Corruption in `files[index]` (whose `bytes`, when read) at `offset`: an error, or with

@@ -148,6 +148,50 @@ struct WALRecoveryTests {
         }
     }
 
+    @Test("segments wholly before the snapshot's start are not read: any of them may be missing or damaged, and all are listed to go")
+    func coveredSegments() throws {
+        let all = [Self.segment(1, 1...10), Self.segment(2, 11...20), Self.segment(3, 21...30), Self.segment(4, 31...40)]
+        // A snapshot starting at 25: segments 1 and 2 hold only records it covers. Each subset of them
+        // (a crash while they were deleted, in any order) plans the same.
+        for kept in [[0, 1], [0], [1], []] {
+            let plan = try WALRecovery.plan(segments: kept.map { all[$0] } + all[2...], snapshotLSN: 24)
+            #expect(Self.lsns(plan) == (25...40).map(UInt64.init))
+            #expect(plan.covered == kept.map { UInt64($0 + 1) })
+            #expect(plan.segments.map(\.sequence) == [3, 4])
+            #expect(plan.remove.isEmpty && plan.truncate == nil && plan.warnings.isEmpty && !plan.repaired)
+            #expect(plan.lastLSN == 40 && plan.appendTo?.sequence == 4)
+        }
+        // Damage in a covered segment does not matter either: it is not read.
+        var damaged = all[0]
+        damaged.bytes[40] ^= 0x01
+        #expect(try WALRecovery.plan(segments: [damaged] + all[1...], snapshotLSN: 24).covered == [1, 2])
+        // A snapshot starting at a segment's first LSN covers every segment before it.
+        let exact = try WALRecovery.plan(segments: all, snapshotLSN: 20)
+        #expect(exact.covered == [1, 2] && Self.lsns(exact) == (21...40).map(UInt64.init))
+        // Without a snapshot, nothing is covered.
+        #expect(try WALRecovery.plan(segments: all, snapshotLSN: 0).covered.isEmpty)
+        // After the snapshot's start, a missing segment is still corruption.
+        #expect(throws: StoreError.corrupt(file: "", offset: 0, "")) {
+            try WALRecovery.plan(segments: [all[0], all[1], all[3]], snapshotLSN: 24)
+        }
+    }
+
+    @Test("a log that ends before the snapshot's start: appends go to a new segment, the last one trimmed of its zeros")
+    func logEndsBeforeSnapshot() throws {
+        var last = Self.segment(2, 11...20)
+        let records = last.bytes.count
+        last.bytes += [UInt8](repeating: 0, count: 4096)
+        let plan = try WALRecovery.plan(segments: [Self.segment(1, 1...10), last], snapshotLSN: 29)
+        #expect(Self.lsns(plan).isEmpty)
+        #expect(plan.lastLSN == 29)
+        #expect(plan.appendTo == nil && plan.lastKeptSequence == 2)
+        #expect(plan.truncate?.sequence == 2 && plan.truncate?.offset == records)
+        #expect(plan.warnings.count == 1 && plan.warnings[0].contains("before the snapshot's start 30"), "\(plan.warnings)")
+        // Ending where the snapshot starts is the usual case: appends continue in the last segment.
+        let usual = try WALRecovery.plan(segments: [Self.segment(1, 1...10), last], snapshotLSN: 20)
+        #expect(usual.appendTo?.sequence == 2 && usual.appendTo?.size == records && usual.truncate == nil && usual.warnings.isEmpty)
+    }
+
     @Test("--repair cuts at the first damage, drops what follows and counts it")
     func repair() throws {
         var first = Self.segment(1, 1...10)
