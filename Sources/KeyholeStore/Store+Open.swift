@@ -37,8 +37,9 @@ extension Store {
         stateDirectory: String, configuration: Configuration = Configuration(), repair: Bool = false, now: Int64
     ) throws(StoreError) -> (Store, OpenReport) {
         let lock = try StateDirectoryLock(stateDirectory: stateDirectory)
-        let directory = WALDirectory(stateDirectory: stateDirectory)
-        let snapshots = SnapshotDirectory(stateDirectory: stateDirectory)
+        let directory = WALDirectory(stateDirectory: stateDirectory, syncDirectory: configuration.syncDirectory)
+        let snapshots = SnapshotDirectory(stateDirectory: stateDirectory, syncDirectory: configuration.syncDirectory)
+        try syncEntry(of: stateDirectory, configuration: configuration)
         try directory.create()
         var report = OpenReport()
         var cutDirectory: String?
@@ -68,7 +69,7 @@ extension Store {
                 report.warnings.append("\(error.message); moved to \(moved), and what only it held is lost")
             }
         }
-        if report.lostSnapshots > 0 { try WALDirectory.syncDirectory(at: snapshots.path) }
+        if report.lostSnapshots > 0 { try snapshots.syncDirectory() }
 
         let files = try directory.segmentFiles()
         if report.lostSnapshots > 0, let first = files.first,
@@ -97,6 +98,12 @@ extension Store {
         if plan.repaired { try directory.preserveCut(of: plan, in: try cut()) }
         report.cutDirectory = cutDirectory
         try directory.apply(plan)
+        // As PostgreSQL does at the end of recovery: what was replayed is made durable before anything
+        // that depends on it is served. Only the last segment can hold records never synced (the writer
+        // syncs each segment before it starts the next).
+        if let last = plan.segments.last(where: { !plan.remove.contains($0.sequence) }) {
+            try directory.syncSegment(last.sequence, with: configuration.syncData)
+        }
         report.replayed = plan.replayed
         var cursor = 0
         repeat {
@@ -133,5 +140,20 @@ extension Store {
             configuration: configuration, tables: tables, writer: writer, lock: lock, walDirectory: directory,
             snapshots: snapshots, walBytes: walBytes)
         return (store, report)
+    }
+
+    /// Makes the state directory's entry in its parent durable: keyholed may have just created it, and
+    /// a crash before that entry reached the disk would take the whole store with it. A parent this
+    /// process may not read (EACCES) is left alone: the directory was made there by someone else.
+    private static func syncEntry(of stateDirectory: String, configuration: Configuration) throws(StoreError) {
+        let trimmed = stateDirectory.reversed().drop { $0 == "/" }.reversed()
+        let parent = if let slash = trimmed.lastIndex(of: "/") {
+            slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+        } else {
+            trimmed.isEmpty ? "/" : "."
+        }
+        guard configuration.syncDirectory(parent) || errno == EACCES else {
+            throw .io("cannot sync \(parent): \(WALDirectory.error())")
+        }
     }
 }

@@ -6,19 +6,39 @@ import Darwin
 
 /// The `wal` directory on disk: listing and reading segments, carrying out a recovery plan.
 public struct WALDirectory: Sendable {
-    /// The directory's path.
-    public let path: String
+    /// Makes the entries of the directory at a path (files created, renamed or removed in it) durable:
+    /// true when it did, else false with errno set.
+    public typealias DirectorySync = @Sendable (_ path: String) -> Bool
 
-    /// The `wal` directory under `stateDirectory` (created, mode 0700, by `create()`).
-    public init(stateDirectory: String) {
-        path = stateDirectory + "/wal"
+    /// fsync(2) of the directory.
+    public static let fsyncDirectory: DirectorySync = { path in
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return fsync(fd) == 0
     }
 
-    /// Creates the directory if it is missing.
+    /// The directory's path.
+    public let path: String
+    /// The state directory it is in.
+    let stateDirectory: String
+    /// How directories are synced: `fsyncDirectory`, or a test's failpoint.
+    let directorySync: DirectorySync
+
+    /// The `wal` directory under `stateDirectory` (created, mode 0700, by `create()`).
+    public init(stateDirectory: String, syncDirectory: @escaping DirectorySync = WALDirectory.fsyncDirectory) {
+        self.stateDirectory = stateDirectory
+        path = stateDirectory + "/wal"
+        directorySync = syncDirectory
+    }
+
+    /// Creates the directory if it is missing, and makes its entry in the state directory durable
+    /// (also when it exists: a crash may have come between an earlier mkdir and that sync).
     public func create() throws(StoreError) {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw .io("cannot create \(path): \(Self.error())")
         }
+        try sync(directory: stateDirectory)
     }
 
     /// The path of segment `sequence`.
@@ -78,13 +98,25 @@ public struct WALDirectory: Sendable {
     }
 
     /// Makes the directory's entries (new, renamed or removed files) durable.
-    public func syncDirectory() throws(StoreError) { try Self.syncDirectory(at: path) }
+    public func syncDirectory() throws(StoreError) { try sync(directory: path) }
 
-    static func syncDirectory(at path: String) throws(StoreError) {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw .io("cannot open \(path): \(Self.error())") }
+    /// Makes the entries of the directory at `path` durable, as this one's are.
+    func sync(directory path: String) throws(StoreError) {
+        guard directorySync(path) else { throw .io("cannot sync \(path): \(Self.error())") }
+    }
+
+    /// Makes the segment's data durable with `syncData` (see `WALWriter.Configuration.syncData`):
+    /// records replayed at start-up may be only in the page cache (keyholed, not the machine, stopped
+    /// before their sync), and what is served next must not depend on records a power cut would take.
+    func syncSegment(_ sequence: UInt64, with syncData: @Sendable (Int32, Range<Int>) -> Bool) throws(StoreError) {
+        let file = segmentPath(sequence)
+        let fd = open(file, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(file): \(Self.error())") }
         defer { close(fd) }
-        guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(Self.error())") }
+        var info = stat()
+        guard fstat(fd, &info) == 0, syncData(fd, 0..<Int(info.st_size)) else {
+            throw .io("cannot sync \(file): \(Self.error())")
+        }
     }
 
     /// The names in directory `path` (none when it does not exist).
