@@ -85,14 +85,12 @@ extension Store {
         let plan = try WALRecovery.plan(
             files: files, read: { index throws(StoreError) in try WALDirectory.readFile(files[index].path) },
             readHeader: { index throws(StoreError) in try WALDirectory.readPrefix(files[index].path, count: WALSegmentHeader.size) },
-            snapshotLSN: snapshotLSN, repair: repair
-        ) { lsn, record in
-            guard let storeRecord = StoreRecord(record) else {
-                return "a record of type 0x\(String(record.type, radix: 16)) that does not parse"
-            }
-            if lsn > snapshotLSN { tables.apply(storeRecord) }
-            return nil
-        }
+            snapshotLSN: snapshotLSN, repair: repair,
+            parse: { _, record in
+                StoreRecord(record).map { .success($0) }
+                    ?? .failure(WALRecovery.Unusable("a record of type 0x\(String(record.type, radix: 16)) that does not parse"))
+            },
+            apply: { _, record in tables.apply(record) })
         report.warnings += plan.warnings
         report.lostRecords = plan.lostRecords
         if plan.repaired { try directory.preserveCut(of: plan, in: try cut()) }

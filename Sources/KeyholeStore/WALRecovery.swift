@@ -76,6 +76,16 @@ public enum WALRecovery {
         }
     }
 
+    /// A record that cannot be used although its CRC matches (an unknown type, a payload that does not
+    /// parse): corruption.
+    public struct Unusable: Error, Sendable {
+        /// Why, for the message.
+        public var reason: String
+
+        /// An unusable record.
+        public init(_ reason: String) { self.reason = reason }
+    }
+
     /// Plans recovery of `segments` (any order, in memory) after a snapshot that covers LSNs up to
     /// `snapshotLSN`, keeping the records after it in `entries`.
     ///
@@ -87,13 +97,26 @@ public enum WALRecovery {
         var plan = try plan(
             files: sorted.map { ($0.sequence, $0.path) }, read: { index throws(StoreError) in sorted[index].bytes },
             readHeader: { index throws(StoreError) in Array(sorted[index].bytes.prefix(WALSegmentHeader.size)) },
-            snapshotLSN: snapshotLSN, repair: repair
-        ) { lsn, record in
-            if lsn > snapshotLSN { entries.append(Entry(lsn: lsn, record: record)) }
-            return nil
-        }
+            snapshotLSN: snapshotLSN, repair: repair,
+            parse: { _, record in .success(record) },
+            apply: { lsn, record in entries.append(Entry(lsn: lsn, record: record)) })
         plan.entries = entries
         return plan
+    }
+
+    /// Plans recovery as `plan(files:read:readHeader:snapshotLSN:repair:parse:apply:)` does, with
+    /// `accept` saying why a record cannot be used, or `nil`. It sees every record of a batch before the
+    /// batch is kept, and a batch may still be refused after (a later record in it unusable): a caller
+    /// that applies records must do so in `apply`, not here.
+    public static func plan(
+        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
+        readHeader: ((Int) throws(StoreError) -> [UInt8])? = nil, snapshotLSN: UInt64,
+        repair: Bool = false, accept: (UInt64, WALRecord) -> String?
+    ) throws(StoreError) -> Plan {
+        try plan(
+            files: files, read: read, readHeader: readHeader, snapshotLSN: snapshotLSN, repair: repair,
+            parse: { lsn, record in accept(lsn, record).map { .failure(Unusable($0)) } ?? .success(()) },
+            apply: { _, _ in })
     }
 
     /// Plans recovery of the segment `files` (in sequence order), reading one at a time with `read`
@@ -106,16 +129,17 @@ public enum WALRecovery {
     /// - Parameter readHeader: reads the first 32 bytes (or all, if shorter) of `files[index]`, to find
     ///   the segments covered; `nil` reads them with `read`.
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
-    /// - Parameter accept: called with each record whose CRC matches, in log order, for the segments
-    ///   planned and no other (each segment's LSN continuity is checked before it is scanned). It says
-    ///   why a record cannot be used (an unknown type, a payload that does not parse: corruption), or
-    ///   `nil`. The records it accepted before any corruption are the ones the plan keeps, so a caller
-    ///   may apply those after `snapshotLSN` as they come.
+    /// - Parameter parse: called with each record whose CRC matches, in log order, for the segments
+    ///   planned and no other (each segment's LSN continuity is checked before it is scanned): the
+    ///   record decoded, or why it cannot be used (corruption). Every record of a batch is parsed before
+    ///   any of them is applied.
+    /// - Parameter apply: called, in log order, with each record after `snapshotLSN` that the plan keeps,
+    ///   once its whole batch parsed.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`), or `read`'s error.
-    public static func plan(
+    public static func plan<Parsed>(
         files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
-        readHeader: ((Int) throws(StoreError) -> [UInt8])? = nil, snapshotLSN: UInt64,
-        repair: Bool = false, accept: (UInt64, WALRecord) -> String?
+        readHeader: ((Int) throws(StoreError) -> [UInt8])? = nil, snapshotLSN: UInt64, repair: Bool = false,
+        parse: (UInt64, WALRecord) -> Result<Parsed, Unusable>, apply: (UInt64, Parsed) -> Void
     ) throws(StoreError) -> Plan {
         var plan = Plan(lastLSN: snapshotLSN)
         let first = if let readHeader {
@@ -127,17 +151,20 @@ public enum WALRecovery {
         let needed = Array(files[first...])
         let logEnd = try planSegments(
             &plan, files: needed, read: { index throws(StoreError) in try read(first + index) }, snapshotLSN: snapshotLSN,
-            repair: repair, accept: accept)
+            repair: repair, parse: parse, apply: apply)
         plan.lastKeptSequence = files.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
-        if let append = plan.appendTo, let logEnd, logEnd.nextLSN <= snapshotLSN {
+        if let append = plan.appendTo, let logEnd, logEnd.nextLSN <= snapshotLSN || logEnd.format < WALSegmentHeader.format {
             // The log ends before the snapshot's start (its tail lost or cut): the next record is the
-            // snapshot's start, which the end of this segment does not imply. It goes to a new segment
-            // whose header says so; this one, no longer the last, gives back its zeros.
+            // snapshot's start, which the end of this segment does not imply. Or the segment is of
+            // format 1, and appends are written in format 2. Either way they go to a new segment; this
+            // one, no longer the last, gives back its zeros.
             if logEnd.fileSize > append.size { plan.truncate = (append.sequence, append.size) }
             plan.appendTo = nil
-            plan.warnings.append(
-                "\(logEnd.path): the log ends at LSN \(logEnd.nextLSN - 1), before the snapshot's start \(snapshotLSN + 1); "
-                    + "appends go to a new segment starting there")
+            if logEnd.nextLSN <= snapshotLSN {
+                plan.warnings.append(
+                    "\(logEnd.path): the log ends at LSN \(logEnd.nextLSN - 1), before the snapshot's start \(snapshotLSN + 1); "
+                        + "appends go to a new segment starting there")
+            }
         }
         return plan
     }
@@ -158,23 +185,26 @@ public enum WALRecovery {
         return 0
     }
 
-    /// Where the log read ends: the segment appends would continue in, its size on disk, and the LSN
-    /// its next record would have.
+    /// Where the log read ends: the segment appends would continue in, its size on disk and format,
+    /// and the LSN its next record would have.
     private struct LogEnd {
         var path: String
         var fileSize: Int
+        var format: UInt8
         var nextLSN: UInt64
     }
 
     /// Plans `files`, the segments from the first one needed; returns where the log kept ends (`nil`
     /// when no segment with a valid header is kept).
-    private static func planSegments(
+    private static func planSegments<Parsed>(
         _ plan: inout Plan, files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
-        snapshotLSN: UInt64, repair: Bool, accept: (UInt64, WALRecord) -> String?
+        snapshotLSN: UInt64, repair: Bool, parse: (UInt64, WALRecord) -> Result<Parsed, Unusable>, apply: (UInt64, Parsed) -> Void
     ) throws(StoreError) -> LogEnd? {
         var expectedLSN: UInt64?
         var previousSize = 0
         var logEnd: LogEnd?
+        /// The records of the batch being read, parsed: applied once the whole batch is.
+        var batch: [(lsn: UInt64, parsed: Parsed)] = []
         for (index, file) in files.enumerated() {
             let isLast = index == files.count - 1
             if index > 0, file.sequence != files[index - 1].sequence + 1 {
@@ -187,7 +217,7 @@ public enum WALRecovery {
             let header = WALSegmentHeader(bytes)
             plan.segments.append(SegmentSummary(sequence: file.sequence, firstLSN: header?.firstLSN, size: bytes.count))
             // The first segment may start anywhere up to just after the snapshot; later ones must
-            // continue exactly where the one before ended. Checked before the scan, so that `accept`
+            // continue exactly where the one before ended. Checked before the scan, so that `parse`
             // sees exactly the records of the segments planned (callers rely on that).
             if let header, header.sequence == file.sequence {
                 let continues = expectedLSN.map { header.firstLSN == $0 } ?? (header.firstLSN <= snapshotLSN + 1)
@@ -197,18 +227,30 @@ public enum WALRecovery {
                     return logEnd
                 }
             }
-            var lsn = header?.firstLSN ?? 0
-            let scan = WALScanner.scan(bytes, sequence: file.sequence, isLast: isLast, keep: false) { record in
-                defer { lsn += 1 }
-                if let reason = accept(lsn, record) { return reason }
-                if lsn > snapshotLSN { plan.replayed += 1 }
-                return nil
-            }
+            batch.removeAll(keepingCapacity: true)
+            let scan = WALScanner.scan(
+                bytes, sequence: file.sequence, isLast: isLast, keep: false,
+                check: { lsn, record in
+                    switch parse(lsn, record) {
+                    case .success(let parsed):
+                        batch.append((lsn, parsed))
+                        return nil
+                    case .failure(let unusable):
+                        return unusable.reason
+                    }
+                },
+                commit: {
+                    for (lsn, parsed) in batch where lsn > snapshotLSN {
+                        apply(lsn, parsed)
+                        plan.replayed += 1
+                    }
+                    batch.removeAll(keepingCapacity: true)
+                })
             if let header = scan.header {
                 let count = UInt64(scan.count)
                 if count > 0 { plan.lastLSN = max(plan.lastLSN, header.firstLSN + count - 1) }
                 expectedLSN = header.firstLSN + count
-                logEnd = LogEnd(path: file.path, fileSize: bytes.count, nextLSN: header.firstLSN + count)
+                logEnd = LogEnd(path: file.path, fileSize: bytes.count, format: header.format, nextLSN: header.firstLSN + count)
             }
             switch scan.ending {
             case .clean:
@@ -236,45 +278,5 @@ public enum WALRecovery {
             previousSize = bytes.count
         }
         return logEnd
-    }
-
-    /// Corruption in `files[index]` (whose `bytes`, when read) at `offset`: an error, or with
-    /// `repair`, a cut there that drops the rest of that segment and every later one.
-    private static func fail(
-        _ plan: inout Plan, _ files: [(sequence: UInt64, path: String)], _ read: (Int) throws(StoreError) -> [UInt8],
-        from index: Int, bytes: [UInt8]?, offset: Int, repair: Bool, path: String, reason: String
-    ) throws(StoreError) {
-        guard repair else { throw StoreError.corrupt(file: path, offset: offset, reason) }
-        plan.repaired = true
-        if offset > 0 {
-            plan.truncate = (files[index].sequence, offset)
-        } else {
-            plan.remove.append(files[index].sequence)
-        }
-        plan.remove += files[(index + 1)...].map(\.sequence)
-        // What can still be counted: whole records after the cut in this segment and the later ones.
-        var lost = 0
-        for position in index..<files.count {
-            let segment: [UInt8]
-            if position == index, let bytes { segment = bytes } else { segment = try read(position) }
-            let start = position == index ? offset : 0
-            lost += countRecords(segment, from: max(start, WALSegmentHeader.size))
-        }
-        plan.lostRecords = lost
-        plan.warnings.append("\(path): cut at offset \(offset) (\(reason)); \(lost) records lost")
-    }
-
-    /// Records that still parse (length and bounds, CRC not checked: the LSNs are unknown) from `offset`.
-    private static func countRecords(_ bytes: [UInt8], from offset: Int) -> Int {
-        var offset = offset
-        var count = 0
-        while offset + WALRecord.headerBytes <= bytes.count {
-            let length = Int(bytes.bigEndianUInt32(at: offset))
-            guard length >= 1, length <= WALRecord.maximumBodyBytes, offset + WALRecord.headerBytes + length <= bytes.count
-            else { break }
-            count += 1
-            offset += WALRecord.headerBytes + length
-        }
-        return count
     }
 }
