@@ -8,16 +8,32 @@ import Darwin
 struct SnapshotDirectory: Sendable {
     /// The directory's path.
     let path: String
+    /// The state directory it is in.
+    let stateDirectory: String
+    /// How directories are synced (`WALDirectory.fsyncDirectory`, or a test's failpoint).
+    let directorySync: WALDirectory.DirectorySync
 
     /// The `snapshots` directory under `stateDirectory` (created, mode 0700, by `create()`).
-    init(stateDirectory: String) {
+    init(stateDirectory: String, syncDirectory: @escaping WALDirectory.DirectorySync = WALDirectory.fsyncDirectory) {
+        self.stateDirectory = stateDirectory
         path = stateDirectory + "/snapshots"
+        directorySync = syncDirectory
     }
 
+    /// Creates the directory if it is missing, and makes its entry in the state directory durable
+    /// (also when it exists: a crash may have come between an earlier mkdir and that sync).
     func create() throws(StoreError) {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw .io("cannot create \(path): \(WALDirectory.error())")
         }
+        try sync(directory: stateDirectory)
+    }
+
+    /// Makes the directory's entries (new, renamed or removed snapshots) durable.
+    func syncDirectory() throws(StoreError) { try sync(directory: path) }
+
+    private func sync(directory path: String) throws(StoreError) {
+        guard directorySync(path) else { throw .io("cannot sync \(path): \(WALDirectory.error())") }
     }
 
     /// The path of the snapshot starting at `lsn`.
@@ -50,7 +66,7 @@ struct SnapshotDirectory: Sendable {
                 throw .io("cannot remove \(snapshot.path): \(WALDirectory.error())")
             }
         }
-        if !old.isEmpty { try WALDirectory.syncDirectory(at: path) }
+        if !old.isEmpty { try syncDirectory() }
         return old.count
     }
 }

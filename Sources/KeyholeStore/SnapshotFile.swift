@@ -69,7 +69,7 @@ final class SnapshotWriter {
             unlink(temporaryPath)
             throw .io(message)
         }
-        try WALDirectory.syncDirectory(at: directory.path)
+        try directory.syncDirectory()
         return size
     }
 

@@ -248,10 +248,11 @@ extension Store.State {
         return Store.Batch(count: pendingCount, undo: scratch.undo, waiters: scratch.waiters)
     }
 
-    /// Counts `records` written to the log in `bytes`, and one sync for them when `synced`.
+    /// Counts `records` written to the log in `bytes` (one batch: its header too), and one sync for
+    /// them when `synced`.
     mutating func countWritten(_ records: Int, bytes: Int, synced: Bool) {
         counters.records += records
-        counters.walBytes += bytes
+        counters.walBytes += WALBatchHeader.size + bytes
         if synced {
             counters.syncs += 1
             counters.syncedRecords += records

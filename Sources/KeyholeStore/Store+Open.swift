@@ -37,8 +37,9 @@ extension Store {
         stateDirectory: String, configuration: Configuration = Configuration(), repair: Bool = false, now: Int64
     ) throws(StoreError) -> (Store, OpenReport) {
         let lock = try StateDirectoryLock(stateDirectory: stateDirectory)
-        let directory = WALDirectory(stateDirectory: stateDirectory)
-        let snapshots = SnapshotDirectory(stateDirectory: stateDirectory)
+        let directory = WALDirectory(stateDirectory: stateDirectory, syncDirectory: configuration.syncDirectory)
+        let snapshots = SnapshotDirectory(stateDirectory: stateDirectory, syncDirectory: configuration.syncDirectory)
+        try syncEntry(of: stateDirectory, configuration: configuration)
         try directory.create()
         var report = OpenReport()
         var cutDirectory: String?
@@ -68,7 +69,7 @@ extension Store {
                 report.warnings.append("\(error.message); moved to \(moved), and what only it held is lost")
             }
         }
-        if report.lostSnapshots > 0 { try WALDirectory.syncDirectory(at: snapshots.path) }
+        if report.lostSnapshots > 0 { try snapshots.syncDirectory() }
 
         let files = try directory.segmentFiles()
         if report.lostSnapshots > 0, let first = files.first,
@@ -83,19 +84,24 @@ extension Store {
             principals: 0)
         let plan = try WALRecovery.plan(
             files: files, read: { index throws(StoreError) in try WALDirectory.readFile(files[index].path) },
-            snapshotLSN: snapshotLSN, repair: repair
-        ) { lsn, record in
-            guard let storeRecord = StoreRecord(record) else {
-                return "a record of type 0x\(String(record.type, radix: 16)) that does not parse"
-            }
-            if lsn > snapshotLSN { tables.apply(storeRecord) }
-            return nil
-        }
+            readHeader: { index throws(StoreError) in try WALDirectory.readPrefix(files[index].path, count: WALSegmentHeader.size) },
+            snapshotLSN: snapshotLSN, repair: repair,
+            parse: { _, record in
+                StoreRecord(record).map { .success($0) }
+                    ?? .failure(WALRecovery.Unusable("a record of type 0x\(String(record.type, radix: 16)) that does not parse"))
+            },
+            apply: { _, record in tables.apply(record) })
         report.warnings += plan.warnings
         report.lostRecords = plan.lostRecords
         if plan.repaired { try directory.preserveCut(of: plan, in: try cut()) }
         report.cutDirectory = cutDirectory
         try directory.apply(plan)
+        // As PostgreSQL does at the end of recovery: what was replayed is made durable before anything
+        // that depends on it is served. Only the last segment can hold records never synced (the writer
+        // syncs each segment before it starts the next).
+        if let last = plan.segments.last(where: { !plan.remove.contains($0.sequence) }) {
+            try directory.syncSegment(last.sequence, with: configuration.syncData)
+        }
         report.replayed = plan.replayed
         var cursor = 0
         repeat {
@@ -118,23 +124,34 @@ extension Store {
             report.snapshotLSN = plan.lastLSN + 1
         }
 
-        // What a snapshot covers and a crash left behind: older snapshots, segments before its own.
-        let kept = plan.segments.filter { !plan.remove.contains($0.sequence) }
-        var removedBytes = 0
-        if let snapshot = report.snapshotLSN {
-            try snapshots.removeSnapshots(before: snapshot)
-            let covered = zip(kept, kept.dropFirst()).filter { pair in pair.1.firstLSN.map { $0 <= snapshot } ?? false }
-            if let last = covered.last { removedBytes = try directory.removeSegments(before: last.0.sequence + 1) }
-        }
+        // What a snapshot covers and a crash left behind: older snapshots, segments before its start
+        // (recovery did not read them: any of them may be missing).
+        if let snapshot = report.snapshotLSN { try snapshots.removeSnapshots(before: snapshot) }
+        _ = try directory.removeSegments(plan.covered)
 
         var writerConfiguration = WALWriter.Configuration()
         writerConfiguration.segmentBytes = configuration.segmentBytes
         writerConfiguration.syncData = configuration.syncData
         let writer = try WALWriter(directory: directory, plan: plan, configuration: writerConfiguration)
-        let walBytes = plan.keptBytes - removedBytes
+        let walBytes = plan.keptBytes
         let store = Store(
             configuration: configuration, tables: tables, writer: writer, lock: lock, walDirectory: directory,
             snapshots: snapshots, walBytes: walBytes)
         return (store, report)
+    }
+
+    /// Makes the state directory's entry in its parent durable: keyholed may have just created it, and
+    /// a crash before that entry reached the disk would take the whole store with it. A parent this
+    /// process may not read (EACCES) is left alone: the directory was made there by someone else.
+    private static func syncEntry(of stateDirectory: String, configuration: Configuration) throws(StoreError) {
+        let trimmed = stateDirectory.reversed().drop { $0 == "/" }.reversed()
+        let parent = if let slash = trimmed.lastIndex(of: "/") {
+            slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
+        } else {
+            trimmed.isEmpty ? "/" : "."
+        }
+        guard configuration.syncDirectory(parent) || errno == EACCES else {
+            throw .io("cannot sync \(parent): \(WALDirectory.error())")
+        }
     }
 }

@@ -48,6 +48,9 @@ public final class Store: Sendable {
         /// How the log makes its segments durable (see `WALWriter.Configuration.syncData`): a failpoint
         /// for tests.
         public var syncData = WALWriter.Configuration().syncData
+        /// How the store makes a directory's entries durable (`WALDirectory.fsyncDirectory`): a failpoint
+        /// for tests, as `syncData` is.
+        public var syncDirectory = WALDirectory.fsyncDirectory
         /// With `durability = .always` and an inline scheduler set (`commitInline(using:)`): when writes
         /// and syncs on the changing thread take longer than this on average (a moving average over
         /// about the last eight), commits go back to the committer thread for `inlinePause`, so that a

@@ -6,19 +6,39 @@ import Darwin
 
 /// The `wal` directory on disk: listing and reading segments, carrying out a recovery plan.
 public struct WALDirectory: Sendable {
-    /// The directory's path.
-    public let path: String
+    /// Makes the entries of the directory at a path (files created, renamed or removed in it) durable:
+    /// true when it did, else false with errno set.
+    public typealias DirectorySync = @Sendable (_ path: String) -> Bool
 
-    /// The `wal` directory under `stateDirectory` (created, mode 0700, by `create()`).
-    public init(stateDirectory: String) {
-        path = stateDirectory + "/wal"
+    /// fsync(2) of the directory.
+    public static let fsyncDirectory: DirectorySync = { path in
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return fsync(fd) == 0
     }
 
-    /// Creates the directory if it is missing.
+    /// The directory's path.
+    public let path: String
+    /// The state directory it is in.
+    let stateDirectory: String
+    /// How directories are synced: `fsyncDirectory`, or a test's failpoint.
+    let directorySync: DirectorySync
+
+    /// The `wal` directory under `stateDirectory` (created, mode 0700, by `create()`).
+    public init(stateDirectory: String, syncDirectory: @escaping DirectorySync = WALDirectory.fsyncDirectory) {
+        self.stateDirectory = stateDirectory
+        path = stateDirectory + "/wal"
+        directorySync = syncDirectory
+    }
+
+    /// Creates the directory if it is missing, and makes its entry in the state directory durable
+    /// (also when it exists: a crash may have come between an earlier mkdir and that sync).
     public func create() throws(StoreError) {
         if mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw .io("cannot create \(path): \(Self.error())")
         }
+        try sync(directory: stateDirectory)
     }
 
     /// The path of segment `sequence`.
@@ -59,26 +79,44 @@ public struct WALDirectory: Sendable {
     /// Deletes the segments numbered below `sequence` (a snapshot covers their records); returns how
     /// many bytes they held.
     public func removeSegments(before sequence: UInt64) throws(StoreError) -> Int {
-        let old = try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:)).filter { $0 < sequence }
+        try removeSegments(try Self.fileNames(in: path).compactMap(WALSegmentHeader.sequence(fromFileName:)).filter { $0 < sequence })
+    }
+
+    /// Deletes segments a snapshot covers, oldest first (a crash in between leaves the newest of them,
+    /// in sequence, though start-up copes with any of them left: `WALRecovery.Plan.covered`); returns
+    /// how many bytes they held.
+    public func removeSegments(_ sequences: [UInt64]) throws(StoreError) -> Int {
         var bytes = 0
-        for found in old {
+        for found in sequences.sorted() {
             let file = segmentPath(found)
             var info = stat()
             if stat(file, &info) == 0 { bytes += Int(info.st_size) }
             guard unlink(file) == 0 || errno == ENOENT else { throw .io("cannot remove \(file): \(Self.error())") }
         }
-        if !old.isEmpty { try syncDirectory() }
+        if !sequences.isEmpty { try syncDirectory() }
         return bytes
     }
 
     /// Makes the directory's entries (new, renamed or removed files) durable.
-    public func syncDirectory() throws(StoreError) { try Self.syncDirectory(at: path) }
+    public func syncDirectory() throws(StoreError) { try sync(directory: path) }
 
-    static func syncDirectory(at path: String) throws(StoreError) {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw .io("cannot open \(path): \(Self.error())") }
+    /// Makes the entries of the directory at `path` durable, as this one's are.
+    func sync(directory path: String) throws(StoreError) {
+        guard directorySync(path) else { throw .io("cannot sync \(path): \(Self.error())") }
+    }
+
+    /// Makes the segment's data durable with `syncData` (see `WALWriter.Configuration.syncData`):
+    /// records replayed at start-up may be only in the page cache (keyholed, not the machine, stopped
+    /// before their sync), and what is served next must not depend on records a power cut would take.
+    func syncSegment(_ sequence: UInt64, with syncData: @Sendable (Int32, Range<Int>) -> Bool) throws(StoreError) {
+        let file = segmentPath(sequence)
+        let fd = open(file, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(file): \(Self.error())") }
         defer { close(fd) }
-        guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(Self.error())") }
+        var info = stat()
+        guard fstat(fd, &info) == 0, syncData(fd, 0..<Int(info.st_size)) else {
+            throw .io("cannot sync \(file): \(Self.error())")
+        }
     }
 
     /// The names in directory `path` (none when it does not exist).
@@ -113,10 +151,52 @@ public struct WALDirectory: Sendable {
         return true
     }
 
+    /// Writes all of `first` then all of `second` at `offset` of `fd`, with one pwritev(2) when it
+    /// takes them whole (it does on a regular file, unless the disk fills or a signal comes); `false`
+    /// (with errno set) when a write fails.
+    static func writeAll(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer, at offset: Int) -> Bool {
+        var vectors = (
+            iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
+            iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count)
+        )
+        var count = -1
+        repeat {
+            count = withUnsafePointer(to: &vectors) { $0.withMemoryRebound(to: iovec.self, capacity: 2) { pwritev(fd, $0, 2, off_t(offset)) } }
+        } while count < 0 && errno == EINTR
+        guard count >= 0 else { return false }
+        if count == first.count + second.count { return true }
+        // Short: the rest one buffer at a time.
+        if count < first.count {
+            guard writeAll(fd, UnsafeRawBufferPointer(rebasing: first[count...]), at: offset + count) else { return false }
+            return writeAll(fd, second, at: offset + first.count)
+        }
+        let done = count - first.count
+        return writeAll(fd, UnsafeRawBufferPointer(rebasing: second[done...]), at: offset + count)
+    }
+
     /// The size of `file`, 0 when it cannot be read (only an estimate depends on it).
     static func fileSize(_ file: String) -> Int {
         var info = stat()
         return stat(file, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    /// The first `count` bytes of `file` (fewer when it is shorter): a segment's header.
+    static func readPrefix(_ file: String, count: Int) throws(StoreError) -> [UInt8] {
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(file): \(error())") }
+        defer { close(fd) }
+        var failure: Int32 = 0
+        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            while initialized < buffer.count {
+                let read = pread(fd, buffer.baseAddress! + initialized, buffer.count - initialized, off_t(initialized))
+                if read < 0 && errno == EINTR { continue }
+                if read < 0 { failure = errno }
+                guard read > 0 else { return }
+                initialized += read
+            }
+        }
+        guard failure == 0 else { throw .io("cannot read \(file): \(String(cString: strerror(failure)))") }
+        return bytes
     }
 
     /// The whole of `file`, read into an array of its size (no regrowing: segments are large).

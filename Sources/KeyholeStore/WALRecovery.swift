@@ -54,6 +54,9 @@ public enum WALRecovery {
         public var appendTo: (sequence: UInt64, size: Int)?
         /// The highest sequence number of the segments kept (0 when none is): a new segment gets the next.
         public var lastKeptSequence: UInt64 = 0
+        /// Segments holding only records the snapshot covers, in sequence order: not read, and to be
+        /// deleted, oldest first (a crash while a snapshot deleted them may have left any of them).
+        public var covered: [UInt64] = []
         /// The segments read, in order.
         public var segments: [SegmentSummary] = []
         /// What was dropped, for the warning: torn bytes, or the records `--repair` cut.
@@ -73,6 +76,16 @@ public enum WALRecovery {
         }
     }
 
+    /// A record that cannot be used although its CRC matches (an unknown type, a payload that does not
+    /// parse): corruption.
+    public struct Unusable: Error, Sendable {
+        /// Why, for the message.
+        public var reason: String
+
+        /// An unusable record.
+        public init(_ reason: String) { self.reason = reason }
+    }
+
     /// Plans recovery of `segments` (any order, in memory) after a snapshot that covers LSNs up to
     /// `snapshotLSN`, keeping the records after it in `entries`.
     ///
@@ -83,74 +96,161 @@ public enum WALRecovery {
         let sorted = segments.sorted { $0.sequence < $1.sequence }
         var plan = try plan(
             files: sorted.map { ($0.sequence, $0.path) }, read: { index throws(StoreError) in sorted[index].bytes },
-            snapshotLSN: snapshotLSN, repair: repair
-        ) { lsn, record in
-            if lsn > snapshotLSN { entries.append(Entry(lsn: lsn, record: record)) }
-            return nil
-        }
+            readHeader: { index throws(StoreError) in Array(sorted[index].bytes.prefix(WALSegmentHeader.size)) },
+            snapshotLSN: snapshotLSN, repair: repair,
+            parse: { _, record in .success(record) },
+            apply: { lsn, record in entries.append(Entry(lsn: lsn, record: record)) })
         plan.entries = entries
         return plan
+    }
+
+    /// Plans recovery as `plan(files:read:readHeader:snapshotLSN:repair:parse:apply:)` does, with
+    /// `accept` saying why a record cannot be used, or `nil`. It sees every record of a batch before the
+    /// batch is kept, and a batch may still be refused after (a later record in it unusable): a caller
+    /// that applies records must do so in `apply`, not here.
+    public static func plan(
+        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
+        readHeader: ((Int) throws(StoreError) -> [UInt8])? = nil, snapshotLSN: UInt64,
+        repair: Bool = false, accept: (UInt64, WALRecord) -> String?
+    ) throws(StoreError) -> Plan {
+        try plan(
+            files: files, read: read, readHeader: readHeader, snapshotLSN: snapshotLSN, repair: repair,
+            parse: { lsn, record in accept(lsn, record).map { .failure(Unusable($0)) } ?? .success(()) },
+            apply: { _, _ in })
     }
 
     /// Plans recovery of the segment `files` (in sequence order), reading one at a time with `read`
     /// (given its index in `files`), after a snapshot that covers LSNs up to `snapshotLSN`.
     ///
+    /// Segments wholly before the snapshot's start are not read, only listed in `covered`: those before
+    /// the last segment whose header is valid and whose first LSN is at or before the snapshot's start.
+    /// Their records are all in the snapshot, so one missing or damaged among them loses nothing.
+    ///
+    /// - Parameter readHeader: reads the first 32 bytes (or all, if shorter) of `files[index]`, to find
+    ///   the segments covered; `nil` reads them with `read`.
     /// - Parameter repair: cut the log at the first corruption instead of refusing to start.
-    /// - Parameter accept: called with each record whose CRC matches, in log order, for the segments
-    ///   planned and no other (each segment's LSN continuity is checked before it is scanned). It says
-    ///   why a record cannot be used (an unknown type, a payload that does not parse: corruption), or
-    ///   `nil`. The records it accepted before any corruption are the ones the plan keeps, so a caller
-    ///   may apply those after `snapshotLSN` as they come.
+    /// - Parameter parse: called with each record whose CRC matches, in log order, for the segments
+    ///   planned and no other (each segment's LSN continuity is checked before it is scanned): the
+    ///   record decoded, or why it cannot be used (corruption). Every record of a batch is parsed before
+    ///   any of them is applied.
+    /// - Parameter apply: called, in log order, with each record after `snapshotLSN` that the plan keeps,
+    ///   once its whole batch parsed.
     /// - Throws: `StoreError.corrupt` naming the file and offset (unless `repair`), or `read`'s error.
-    public static func plan(
-        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8], snapshotLSN: UInt64,
-        repair: Bool = false, accept: (UInt64, WALRecord) -> String?
+    public static func plan<Parsed>(
+        files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
+        readHeader: ((Int) throws(StoreError) -> [UInt8])? = nil, snapshotLSN: UInt64, repair: Bool = false,
+        parse: (UInt64, WALRecord) -> Result<Parsed, Unusable>, apply: (UInt64, Parsed) -> Void
     ) throws(StoreError) -> Plan {
         var plan = Plan(lastLSN: snapshotLSN)
-        try planSegments(&plan, files: files, read: read, snapshotLSN: snapshotLSN, repair: repair, accept: accept)
+        let first = if let readHeader {
+            try firstNeeded(files, readHeader: readHeader, snapshotLSN: snapshotLSN)
+        } else {
+            try firstNeeded(files, readHeader: read, snapshotLSN: snapshotLSN)
+        }
+        plan.covered = files[..<first].map(\.sequence)
+        let needed = Array(files[first...])
+        let logEnd = try planSegments(
+            &plan, files: needed, read: { index throws(StoreError) in try read(first + index) }, snapshotLSN: snapshotLSN,
+            repair: repair, parse: parse, apply: apply)
         plan.lastKeptSequence = files.map(\.sequence).filter { !plan.remove.contains($0) }.max() ?? 0
+        if let append = plan.appendTo, let logEnd, logEnd.nextLSN <= snapshotLSN || logEnd.format < WALSegmentHeader.format {
+            // The log ends before the snapshot's start (its tail lost or cut): the next record is the
+            // snapshot's start, which the end of this segment does not imply. Or the segment is of
+            // format 1, and appends are written in format 2. Either way they go to a new segment; this
+            // one, no longer the last, gives back its zeros.
+            if logEnd.fileSize > append.size { plan.truncate = (append.sequence, append.size) }
+            plan.appendTo = nil
+            if logEnd.nextLSN <= snapshotLSN {
+                plan.warnings.append(
+                    "\(logEnd.path): the log ends at LSN \(logEnd.nextLSN - 1), before the snapshot's start \(snapshotLSN + 1); "
+                        + "appends go to a new segment starting there")
+            }
+        }
         return plan
     }
 
-    private static func planSegments(
+    /// The index in `files` of the first segment to read: the last one whose header is valid and whose
+    /// first LSN is at or before the snapshot's start (every segment before it holds only earlier
+    /// records); 0 when there is none (the first segment is then read, and its checks apply).
+    static func firstNeeded(
+        _ files: [(sequence: UInt64, path: String)], readHeader: (Int) throws(StoreError) -> [UInt8], snapshotLSN: UInt64
+    ) throws(StoreError) -> Int {
+        for index in files.indices.reversed() {
+            if let header = WALSegmentHeader(try readHeader(index)), header.sequence == files[index].sequence,
+                header.firstLSN - 1 <= snapshotLSN
+            {
+                return index
+            }
+        }
+        return 0
+    }
+
+    /// Where the log read ends: the segment appends would continue in, its size on disk and format,
+    /// and the LSN its next record would have.
+    private struct LogEnd {
+        var path: String
+        var fileSize: Int
+        var format: UInt8
+        var nextLSN: UInt64
+    }
+
+    /// Plans `files`, the segments from the first one needed; returns where the log kept ends (`nil`
+    /// when no segment with a valid header is kept).
+    private static func planSegments<Parsed>(
         _ plan: inout Plan, files: [(sequence: UInt64, path: String)], read: (Int) throws(StoreError) -> [UInt8],
-        snapshotLSN: UInt64, repair: Bool, accept: (UInt64, WALRecord) -> String?
-    ) throws(StoreError) {
+        snapshotLSN: UInt64, repair: Bool, parse: (UInt64, WALRecord) -> Result<Parsed, Unusable>, apply: (UInt64, Parsed) -> Void
+    ) throws(StoreError) -> LogEnd? {
         var expectedLSN: UInt64?
         var previousSize = 0
+        var logEnd: LogEnd?
+        /// The records of the batch being read, parsed: applied once the whole batch is.
+        var batch: [(lsn: UInt64, parsed: Parsed)] = []
         for (index, file) in files.enumerated() {
             let isLast = index == files.count - 1
             if index > 0, file.sequence != files[index - 1].sequence + 1 {
                 let missing = WALSegmentHeader.fileName(files[index - 1].sequence + 1)
                 try fail(&plan, files, read, from: index, bytes: nil, offset: 0, repair: repair, path: file.path,
                     reason: "segment \(missing) before it is missing")
-                return
+                return logEnd
             }
             let bytes = try read(index)
             let header = WALSegmentHeader(bytes)
             plan.segments.append(SegmentSummary(sequence: file.sequence, firstLSN: header?.firstLSN, size: bytes.count))
             // The first segment may start anywhere up to just after the snapshot; later ones must
-            // continue exactly where the one before ended. Checked before the scan, so that `accept`
+            // continue exactly where the one before ended. Checked before the scan, so that `parse`
             // sees exactly the records of the segments planned (callers rely on that).
             if let header, header.sequence == file.sequence {
                 let continues = expectedLSN.map { header.firstLSN == $0 } ?? (header.firstLSN <= snapshotLSN + 1)
                 guard continues else {
                     try fail(&plan, files, read, from: index, bytes: bytes, offset: 0, repair: repair, path: file.path,
                         reason: "its first LSN \(header.firstLSN) does not follow LSN \((expectedLSN ?? snapshotLSN + 1) - 1)")
-                    return
+                    return logEnd
                 }
             }
-            var lsn = header?.firstLSN ?? 0
-            let scan = WALScanner.scan(bytes, sequence: file.sequence, isLast: isLast, keep: false) { record in
-                defer { lsn += 1 }
-                if let reason = accept(lsn, record) { return reason }
-                if lsn > snapshotLSN { plan.replayed += 1 }
-                return nil
-            }
+            batch.removeAll(keepingCapacity: true)
+            let scan = WALScanner.scan(
+                bytes, sequence: file.sequence, isLast: isLast, keep: false,
+                check: { lsn, record in
+                    switch parse(lsn, record) {
+                    case .success(let parsed):
+                        batch.append((lsn, parsed))
+                        return nil
+                    case .failure(let unusable):
+                        return unusable.reason
+                    }
+                },
+                commit: {
+                    for (lsn, parsed) in batch where lsn > snapshotLSN {
+                        apply(lsn, parsed)
+                        plan.replayed += 1
+                    }
+                    batch.removeAll(keepingCapacity: true)
+                })
             if let header = scan.header {
                 let count = UInt64(scan.count)
                 if count > 0 { plan.lastLSN = max(plan.lastLSN, header.firstLSN + count - 1) }
                 expectedLSN = header.firstLSN + count
+                logEnd = LogEnd(path: file.path, fileSize: bytes.count, format: header.format, nextLSN: header.firstLSN + count)
             }
             switch scan.ending {
             case .clean:
@@ -173,49 +273,10 @@ public enum WALRecovery {
                 // The records before the damage in this segment are kept; the plan cuts at it.
                 try fail(&plan, files, read, from: index, bytes: bytes, offset: offset, repair: repair, path: file.path, reason: reason)
                 if offset > 0 { plan.appendTo = (file.sequence, offset) }
-                return
+                return logEnd
             }
             previousSize = bytes.count
         }
-    }
-
-    /// Corruption in `files[index]` (whose `bytes`, when read) at `offset`: an error, or with
-    /// `repair`, a cut there that drops the rest of that segment and every later one.
-    private static func fail(
-        _ plan: inout Plan, _ files: [(sequence: UInt64, path: String)], _ read: (Int) throws(StoreError) -> [UInt8],
-        from index: Int, bytes: [UInt8]?, offset: Int, repair: Bool, path: String, reason: String
-    ) throws(StoreError) {
-        guard repair else { throw StoreError.corrupt(file: path, offset: offset, reason) }
-        plan.repaired = true
-        if offset > 0 {
-            plan.truncate = (files[index].sequence, offset)
-        } else {
-            plan.remove.append(files[index].sequence)
-        }
-        plan.remove += files[(index + 1)...].map(\.sequence)
-        // What can still be counted: whole records after the cut in this segment and the later ones.
-        var lost = 0
-        for position in index..<files.count {
-            let segment: [UInt8]
-            if position == index, let bytes { segment = bytes } else { segment = try read(position) }
-            let start = position == index ? offset : 0
-            lost += countRecords(segment, from: max(start, WALSegmentHeader.size))
-        }
-        plan.lostRecords = lost
-        plan.warnings.append("\(path): cut at offset \(offset) (\(reason)); \(lost) records lost")
-    }
-
-    /// Records that still parse (length and bounds, CRC not checked: the LSNs are unknown) from `offset`.
-    private static func countRecords(_ bytes: [UInt8], from offset: Int) -> Int {
-        var offset = offset
-        var count = 0
-        while offset + WALRecord.headerBytes <= bytes.count {
-            let length = Int(bytes.bigEndianUInt32(at: offset))
-            guard length >= 1, length <= WALRecord.maximumBodyBytes, offset + WALRecord.headerBytes + length <= bytes.count
-            else { break }
-            count += 1
-            offset += WALRecord.headerBytes + length
-        }
-        return count
+        return logEnd
     }
 }

@@ -34,6 +34,17 @@ public enum WALScanner {
     public static func scan(
         _ bytes: [UInt8], sequence: UInt64, isLast: Bool, keep: Bool = true, validate: (WALRecord) -> String? = { _ in nil }
     ) -> Scan {
+        scan(bytes, sequence: sequence, isLast: isLast, keep: keep, check: { _, record in validate(record) }, commit: {})
+    }
+
+    /// Scans segment `sequence`, format 1 or 2. `check` is called with each record (and its LSN) of a
+    /// batch whose records are all intact, before the batch counts, and says why one cannot be used
+    /// (corruption at the batch); `commit` then says the records checked since the last `commit` are
+    /// the log's. A format-1 record is a batch of its own.
+    static func scan(
+        _ bytes: [UInt8], sequence: UInt64, isLast: Bool, keep: Bool,
+        check: (UInt64, WALRecord) -> String?, commit: () -> Void
+    ) -> Scan {
         var scan = Scan(header: nil, records: [], offsets: [], ending: .clean)
         guard bytes.count >= WALSegmentHeader.size, !bytes.allSatisfy({ $0 == 0 }) else {
             scan.ending = isLast ? .torn(offset: 0) : .corrupt(offset: 0, reason: "the segment header is missing")
@@ -48,8 +59,21 @@ public enum WALScanner {
             return scan
         }
         scan.header = header
+        if header.format == 1 {
+            scanRecords(bytes, from: header.firstLSN, isLast: isLast, keep: keep, check: check, commit: commit, into: &scan)
+        } else {
+            scanBatches(bytes, from: header.firstLSN, isLast: isLast, keep: keep, check: check, commit: commit, into: &scan)
+        }
+        return scan
+    }
+
+    /// Format 1: records back to back, each its own batch.
+    private static func scanRecords(
+        _ bytes: [UInt8], from firstLSN: UInt64, isLast: Bool, keep: Bool,
+        check: (UInt64, WALRecord) -> String?, commit: () -> Void, into scan: inout Scan
+    ) {
         var offset = WALSegmentHeader.size
-        var lsn = header.firstLSN
+        var lsn = firstLSN
         while offset < bytes.count {
             switch record(in: bytes, at: offset, lsn: lsn) {
             case .valid(let record, let next):
@@ -58,12 +82,13 @@ public enum WALScanner {
                 // reporting the damage (found by keyhole-fuzz). LSNs start at 1: no log gets this far.
                 guard lsn < .max else {
                     scan.ending = .corrupt(offset: offset, reason: "a record past the last LSN there can be")
-                    return scan
+                    return
                 }
-                if let reason = validate(record) {
+                if let reason = check(lsn, record) {
                     scan.ending = .corrupt(offset: offset, reason: reason)
-                    return scan
+                    return
                 }
+                commit()
                 if keep {
                     scan.records.append(record)
                     scan.offsets.append(offset)
@@ -80,20 +105,21 @@ public enum WALScanner {
                 } else {
                     scan.ending = .corrupt(offset: offset, reason: reason)
                 }
-                return scan
+                return
             }
         }
-        return scan
     }
 
-    private enum Read {
+    enum Read {
         case valid(WALRecord, next: Int)
         /// Why it is not a record, and whether a crash during its append could explain it.
         case invalid(String, tornIfLast: Bool)
     }
 
-    private static func record(in bytes: [UInt8], at offset: Int, lsn: UInt64) -> Read {
-        let remaining = bytes.count - offset
+    /// The record at `offset`, as LSN `lsn`, within `bytes[..<limit]` (the file, or its batch).
+    static func record(in bytes: [UInt8], at offset: Int, lsn: UInt64, limit: Int? = nil) -> Read {
+        let limit = limit ?? bytes.count
+        let remaining = limit - offset
         guard remaining >= WALRecord.headerBytes else {
             return .invalid("a record header is cut short", tornIfLast: true)
         }
@@ -104,8 +130,8 @@ public enum WALScanner {
             return .invalid("a record length of \(length) is invalid", tornIfLast: length == 0)
         }
         let end = offset + WALRecord.headerBytes + length
-        guard end <= bytes.count else {
-            return .invalid("a record runs past the end of the file", tornIfLast: true)
+        guard end <= limit else {
+            return .invalid("a record runs past the end of \(limit == bytes.count ? "the file" : "its batch")", tornIfLast: true)
         }
         let body = bytes[(offset + WALRecord.headerBytes)..<end]
         var crc = CRC32C()

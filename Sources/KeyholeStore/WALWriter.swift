@@ -44,6 +44,8 @@ public final class WALWriter {
     public private(set) var nextLSN: UInt64
     private var durableLSN: UInt64
     private var buffer: [UInt8] = []
+    /// Where each batch's header is encoded: written with the batch's records in one pwritev(2).
+    private let batchHeader = UnsafeMutableRawBufferPointer.allocate(byteCount: WALBatchHeader.size, alignment: 8)
 
     /// Opens the log where recovery `plan` left it: appends continue in its last segment, or in a new one.
     public init(directory: WALDirectory, plan: WALRecovery.Plan, configuration: Configuration = Configuration()) throws(StoreError) {
@@ -70,10 +72,13 @@ public final class WALWriter {
         }
     }
 
-    deinit { if fd >= 0 { close(fd) } }
+    deinit {
+        if fd >= 0 { close(fd) }
+        batchHeader.deallocate()
+    }
 
-    /// Writes `records` (not yet durable: see `sync`), starting a new segment first when they would
-    /// take this one past the limit. Returns their LSNs.
+    /// Writes `records` as one batch (not yet durable: see `sync`), starting a new segment first when
+    /// they would take this one past the limit. Returns their LSNs.
     ///
     /// - Throws: `StoreError.io` when the write fails; the segment is then as it was before the call.
     @discardableResult
@@ -90,19 +95,21 @@ public final class WALWriter {
     }
 
     /// Writes `count` records already encoded with the LSNs from `nextLSN` on (the store encodes them
-    /// while queueing, under its lock), cutting a new segment first when they would take this one past
-    /// the limit.
+    /// while queueing, under its lock) as one batch (WAL.md, "Batches"), cutting a new segment first
+    /// when they would take this one past the limit.
     ///
     /// - Throws: `StoreError.io` when the write fails; the segment is then as it was before the call.
     public func append(encoded bytes: [UInt8], count: Int) throws(StoreError) {
-        if size > WALSegmentHeader.size && size + bytes.count > configuration.segmentBytes {
+        guard count > 0 else { return }
+        if size > WALSegmentHeader.size && size + WALBatchHeader.size + bytes.count > configuration.segmentBytes {
             // The old segment is made durable before the new one exists: the log never has a hole.
             // Its records may have been acknowledged already (batch mode): never cut them back here.
             try sync(rollingBack: false)
             try startSegment(after: sequence)
             // The records' CRCs cover their LSNs, which do not depend on the segment: no re-encoding.
         }
-        try write(bytes, at: size)
+        WALBatchHeader(firstLSN: nextLSN, length: UInt64(bytes.count)).encode(into: batchHeader)
+        try write(UnsafeRawBufferPointer(batchHeader), bytes, at: size)
         nextLSN += UInt64(count)
     }
 
@@ -141,12 +148,13 @@ public final class WALWriter {
         durableLSN = nextLSN
     }
 
-    /// Writes `bytes` at `offset` (the end of the records); when they reach past the zeros, more zeros
-    /// after them in the same step, so that the sync that pays for the new size pays for the next ones.
-    private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
-        let end = offset + bytes.count
+    /// Writes `header` and `bytes` at `offset` (the end of the records); when they reach past the
+    /// zeros, more zeros after them in the same step, so that the sync that pays for the new size pays
+    /// for the next ones.
+    private func write(_ header: UnsafeRawBufferPointer, _ bytes: [UInt8], at offset: Int) throws(StoreError) {
+        let end = offset + header.count + bytes.count
         let step = configuration.zeroFillBytes
-        var written = WALDirectory.writeAll(fd, bytes, at: offset)
+        var written = bytes.withUnsafeBytes { WALDirectory.writeAll(fd, header, $0, at: offset) }
         if written, step > 0, end > filled {
             let target = (end / step + 2) * step
             written = Self.writeZeros(fd, from: end, to: target)

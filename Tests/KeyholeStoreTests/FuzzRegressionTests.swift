@@ -38,19 +38,24 @@ struct StoreFuzzRegressionTests {
     /// then a valid record, as in the fuzz input (mode 0x03: header and record CRCs repaired). Counting
     /// the record overflowed the LSN: a trap in WALScanner, which start-up reaches after a snapshot
     /// ending at 2^64 - 2, or under --repair once the snapshot is set aside.
-    @Test("a segment whose first LSN is the last there can be is corruption, not a trap", arguments: [true, false])
-    func segmentAtTheLastLSN(validRecord: Bool) throws {
-        var segment = WALSegmentHeader(sequence: 1, firstLSN: .max).encoded
+    @Test("a segment whose first LSN is the last there can be is corruption, not a trap", arguments: [true, false], [UInt8(1), 2])
+    func segmentAtTheLastLSN(validRecord: Bool, format: UInt8) throws {
+        var segment = WALSegmentHeader(sequence: 1, firstLSN: .max, format: format).encoded
+        var record: [UInt8] = []
         if validRecord {
-            StoreRecord.noop.walRecord.append(lsn: .max, to: &segment)
+            StoreRecord.noop.walRecord.append(lsn: .max, to: &record)
         } else {
             // A record whose CRC does not match: the torn-tail check looks for LSNs max and max + 1.
-            segment += [0, 0, 0, 1, 0xDE, 0xAD, 0xBE, 0xEF, 0x01]
+            record = [0, 0, 0, 1, 0xDE, 0xAD, 0xBE, 0xEF, 0x01]
         }
+        if format == 2 { segment += WALBatchHeader(firstLSN: .max, length: UInt64(record.count)).encoded }
+        segment += record
         let scan = WALScanner.scan(segment, sequence: 1, isLast: true)
         #expect(scan.count == 0)
-        if validRecord {
+        if validRecord && format == 1 {
             #expect(scan.ending == .corrupt(offset: WALSegmentHeader.size, reason: "a record past the last LSN there can be"))
+        } else if validRecord {
+            #expect(scan.ending == .corrupt(offset: WALSegmentHeader.size, reason: "a record past the last LSN there can be, at offset 56"))
         }
         // After a snapshot at LSN 0 the segment does not follow it (refused before it is scanned); after
         // one ending at 2^64 - 2 (or a snapshot set aside by --repair) it is scanned, as start-up does.

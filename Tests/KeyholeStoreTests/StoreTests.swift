@@ -114,8 +114,9 @@ struct StoreTests {
         let segment = WALDirectory(stateDirectory: directory.path).segmentPath(1)
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: segment)))
         let scan = WALScanner.scan(bytes, sequence: 1, isLast: true)
-        let third = scan.offsets[2]
-        bytes[third + 20] ^= 0xFF
+        bytes[scan.offsets[2] + 20] ^= 0xFF
+        // Each change was a batch of its own: the damaged record's batch is where the log is cut.
+        let third = scan.offsets[2] - WALBatchHeader.size
         try Data(bytes).write(to: URL(fileURLWithPath: segment))
 
         do {

@@ -27,7 +27,7 @@ struct WALFormatTests {
         let header = WALSegmentHeader(sequence: 0x1234, firstLSN: 987_654_321)
         let bytes = header.encoded
         #expect(bytes.count == WALSegmentHeader.size)
-        #expect(Array(bytes.prefix(8)) == [0x4B, 0x48, 0x57, 0x41, 0x4C, 0, 0, 1])
+        #expect(Array(bytes.prefix(8)) == [0x4B, 0x48, 0x57, 0x41, 0x4C, 0, 0, 2])
         #expect(WALSegmentHeader(bytes) == header)
         for index in 0..<WALSegmentHeader.size {
             var damaged = bytes
@@ -35,6 +35,30 @@ struct WALFormatTests {
             #expect(WALSegmentHeader(damaged) == nil, "byte \(index)")
         }
         #expect(WALSegmentHeader(bytes.prefix(31)) == nil)
+        // Format 1 is still read; a format after 2 is not (a log from a newer keyholed).
+        let old = WALSegmentHeader(sequence: 0x1234, firstLSN: 987_654_321, format: 1)
+        #expect(old.encoded[7] == 1 && WALSegmentHeader(old.encoded) == old)
+        #expect(WALSegmentHeader(WALSegmentHeader(sequence: 1, firstLSN: 1, format: 3).encoded) == nil)
+    }
+
+    @Test("a batch header is a marker, the first LSN, the length and a CRC over them; any damage to it is refused")
+    func batchHeader() {
+        let header = WALBatchHeader(firstLSN: 0x0102_0304_0506_0708, length: 0x1234)
+        let bytes = header.encoded
+        #expect(bytes.count == WALBatchHeader.size)
+        #expect(Array(bytes.prefix(20)) == [0x80, 0x4B, 0x48, 0x42, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0x12, 0x34])
+        #expect(bytes.suffix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) } == CRC32C.checksum(bytes.prefix(20)))
+        #expect(WALBatchHeader([9, 9] + bytes, at: 2) == header)
+        for index in 0..<WALBatchHeader.size {
+            var damaged = bytes
+            damaged[index] ^= 0x01
+            #expect(WALBatchHeader(damaged, at: 0) == nil, "byte \(index)")
+        }
+        #expect(WALBatchHeader(Array(bytes.prefix(23)), at: 0) == nil)
+        // Shorter than one record: never written.
+        #expect(WALBatchHeader(WALBatchHeader(firstLSN: 1, length: 8).encoded, at: 0) == nil)
+        // Never mistaken for a record: its first byte is no record length's.
+        #expect(bytes[0] > UInt8(WALRecord.maximumBodyBytes >> 24))
     }
 
     @Test("segment file names are 16 hex digits")

@@ -164,12 +164,14 @@ struct SessionEndToEndTests {
 
         let segment = directory.appendingPathComponent("state/wal/0000000000000001.wal")
         var bytes = try [UInt8](Data(contentsOf: segment))
-        // The fourth record: header 32 bytes, then records of equal size (same-length subs), each a
-        // 4-byte length, a 4-byte CRC and the body; zeros after them.
-        let recordSize = 8 + (Int(bytes[32]) << 24 | Int(bytes[33]) << 16 | Int(bytes[34]) << 8 | Int(bytes[35]))
-        #expect(bytes[(32 + 6 * recordSize)...].allSatisfy { $0 == 0 })
-        let offset = 32 + 3 * recordSize
-        bytes[offset + 12] ^= 0x55
+        // The fourth record's batch: header 32 bytes, then a batch per change (WAL.md, "Batches"), all of
+        // equal size (same-length subs): a 24-byte batch header, then the record, a 4-byte length, a
+        // 4-byte CRC and the body; zeros after them.
+        let batchSize = 24 + 8 + (Int(bytes[56]) << 24 | Int(bytes[57]) << 16 | Int(bytes[58]) << 8 | Int(bytes[59]))
+        try #require(32 + 6 * batchSize <= bytes.count)
+        #expect(bytes[(32 + 6 * batchSize)...].allSatisfy { $0 == 0 })
+        let offset = 32 + 3 * batchSize
+        bytes[offset + 24 + 12] ^= 0x55
         try Data(bytes).write(to: segment)
 
         daemon = try DaemonProcess(config: Self.config, directory: directory)

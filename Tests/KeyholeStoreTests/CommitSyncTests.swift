@@ -1,0 +1,118 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import KeyholeStore
+
+/// With `fsync = "always"`, a change is answered only once its record is on disk: the committer calls
+/// its completion after fdatasync returned, and fails it when fdatasync failed.
+@Suite("A change waits for its fdatasync")
+struct CommitSyncTests {
+    let now: Int64 = 1_780_000_000
+
+    /// A sync that, once armed, says it started, waits until released, then succeeds (a real
+    /// fdatasync) or fails as the release says.
+    final class HeldSync: Sendable {
+        private let armed = Mutex(false)
+        private let outcome = Mutex(true)
+        let entered = DispatchSemaphore(value: 0)
+        private let released = DispatchSemaphore(value: 0)
+
+        func arm() { armed.withLock { $0 = true } }
+
+        func release(succeeding: Bool) {
+            outcome.withLock { $0 = succeeding }
+            released.signal()
+        }
+
+        /// Waits (off the cooperative pool) until a held sync has started.
+        func waitUntilEntered() async {
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global().async {
+                    self.entered.wait()
+                    continuation.resume()
+                }
+            }
+        }
+
+        var syncData: @Sendable (Int32, Range<Int>) -> Bool {
+            { fd, _ in
+                let hold = self.armed.withLock { armed in
+                    defer { armed = false }
+                    return armed
+                }
+                guard hold else { return fdatasync(fd) == 0 }
+                self.entered.signal()
+                self.released.wait()
+                guard self.outcome.withLock({ $0 }) else {
+                    errno = EIO
+                    return false
+                }
+                return fdatasync(fd) == 0
+            }
+        }
+    }
+
+    /// Each completion's result, by arrival.
+    final class Outcomes: Sendable {
+        private let results = Mutex<[Result<Void, StoreError>]>([])
+        var completion: Store.Completion { { result in self.results.withLock { $0.append(result) } } }
+        var all: [Result<Void, StoreError>] { results.withLock { $0 } }
+
+        func wait(for count: Int) async throws -> [Result<Void, StoreError>] {
+            try await eventually { all.count >= count }
+            return all
+        }
+    }
+
+    @Test("the committer completes a change only after its sync returned; a failed sync fails it as unavailable, and a restart does not have it",
+        .timeLimit(.minutes(1)))
+    func heldSync() async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        let held = HeldSync()
+        var configuration = Store.Configuration()
+        configuration.syncData = held.syncData
+        var running = try RunningStore(directory, configuration: configuration, now: now)
+        // No inline scheduler: every commit is the committer thread's.
+        try await committerIdle(running.store)
+        let outcomes = Outcomes()
+        let create = { [running, now] (sub: String) throws(StoreError) -> String in
+            try running.store.createSession(
+                for: Principal(issuer: "local", sub: sub), now: now, ttl: 3600, idle: 3600, data: nil, completion: outcomes.completion
+            ).token
+        }
+
+        held.arm()
+        let kept = try create("kept")
+        await held.waitUntilEntered()
+        // Written, its sync under way: not answered.
+        #expect(outcomes.all.isEmpty)
+        held.release(succeeding: true)
+        let first = try await outcomes.wait(for: 1)
+        #expect(first.count == 1 && (try? first[0].get()) != nil)
+
+        held.arm()
+        let lost = try create("lost")
+        await held.waitUntilEntered()
+        #expect(outcomes.all.count == 1)
+        held.release(succeeding: false)
+        let second = try await outcomes.wait(for: 2)
+        #expect(second.count == 2)
+        // Unavailable: what the server answers as storage_unavailable (StoreCommit.protocolError).
+        if case .failure(let error) = second[1] {
+            #expect(error.isUnavailable, "\(error)")
+        } else {
+            Issue.record("a change whose sync failed succeeded")
+        }
+        #expect(running.store.session(token: lost, now: now) == nil)
+        #expect(running.store.session(token: kept, now: now) != nil)
+        await running.close()
+
+        running = try RunningStore(directory, now: now)
+        #expect(running.store.session(token: kept, now: now) != nil)
+        #expect(running.store.session(token: lost, now: now) == nil)
+        #expect(running.store.statistics.sessions == 1)
+        await running.close()
+    }
+}

@@ -1,0 +1,166 @@
+import Foundation
+import KeyholeProtocol
+import KeyholeServer
+import KeyholeStore
+import KeyholeTestSupport
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+/// With `fsync = "always"`, keyholed answers a change only once fdatasync returned: a session.create
+/// whose sync is held has no answer on the socket, and one whose sync fails is answered
+/// storage_unavailable and is not there after a restart. The server and store run in this process, wired
+/// as keyholed wires them, so that the sync can be held (a failpoint a child process would not have).
+@Suite("A change's answer waits for its fdatasync, end to end")
+struct CommitSyncEndToEndTests {
+    /// A sync that, once armed, says it started, waits until released, then succeeds or fails.
+    final class HeldSync: Sendable {
+        private let armed = Mutex(false)
+        private let outcome = Mutex(true)
+        private let entered = DispatchSemaphore(value: 0)
+        private let released = DispatchSemaphore(value: 0)
+
+        func arm() { armed.withLock { $0 = true } }
+
+        func release(succeeding: Bool) {
+            outcome.withLock { $0 = succeeding }
+            released.signal()
+        }
+
+        func waitUntilEntered() { entered.wait() }
+
+        var syncData: @Sendable (Int32, Range<Int>) -> Bool {
+            { fd, _ in
+                let hold = self.armed.withLock { armed in
+                    defer { armed = false }
+                    return armed
+                }
+                guard hold else { return fdatasync(fd) == 0 }
+                self.entered.signal()
+                self.released.wait()
+                guard self.outcome.withLock({ $0 }) else {
+                    errno = EIO
+                    return false
+                }
+                return fdatasync(fd) == 0
+            }
+        }
+    }
+
+    @Test("held: no answer; released: answered; failed: storage_unavailable, and gone after a restart",
+        .timeLimit(.minutes(1)), arguments: ["committer thread", "event loop"])
+    func heldSync(committedBy: String) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kh-sync-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let now: Int64 = 1_780_000_000
+        try await serve(directory, committedBy: committedBy, now: now)
+
+        // A restart has the first change and not the second. (The store above is gone, and its lock
+        // with it, once its last reference is: a moment after the server's threads let go.)
+        let deadline = ContinuousClock.now + .seconds(10)
+        var reopened = try Self.open(directory, now: now)
+        while reopened == nil && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+            reopened = try Self.open(directory, now: now)
+        }
+        let store = try #require(reopened)
+        #expect(store.statistics.sessions == 1)
+        #expect(!store.sessions(of: Principal(issuer: "local", sub: "kept"), now: now).isEmpty)
+        #expect(store.sessions(of: Principal(issuer: "local", sub: "lost"), now: now).isEmpty)
+    }
+
+    /// What the client saw.
+    struct Seen {
+        var answeredWhileHeld: [Bool] = []
+        var kept: JSONValue = nil
+        var lost: JSONValue = nil
+    }
+
+    /// Creates a session whose sync is held then succeeds, and one whose sync is held then fails.
+    static func client(_ socket: String, _ held: HeldSync) throws -> Seen {
+        let connection = try RawConnection(path: socket)
+        var seen = Seen()
+        held.arm()
+        try connection.sendFrame(#"{"op":"session.create","id":1,"args":{"sub":"kept"}}"#)
+        held.waitUntilEntered()
+        seen.answeredWhileHeld.append(connection.hasUnreadBytes)
+        held.release(succeeding: true)
+        seen.kept = try connection.readResponse()
+
+        held.arm()
+        try connection.sendFrame(#"{"op":"session.create","id":2,"args":{"sub":"lost"}}"#)
+        held.waitUntilEntered()
+        seen.answeredWhileHeld.append(connection.hasUnreadBytes)
+        held.release(succeeding: false)
+        seen.lost = try connection.readResponse()
+        return seen
+    }
+
+    /// The store in `directory`, or nil while another store still holds it.
+    static func open(_ directory: String, now: Int64) throws -> Store? {
+        let opened = ChildProcess.withoutSpawning { () -> Result<Store, StoreError> in
+            Result { () throws(StoreError) in try Store.open(stateDirectory: directory, now: now).0 }
+        }
+        switch opened {
+        case .success(let store): return store
+        case .failure(let error) where error.isLocked: return nil
+        case .failure(let error): throw error
+        }
+    }
+
+    /// Runs a store and a server on it with a held sync; makes one change whose sync succeeds and one
+    /// whose sync fails.
+    func serve(_ directory: String, committedBy: String, now: Int64) async throws {
+        let held = HeldSync()
+        var storeConfiguration = Store.Configuration()
+        storeConfiguration.syncData = held.syncData
+        let (store, _) = try ChildProcess.withoutSpawning { () throws(StoreError) in
+            try Store.open(stateDirectory: directory, configuration: storeConfiguration, now: now)
+        }
+        if committedBy == "event loop" {
+            // As keyholed does (`[storage] commit_on_event_loop`).
+            store.commitInline { commit in
+                guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return false }
+                loop.execute(commit)
+                return true
+            }
+        }
+        var configuration = KeyholeServer.Configuration()
+        let socket = directory + "/s.sock"
+        configuration.listener = .path(socket, mode: 0o600)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let (ready, readyContinuation) = AsyncStream.makeStream(of: Void.self)
+        let server = KeyholeServer(
+            configuration: configuration, operations: StoreOperations.make(store: store, configuration: .init(), now: { now }),
+            logger: logger
+        ) { readyContinuation.yield() }
+        // The committer before the server, as in keyholed: stopped after it, it flushes what is queued.
+        let group = ServiceGroup(services: [StoreCommitter(store: store, logger: logger), server], logger: logger)
+
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask {
+                defer { readyContinuation.finish() }
+                try await group.run()
+            }
+            for await _ in ready { break }
+            // The client blocks (on the socket, on the held sync): on a thread of its own, not the
+            // cooperative pool's.
+            let seen = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Seen, any Error>) in
+                Thread.detachNewThread {
+                    continuation.resume(with: Result { try Self.client(socket, held) })
+                }
+            }
+            // Written, their syncs under way: nothing had been answered.
+            #expect(!seen.answeredWhileHeld.contains(true))
+            #expect(seen.kept["ok"] == true, "\(seen.kept.jsonText)")
+            #expect(seen.lost["ok"] == false && seen.lost["error"]?["code"] == "storage_unavailable", "\(seen.lost.jsonText)")
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+    }
+}
