@@ -2,14 +2,15 @@ import KeyholeProtocol
 import KeyholeStore
 import Synchronization
 
-/// Turns a store change into an operation's outcome: answered inline when the change needed no write
-/// (its completion ran at once), else when the committer calls back, through a `PendingAnswer`. The
-/// committer's thread builds the answer, which then reaches the event loop with the others of its sync.
+/// Turns a store change, or a read of the store, into an operation's outcome: answered inline when
+/// nothing had to reach the disk first (the completion ran at once), else when the committer calls
+/// back, through a `PendingAnswer`. The committer's thread builds the answer, which then reaches the
+/// event loop with the others of its sync.
 final class StoreCommit: Sendable {
     private enum State {
         case waiting
         case completed(Result<Void, StoreError>)
-        case pending(PendingAnswer, @Sendable () -> PendingAnswer.Answer)
+        case pending(PendingAnswer, @Sendable () -> PendingAnswer.Outcome)
     }
 
     private let state = Mutex(State.waiting)
@@ -26,29 +27,60 @@ final class StoreCommit: Sendable {
         } catch {
             throw protocolError(error)
         }
-        let pending = commit.state.withLock { state -> PendingAnswer? in
-            guard case .waiting = state else { return nil }
-            let pending = PendingAnswer()
-            state = .pending(pending, { answer(value) })
-            return pending
+        return try commit.outcome { .success(answer(value)) }
+    }
+
+    /// Reads `store` with `read` and answers with `answer` of what it found, once every change the
+    /// read could have seen is durable (`Store.observing`): at once, unless changes are still on
+    /// their way to the disk. `answer` may refuse (a session not found): that too is an answer
+    /// that rests on what was read.
+    static func read<Value>(
+        _ store: Store, _ read: () -> Value, answer: @escaping @Sendable (Value) -> PendingAnswer.Outcome
+    ) throws(ProtocolError) -> Operation.Outcome where Value: Sendable {
+        // The usual case, nothing on its way to the disk, allocates nothing here.
+        var commit: StoreCommit?
+        let (value, now) = store.observing(read) {
+            let made = StoreCommit()
+            commit = made
+            return { made.complete($0) }
         }
-        if let pending { return .pending(pending) }
-        if case .completed(.failure(let error)) = commit.state.withLock({ $0 }) { throw protocolError(error) }
-        switch answer(value) {
-        case .object(let result): return .done(result)
-        case .encoded(let result): return .encoded(result)
+        switch now {
+        case .success?: return try Self.outcome(of: answer(value))
+        case .failure(let error)?: throw protocolError(error)
+        case nil: return try commit!.outcome { answer(value) }
         }
     }
 
+    private static func outcome(of answer: PendingAnswer.Outcome) throws(ProtocolError) -> Operation.Outcome {
+        switch answer {
+        case .success(.object(let result)): return .done(result)
+        case .success(.encoded(let result)): return .encoded(result)
+        case .failure(let error): throw error
+        }
+    }
+
+    /// The outcome once the completion was handed out: pending when it has not run yet.
+    private func outcome(_ answer: @escaping @Sendable () -> PendingAnswer.Outcome) throws(ProtocolError) -> Operation.Outcome {
+        let pending = state.withLock { state -> PendingAnswer? in
+            guard case .waiting = state else { return nil }
+            let pending = PendingAnswer()
+            state = .pending(pending, answer)
+            return pending
+        }
+        if let pending { return .pending(pending) }
+        if case .completed(.failure(let error)) = state.withLock({ $0 }) { throw Self.protocolError(error) }
+        return try Self.outcome(of: answer())
+    }
+
     private func complete(_ result: Result<Void, StoreError>) {
-        let pending = state.withLock { state -> (PendingAnswer, @Sendable () -> PendingAnswer.Answer)? in
+        let pending = state.withLock { state -> (PendingAnswer, @Sendable () -> PendingAnswer.Outcome)? in
             if case .pending(let pending, let answer) = state { return (pending, answer) }
             state = .completed(result)
             return nil
         }
         guard let (pending, answer) = pending else { return }
         switch result {
-        case .success: pending.complete(.success(answer()))
+        case .success: pending.complete(answer())
         case .failure(let error): pending.complete(.failure(Self.protocolError(error)))
         }
     }

@@ -23,8 +23,11 @@ extension StoreOperations {
                 var arguments = Arguments(request)
                 let token = try arguments.string("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
-                guard let (session, user) = store.session(token: token, now: now()) else { throw .sessionNotFound() }
-                return .encoded(encode(session, user: user))
+                let time = now()
+                return try StoreCommit.read(store, { store.session(token: token, now: time) }) { found in
+                    guard let (session, user) = found else { return .failure(.sessionNotFound()) }
+                    return .success(.encoded(encode(session, user: user)))
+                }
             },
             "session.revoke": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
@@ -56,21 +59,23 @@ extension StoreOperations {
                     .object(["revoked": .int(Int64(count))])
                 }
             },
-            "session.list": .sync { request, _ throws(ProtocolError) in
+            "session.list": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
-                let sessions = store.sessions(of: principal, now: now())
-                return [
-                    "sessions": .array(sessions.map { session in
-                        [
-                            "id": .string(session.id.description),
-                            "created_at": .int(session.createdAt),
-                            "expires_at": .int(session.expiresAt),
-                            "last_seen_at": .int(session.lastSeenAt),
-                        ]
-                    }),
-                ]
+                let time = now()
+                return try StoreCommit.read(store, { store.sessions(of: principal, now: time) }) { sessions in
+                    .success(.object([
+                        "sessions": .array(sessions.map { session in
+                            [
+                                "id": .string(session.id.description),
+                                "created_at": .int(session.createdAt),
+                                "expires_at": .int(session.expiresAt),
+                                "last_seen_at": .int(session.lastSeenAt),
+                            ]
+                        }),
+                    ]))
+                }
             },
         ]
     }

@@ -7,12 +7,14 @@ extension StoreOperations {
         let store = context.store
         let now = context.now
         return [
-            "user.get": .sync { request, _ throws(ProtocolError) in
+            "user.get": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
                 try arguments.finish()
-                guard let user = store.user(principal) else { throw .userNotFound(principal.description) }
-                return user.publicJSON
+                return try StoreCommit.read(store, { store.user(principal) }) { user in
+                    guard let user else { return .failure(.userNotFound(principal.description)) }
+                    return .success(.object(user.publicJSON))
+                }
             },
             "user.update": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)

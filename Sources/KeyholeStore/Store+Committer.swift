@@ -12,6 +12,8 @@ extension Store {
         var count: Int
         var undo: [StoreTables.Undo]
         var waiters: [Completion]
+        /// The LSN of its last record.
+        var lastLSN: UInt64
     }
 
     /// The buffers a batch is swapped into: the last batch's, emptied, go back to the queue in its
@@ -106,12 +108,15 @@ extension Store {
                     notices.append(fail(error, batch: batch, logger: logger))
                     continue
                 }
-                let signal = state.withLock { state in
+                let (signal, observers) = state.withLock { state in
                     state.countWritten(batch.count, bytes: scratch.bytes.count, synced: configuration.durability == .always)
-                    return state.signalSnapshotIfDue(configuration)
+                    return (state.signalSnapshotIfDue(configuration), state.markDurable(upTo: batch.lastLSN))
                 }
                 if signal { snapshotSignal.yield() }
-                notices.append { for waiter in batch.waiters { waiter(.success(())) } }
+                notices.append {
+                    for waiter in batch.waiters { waiter(.success(())) }
+                    for observer in observers { observer(.success(())) }
+                }
             case .cut(let waiters):
                 do throws(StoreError) {
                     let before = writer.sequence
@@ -164,12 +169,13 @@ extension Store {
         let (waiters, cutWaiters) = state.withLock { state -> ([Completion], [CutWaiter]) in
             state.tables.rollBack(state.pendingUndo)
             if let batch { state.tables.rollBack(batch.undo) }
-            let waiters = (batch?.waiters ?? []) + state.pendingWaiters
+            var waiters = (batch?.waiters ?? []) + state.pendingWaiters
             state.pending.removeAll(keepingCapacity: true)
             state.pendingCount = 0
             state.pendingUndo = []
             state.pendingWaiters = []
             state.nextLSN = writer.nextLSN
+            waiters += state.takeBackObservers()
             state.failure = error.message
             state.failedAt = Self.wallClock()
             state.probeDue = ContinuousClock.now + configuration.retryInterval
@@ -212,6 +218,8 @@ extension Store {
         let (since, signal) = state.withLock { state -> (Int64?, Bool) in
             state.failure = nil
             state.countWritten(1, bytes: bytes.count, synced: true)
+            // Nobody observes while writes are refused: this only moves the mark past the probe.
+            _ = state.markDurable(upTo: state.nextLSN - 1)
             // Acknowledged changes a failed sync may have lost go to disk again, in a snapshot.
             return (state.failedAt, state.signalSnapshotIfDue(configuration))
         }
@@ -245,7 +253,7 @@ extension Store.State {
         swap(&scratch.undo, &pendingUndo)
         swap(&scratch.waiters, &pendingWaiters)
         defer { pendingCount = 0 }
-        return Store.Batch(count: pendingCount, undo: scratch.undo, waiters: scratch.waiters)
+        return Store.Batch(count: pendingCount, undo: scratch.undo, waiters: scratch.waiters, lastLSN: nextLSN - 1)
     }
 
     /// Counts `records` written to the log in `bytes` (one batch: its header too), and one sync for

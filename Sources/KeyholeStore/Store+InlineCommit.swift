@@ -51,7 +51,7 @@ extension Store {
             return
         }
         let finished = ContinuousClock.now
-        let (signal, slow) = state.withLock { state -> (Bool, (logger: Logger?, average: Double)?) in
+        let (signal, slow, observers) = state.withLock { state -> (Bool, (logger: Logger?, average: Double)?, [Completion]) in
             state.committerBusySince = nil
             state.countWritten(batch.count, bytes: scratch.bytes.count, synced: true)
             state.counters.inlineSyncs += 1
@@ -67,7 +67,7 @@ extension Store {
                 state.inlineSyncAverage = 0
                 state.counters.inlinePauses += 1
             }
-            return (state.signalSnapshotIfDue(configuration), slow)
+            return (state.signalSnapshotIfDue(configuration), slow, state.markDurable(upTo: batch.lastLSN))
         }
         writerLock.unlock()
         if let slow {
@@ -78,5 +78,6 @@ extension Store {
         }
         if signal { snapshotSignal.yield() }
         for waiter in batch.waiters { waiter(.success(())) }
+        for observer in observers { observer(.success(())) }
     }
 }

@@ -114,6 +114,24 @@ public final class Store: Sendable {
         /// Set on shutdown: a snapshot being taken stops at its next chunk.
         var snapshotAborted = false
         var lastSnapshot: SnapshotReport?
+        /// The LSN of the last record of the last change applied to the tables that someone waits for
+        /// (touches, which nobody waits for, do not count).
+        var lastChangeLSN: UInt64
+        /// The highest LSN of a batch whose changes are as durable as configured (their completions
+        /// ran, or run now).
+        var durableLSN: UInt64
+        /// Answers based on tables holding changes not yet durable (`observe`): each runs once the
+        /// log is durable up to its LSN, ascending by LSN.
+        var observers: [(lsn: UInt64, completion: Completion)] = []
+        /// Counts failures: a read that saw a failure happen while it read may have seen changes since
+        /// taken back.
+        var failureEpoch: UInt64 = 0
+
+        init(nextLSN: UInt64) {
+            self.nextLSN = nextLSN
+            lastChangeLSN = nextLSN - 1
+            durableLSN = nextLSN - 1
+        }
     }
 
     /// What the statistics report.
@@ -195,7 +213,9 @@ public final class Store: Sendable {
             }
             guard !records.isEmpty else {
                 undo!.removeSubrange(mark...)
-                return (result, false, .nobody)
+                // Nothing to write, but the body may have read changes not yet durable (a revoke of a
+                // session another request has just revoked): answered once they are.
+                return (result, state.observe(completion), .nobody)
             }
             state.pendingWaiters.append(completion)
             return (result, true, state.queueChange(records))
@@ -238,6 +258,7 @@ extension Store.State {
     /// be scheduled (one at a time: it takes all that queued by then), else the committer if it waits.
     mutating func queueChange(_ records: [StoreRecord]) -> Store.Wake {
         for record in records { enqueue(record) }
+        lastChangeLSN = nextLSN - 1
         if inlineScheduled { return .nobody }
         if let scheduler = inlineScheduler, !snapshotWriting {
             if let until = inlinePausedUntil, ContinuousClock.now < until {

@@ -57,7 +57,13 @@ struct CommitSyncEndToEndTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let now: Int64 = 1_780_000_000
-        try await serve(directory, committedBy: committedBy, now: now)
+        try await Self.serve(directory, committedBy: committedBy, now: now) { socket, held in
+            let seen = try Self.client(socket, held)
+            // Written, their syncs under way: nothing had been answered.
+            #expect(!seen.answeredWhileHeld.contains(true))
+            #expect(seen.kept["ok"] == true, "\(seen.kept.jsonText)")
+            #expect(seen.lost["ok"] == false && seen.lost["error"]?["code"] == "storage_unavailable", "\(seen.lost.jsonText)")
+        }
 
         // A restart has the first change and not the second. (The store above is gone, and its lock
         // with it, once its last reference is: a moment after the server's threads let go.)
@@ -112,9 +118,11 @@ struct CommitSyncEndToEndTests {
         }
     }
 
-    /// Runs a store and a server on it with a held sync; makes one change whose sync succeeds and one
-    /// whose sync fails.
-    func serve(_ directory: String, committedBy: String, now: Int64) async throws {
+    /// Runs a store and a server on it with a held sync, and `client` (on a thread of its own, as it
+    /// blocks) with the socket's path and the sync.
+    static func serve(
+        _ directory: String, committedBy: String, now: Int64, client: @escaping @Sendable (String, HeldSync) throws -> Void
+    ) async throws {
         let held = HeldSync()
         var storeConfiguration = Store.Configuration()
         storeConfiguration.syncData = held.syncData
@@ -150,15 +158,11 @@ struct CommitSyncEndToEndTests {
             for await _ in ready { break }
             // The client blocks (on the socket, on the held sync): on a thread of its own, not the
             // cooperative pool's.
-            let seen = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Seen, any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 Thread.detachNewThread {
-                    continuation.resume(with: Result { try Self.client(socket, held) })
+                    continuation.resume(with: Result { try client(socket, held) })
                 }
             }
-            // Written, their syncs under way: nothing had been answered.
-            #expect(!seen.answeredWhileHeld.contains(true))
-            #expect(seen.kept["ok"] == true, "\(seen.kept.jsonText)")
-            #expect(seen.lost["ok"] == false && seen.lost["error"]?["code"] == "storage_unavailable", "\(seen.lost.jsonText)")
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
         }
