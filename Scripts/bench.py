@@ -492,12 +492,16 @@ def measure_all(options, results, directory, servers, helpers):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5, help="measured seconds per run (after 1 s of warm-up)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--out", help="the report (default: BENCHMARKS.md; with --hostile-only, "
+                        "keyhole-bench-hostile.md in the temporary directory, not to overwrite the full report)")
     parser.add_argument("--skip-million", action="store_true", help="skip start-up with 1 000 000 sessions")
     parser.add_argument("--rounds", type=int, default=5, help="head-to-head rounds for the goals that compare")
     parser.add_argument("--hostile-only", action="store_true",
                         help="only the well-behaved clients' latency under a hostile client (no Redis, PyJWT or OpenSSL)")
     options = parser.parse_args()
+    if options.out is None:
+        options.out = (os.path.join(tempfile.gettempdir(), "keyhole-bench-hostile.md") if options.hostile_only
+                       else os.path.join(ROOT, "BENCHMARKS.md"))
     if options.rounds < 1 or options.seconds <= 0:
         raise SystemExit("bench: --rounds and --seconds must be positive")
     for tool in ("keyholed", "keyhole-bench"):
@@ -530,7 +534,7 @@ def main():
     results["took_s"] = round(time.monotonic() - started)
     os.makedirs(os.path.dirname(os.path.abspath(options.out)), exist_ok=True)
     with open(options.out, "w") as file:
-        file.write(report(results))
+        file.write(report_hostile_only(results) if options.hostile_only else report(results))
     with open(os.path.splitext(options.out)[0] + ".json", "w") as file:
         json.dump(results, file, indent=1, sort_keys=True)
     print(f"bench: wrote {options.out}")
@@ -541,6 +545,45 @@ def figure(results, name, connections):
         if run_["name"] == name and run_["connections_run"] == connections:
             return run_
     return None
+
+
+def hostile_goal_row(hostile):
+    """The goals table's row for the rounds under a hostile client (judge_hostile decides)."""
+    verdict = judge_hostile(hostile)
+    ratios = [outcome["ratio"] for outcome in hostile]
+    failed = f"; {verdict['failed']} well-behaved requests failed" if verdict["failed"] else ""
+    return (f"| session.get p99 under a hostile client ≤ {HOSTILE_P99_GOAL:g}× its quiet p99, every request answered "
+            f"(4 connections at 1 request/ms each) | median {verdict['median_ratio']:.2f}× (rounds {min(ratios):.2f}× "
+            f"to {max(ratios):.2f}×){failed} | {'yes' if verdict['met'] else 'no'} |")
+
+
+def hostile_section(hostile):
+    """The section with each round under a hostile client."""
+    judge_hostile(hostile)  # each round's ratio
+    lines = ["", "## Under a hostile client", "",
+              "Well-behaved clients (`keyhole-bench load --sessions --connections 4 --depth 1 --interval-ms 1`) on a "
+              "keyholed of their own holding 1000 sessions: quiet, then while `keyhole-bench hostile --connections 4` "
+              f"attacks it as uid {hostile[0]['attacker_uid']}, then quiet again. A round's ratio is its p99 under attack "
+              "over the worse of its two quiet p99s (the machine may be busier during either).", "",
+              "| round | quiet p99 µs | under attack p99 µs | quiet again p99 µs | ratio | answered/s under attack | failed "
+              "| keyholed RSS quiet / peak KiB | the attack |", "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for number, outcome in enumerate(hostile, 1):
+        attacked = outcome["attacked"]
+        lines.append(f"| {number} | {outcome['quiet']['latency_us']['p99']} | {attacked['latency_us']['p99']} | "
+                     f"{outcome['quiet_after']['latency_us']['p99']} | {outcome['ratio']:.2f} | {attacked['per_second']} | "
+                     f"{attacked['failed']} | {outcome['rss_quiet_kib']} / {outcome['rss_peak_kib']} | "
+                     f"{outcome['attack'].removeprefix('hostile: ')} |")
+    return lines
+
+
+def report_hostile_only(results):
+    """`--hostile-only`'s report: the machine, the goal and the rounds, nothing of the runs it did not make."""
+    lines = ["# Benchmarks: under a hostile client only", "",
+             f"Written by `Scripts/bench.py --hostile-only` on {results['date']}, in {results['took_s']} s; "
+             f"{results['seconds']:g} s per run after 1 s of warm-up.", "", "## Machine", ""]
+    lines += [f"- {key}: {value}" for key, value in results["machine"].items()]
+    lines += ["", "## Goal", "", "| goal | measured | met |", "|---|---|---|", hostile_goal_row(results["hostile"])]
+    return "\n".join(lines + hostile_section(results["hostile"]) + [""])
 
 
 def report(results):
@@ -624,12 +667,7 @@ def report(results):
                      f"{million['sessions']}, {million['empty_rss_kib']} KiB empty) | {'yes' if per_session < 300 else 'no'} |")
     hostile = results.get("hostile")
     if hostile:
-        verdict = judge_hostile(hostile)
-        ratios = [outcome["ratio"] for outcome in hostile]
-        failed = f"; {verdict['failed']} well-behaved requests failed" if verdict["failed"] else ""
-        lines.append(f"| session.get p99 under a hostile client ≤ {HOSTILE_P99_GOAL:g}× its quiet p99, every request answered "
-                     f"(4 connections at 1 request/ms each) | median {verdict['median_ratio']:.2f}× (rounds {min(ratios):.2f}× "
-                     f"to {max(ratios):.2f}×){failed} | {'yes' if verdict['met'] else 'no'} |")
+        lines.append(hostile_goal_row(hostile))
     if results.get("head_to_head"):
         lines += ["", "## Head to head", "",
                   "Each round runs keyholed and Redis back to back at the same settings, keyholed first in odd rounds and "
@@ -640,19 +678,7 @@ def report(results):
                          f"{' '.join(str(v) for v in outcome['keyholed'])} | {' '.join(str(v) for v in outcome['redis'])} | "
                          f"{' '.join(f'{v:.2f}' for v in outcome['ratios'])} | {outcome['median_ratio']:.2f} |")
     if hostile:
-        lines += ["", "## Under a hostile client", "",
-                  "Well-behaved clients (`keyhole-bench load --sessions --connections 4 --depth 1 --interval-ms 1`) on a "
-                  "keyholed of their own holding 1000 sessions: quiet, then while `keyhole-bench hostile --connections 4` "
-                  f"attacks it as uid {hostile[0]['attacker_uid']}, then quiet again. A round's ratio is its p99 under attack "
-                  "over the worse of its two quiet p99s (the machine may be busier during either).", "",
-                  "| round | quiet p99 µs | under attack p99 µs | quiet again p99 µs | ratio | answered/s under attack | failed "
-                  "| keyholed RSS quiet / peak KiB | the attack |", "|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-        for number, outcome in enumerate(hostile, 1):
-            attacked = outcome["attacked"]
-            lines.append(f"| {number} | {outcome['quiet']['latency_us']['p99']} | {attacked['latency_us']['p99']} | "
-                         f"{outcome['quiet_after']['latency_us']['p99']} | {outcome['ratio']:.2f} | {attacked['per_second']} | "
-                         f"{attacked['failed']} | {outcome['rss_quiet_kib']} / {outcome['rss_peak_kib']} | "
-                         f"{outcome['attack'].removeprefix('hostile: ')} |")
+        lines += hostile_section(hostile)
     if results.get("verify_rounds"):
         lines += ["", "RS256 verification, `keyhole-bench verify` (whole token, one thread) and `openssl speed -seconds 2 rsa2048` "
                   "(verify) back to back, µs: " + ", ".join(

@@ -129,6 +129,15 @@ class HostileTests(unittest.TestCase):
         self.assertIn("## Under a hostile client", text)
         self.assertIn("| 2 | 100 | 260 | 100 | 2.60 | 4000 | 1 | 30000 / 31000 | 900 connections,", text)
 
+    def test_hostile_only_report_has_the_goal_and_rounds_and_nothing_else(self):
+        results = {"machine": {"cpu": "test"}, "date": "2026-11-25", "took_s": 1, "seconds": 5,
+                   "hostile": [hostile_round(100, 150, 120)]}
+        text = bench.report_hostile_only(results)
+        self.assertIn("| session.get p99 under a hostile client", text)
+        self.assertIn("| 1 | 100 | 150 | 120 | 1.25 |", text)
+        for absent in ("Redis", "Throughput", "Head to head", "Optimisations"):
+            self.assertNotIn(absent, text)
+
 
 if __name__ == "__main__":
     unittest.main()

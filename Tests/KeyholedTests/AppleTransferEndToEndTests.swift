@@ -160,6 +160,7 @@ struct AppleTransferEndToEndTests {
         let asked = apple.tokenRequests.count
         let badTarget = try ChildProcess.run(export.map { $0 == apple.teamID ? "team" : $0 })
         #expect(badTarget.status == 64)
+        #expect(badTarget.stderr.contains("--target must be a team id: 10 upper-case letters and digits"), "\(badTarget.stderr)")
         #expect(apple.tokenRequests.count == asked)
         #expect(try sender.terminate() == 0)
         try await apple.close()

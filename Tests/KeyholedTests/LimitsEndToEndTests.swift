@@ -18,7 +18,7 @@ struct LimitsEndToEndTests {
         #expect(daemon.stderr.contains("connection.frame_timeout"))
     }
 
-    @Test("a connection idle past idle_timeout is closed")
+    @Test("a connection idle past idle_timeout is closed, and the log says that was why")
     func idle() throws {
         let daemon = try DaemonProcess.start(config: "[server]\nidle_timeout = \"300ms\"\n")
         let connection = try RawConnection(path: daemon.socketPath)
@@ -26,6 +26,9 @@ struct LimitsEndToEndTests {
         #expect(try connection.readResponse()["ok"] == true)
         #expect(try connection.readsEndOfStream())
         #expect(try daemon.terminate() == 0)
+        // Closed for being idle, not for anything else (debug level, which the tests' keyholed logs).
+        #expect(daemon.stderr.contains(" debug connection.idle_timeout "), "\(daemon.stderr)")
+        #expect(!daemon.stderr.contains("connection.frame_timeout"))
     }
 
     @Test("a connection waiting for a slow answer is not idle")
@@ -35,5 +38,6 @@ struct LimitsEndToEndTests {
         try connection.sendFrame(#"{"op":"debug.sleep","id":1,"args":{"ms":1000}}"#)
         #expect(try connection.readResponse()["result"]?["slept_ms"] == 1000)
         #expect(try daemon.terminate() == 0)
+        #expect(!daemon.stderr.contains("connection.idle_timeout"))
     }
 }

@@ -150,7 +150,9 @@ extension ReloadEndToEndTests {
         // Removed again: its issuer is gone for requests.
         try Self.rewrite(daemon, config([Self.audience], second: false))
         #expect(try connection.result("admin.reload")["applied"] == ["issuer.second"])
-        #expect(try connection.errorCode("jwks.status", ["issuer": "second"]) != nil)
+        let gone = try connection.call("jwks.status", ["issuer": "second"])
+        #expect(gone["error"]?["code"] == "bad_request")
+        #expect(gone["error"]?["message"] == "no issuer named 'second' is configured", "\(gone.jsonText)")
         #expect(try daemon.terminate() == 0)
         try await server.close()
         try await other.close()

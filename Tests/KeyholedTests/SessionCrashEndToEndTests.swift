@@ -126,6 +126,10 @@ struct SessionCrashEndToEndTests {
         for (token, revoked) in books.created {
             let response = try connection.call("session.get", ["session": .string(token)])
             let found = response["ok"] == true
+            // Not found means exactly that: any other error (storage, internal) is a failure of its own.
+            if !found {
+                #expect(response["error"]?["code"] == "session_not_found", "round \(round): \(response.jsonText)")
+            }
             if books.revokeInDoubt.contains(token) {
                 if found { live += 1 }
                 continue
