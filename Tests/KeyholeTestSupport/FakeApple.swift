@@ -68,6 +68,8 @@ package final class FakeApple: Sendable {
         var tokenRequests: [[String: String]] = []
         var refusals: [String] = []
         var serial = 0
+        /// Client secrets whose signature openssl verified (keyholed sends each one many times).
+        var verifiedSecrets: Set<String> = []
     }
 
     /// Starts the fake on a free loopback port; `now` is its clock (seconds since 1970).

@@ -1,3 +1,4 @@
+import Dispatch
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -151,10 +152,17 @@ package final class LocalHTTPServer: Sendable {
                 let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
                 let eventLoop = context.eventLoop
                 let send: @Sendable () -> Void = { [state] in
-                    eventLoop.execute {
-                        let (reply, responder) = state.withLockedValue { ($0.paths[path] ?? $0.reply, $0.responders[path]) }
-                        let answer = request.flatMap { request in responder.map { $0(request) } } ?? reply
-                        Self.write(answer, context: loopBound.value)
+                    let (reply, responder) = state.withLockedValue { ($0.paths[path] ?? $0.reply, $0.responders[path]) }
+                    guard let responder, let request else {
+                        eventLoop.execute { Self.write(reply, context: loopBound.value) }
+                        return
+                    }
+                    // A responder may take its time (the fake Apple runs openssl for each client secret
+                    // and token): it runs off the event loop, which every server and client of the test
+                    // process shares, and only the writing comes back to it.
+                    DispatchQueue.global().async {
+                        let answer = responder(request)
+                        eventLoop.execute { Self.write(answer, context: loopBound.value) }
                     }
                 }
                 let holding = state.withLockedValue { state in
