@@ -95,19 +95,24 @@ enum SnapshotReader {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .io("cannot open \(path): \(WALDirectory.error())") }
         defer { close(fd) }
+        var status = stat()
+        let fileBytes = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
         var buffer: [UInt8] = []
         var atEnd = false
         /// The file offset of `buffer[0]`.
         var base = 0
         func fill() throws(StoreError) {
+            // No more than the file still holds (one byte at least, to see its end): a snapshot of a
+            // few entries does not get a block of 4 MiB zeroed for it.
+            let wanted = fileBytes > 0 ? max(1, min(blockBytes, fileBytes - (base + buffer.count))) : blockBytes
             let start = buffer.count
-            buffer.append(contentsOf: repeatElement(0, count: blockBytes))
+            buffer.append(contentsOf: repeatElement(0, count: wanted))
             var count = 0
             repeat {
-                count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + start, blockBytes) }
+                count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + start, wanted) }
             } while count < 0 && errno == EINTR
             guard count >= 0 else { throw .io("cannot read \(path): \(WALDirectory.error())") }
-            buffer.removeLast(blockBytes - count)
+            buffer.removeLast(wanted - count)
             atEnd = count == 0
         }
         func corrupt(_ failure: SnapshotReadFailure) -> StoreError { .corrupt(file: path, offset: failure.offset, failure.reason) }
@@ -121,8 +126,6 @@ enum SnapshotReader {
         // The header's counts are claims until the entries are read: room is made for no more entries
         // than the file can hold, or a damaged header (its CRC matching all the same) would have start-up
         // reserve gigabytes and be killed for it instead of reporting the damage (found by keyhole-fuzz).
-        var status = stat()
-        let fileBytes = fstat(fd, &status) == 0 ? Int(status.st_size) : 0
         tables.reserve(
             sessions: min(Int(clamping: min(header.sessions, 1 << 26)), fileBytes / smallestSessionEntryBytes),
             principals: min(Int(clamping: min(header.principals, 1 << 26)), fileBytes / smallestPrincipalEntryBytes))

@@ -7,7 +7,8 @@ import Darwin
 #endif
 
 extension Store {
-    /// Records taken from the queue to be written together; their bytes are in `scratch.bytes`.
+    /// Records taken from the queue to be written together; their bytes are in `scratch.bytes`, after
+    /// room for the batch header.
     struct Batch {
         var count: Int
         var undo: [StoreTables.Undo]
@@ -19,7 +20,7 @@ extension Store {
     /// The buffers a batch is swapped into: the last batch's, emptied, go back to the queue in its
     /// place, so that queueing allocates only when a batch outgrows every earlier one.
     struct Scratch {
-        var bytes: [UInt8] = []
+        var bytes = Store.emptyBatch
         var undo: [StoreTables.Undo] = []
         var waiters: [Completion] = []
     }
@@ -97,7 +98,7 @@ extension Store {
             switch step {
             case .write(let batch):
                 do throws(StoreError) {
-                    try writer.append(encoded: scratch.bytes, count: batch.count)
+                    try writer.append(framed: &scratch.bytes, count: batch.count)
                     if configuration.durability == .always {
                         try writer.sync()
                         lastSync = ContinuousClock.now
@@ -170,7 +171,7 @@ extension Store {
             state.tables.rollBack(state.pendingUndo)
             if let batch { state.tables.rollBack(batch.undo) }
             var waiters = (batch?.waiters ?? []) + state.pendingWaiters
-            state.pending.removeAll(keepingCapacity: true)
+            state.pending.removeSubrange(WALBatchHeader.size...)
             state.pendingCount = 0
             state.pendingUndo = []
             state.pendingWaiters = []
@@ -197,7 +198,7 @@ extension Store {
 
     /// Writes and syncs a noop record; on success, writes are accepted again.
     private func probe(logger: Logger) -> Bool {
-        var bytes: [UInt8] = []
+        var bytes = Store.emptyBatch
         let lsn = state.withLock { state in
             let lsn = state.nextLSN
             state.enqueue(.noop)
@@ -207,7 +208,7 @@ extension Store {
         }
         precondition(lsn == writer.nextLSN, "the store's LSN and the log's disagree")
         do throws(StoreError) {
-            try writer.append(encoded: bytes, count: 1)
+            try writer.append(framed: &bytes, count: 1)
             // Batch durability: what the log holds was acknowledged, and a failed probe must not cut it.
             try writer.sync(rollingBack: configuration.durability == .always)
         } catch {
@@ -246,7 +247,7 @@ extension Store.State {
     mutating func takeBatch(into scratch: inout Store.Scratch) -> Store.Batch? {
         guard pendingCount > 0 else { return nil }
         // The last batch is gone by now, so these are uniquely held and keep their storage.
-        scratch.bytes.removeAll(keepingCapacity: true)
+        scratch.bytes.removeSubrange(WALBatchHeader.size...)
         scratch.undo.removeAll(keepingCapacity: true)
         scratch.waiters.removeAll(keepingCapacity: true)
         swap(&scratch.bytes, &pending)
@@ -256,11 +257,11 @@ extension Store.State {
         return Store.Batch(count: pendingCount, undo: scratch.undo, waiters: scratch.waiters, lastLSN: nextLSN - 1)
     }
 
-    /// Counts `records` written to the log in `bytes` (one batch: its header too), and one sync for
-    /// them when `synced`.
+    /// Counts `records` written to the log in `bytes` (one batch, its header included), and one sync
+    /// for them when `synced`.
     mutating func countWritten(_ records: Int, bytes: Int, synced: Bool) {
         counters.records += records
-        counters.walBytes += WALBatchHeader.size + bytes
+        counters.walBytes += bytes
         if synced {
             counters.syncs += 1
             counters.syncedRecords += records

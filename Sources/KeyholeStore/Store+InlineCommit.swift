@@ -38,7 +38,7 @@ extension Store {
             return
         }
         do throws(StoreError) {
-            try writer.append(encoded: scratch.bytes, count: batch.count)
+            try writer.append(framed: &scratch.bytes, count: batch.count)
             try writer.sync()
         } catch {
             let logger = state.withLock { $0.logger } ?? Logger(label: "keyhole.store")

@@ -64,6 +64,9 @@ public final class Store: Sendable {
         public init() {}
     }
 
+    /// A queue of records holding none yet: room for a batch header (WAL.md, "Batches").
+    static let emptyBatch = [UInt8](repeating: 0, count: WALBatchHeader.size)
+
     /// A change's completion: called once, with success when the change is as durable as configured.
     public typealias Completion = @Sendable (Result<Void, StoreError>) -> Void
 
@@ -76,8 +79,10 @@ public final class Store: Sendable {
         var tables = StoreTables()
         /// The LSN the next record gets.
         var nextLSN: UInt64
-        /// Encoded records not yet handed to the committer, their undo entries and completions.
-        var pending: [UInt8] = []
+        /// Encoded records not yet handed to the committer, after room for their batch's header (which
+        /// the writer fills in: the batch goes to the log as it is, with no copy), their undo entries
+        /// and completions.
+        var pending = Store.emptyBatch
         var pendingCount = 0
         var pendingUndo: [StoreTables.Undo] = []
         var pendingWaiters: [Completion] = []

@@ -151,29 +151,6 @@ public struct WALDirectory: Sendable {
         return true
     }
 
-    /// Writes all of `first` then all of `second` at `offset` of `fd`, with one pwritev(2) when it
-    /// takes them whole (it does on a regular file, unless the disk fills or a signal comes); `false`
-    /// (with errno set) when a write fails.
-    static func writeAll(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer, at offset: Int) -> Bool {
-        var vectors = (
-            iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
-            iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count)
-        )
-        var count = -1
-        repeat {
-            count = withUnsafePointer(to: &vectors) { $0.withMemoryRebound(to: iovec.self, capacity: 2) { pwritev(fd, $0, 2, off_t(offset)) } }
-        } while count < 0 && errno == EINTR
-        guard count >= 0 else { return false }
-        if count == first.count + second.count { return true }
-        // Short: the rest one buffer at a time.
-        if count < first.count {
-            guard writeAll(fd, UnsafeRawBufferPointer(rebasing: first[count...]), at: offset + count) else { return false }
-            return writeAll(fd, second, at: offset + first.count)
-        }
-        let done = count - first.count
-        return writeAll(fd, UnsafeRawBufferPointer(rebasing: second[done...]), at: offset + count)
-    }
-
     /// The size of `file`, 0 when it cannot be read (only an estimate depends on it).
     static func fileSize(_ file: String) -> Int {
         var info = stat()

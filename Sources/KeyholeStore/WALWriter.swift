@@ -44,8 +44,6 @@ public final class WALWriter {
     public private(set) var nextLSN: UInt64
     private var durableLSN: UInt64
     private var buffer: [UInt8] = []
-    /// Where each batch's header is encoded: written with the batch's records in one pwritev(2).
-    private let batchHeader = UnsafeMutableRawBufferPointer.allocate(byteCount: WALBatchHeader.size, alignment: 8)
 
     /// Opens the log where recovery `plan` left it: appends continue in its last segment, or in a new one.
     public init(directory: WALDirectory, plan: WALRecovery.Plan, configuration: Configuration = Configuration()) throws(StoreError) {
@@ -72,10 +70,7 @@ public final class WALWriter {
         }
     }
 
-    deinit {
-        if fd >= 0 { close(fd) }
-        batchHeader.deallocate()
-    }
+    deinit { if fd >= 0 { close(fd) } }
 
     /// Writes `records` as one batch (not yet durable: see `sync`), starting a new segment first when
     /// they would take this one past the limit. Returns their LSNs.
@@ -84,32 +79,48 @@ public final class WALWriter {
     @discardableResult
     public func append(_ records: [WALRecord]) throws(StoreError) -> Range<UInt64> {
         buffer.removeAll(keepingCapacity: true)
+        buffer.append(contentsOf: repeatElement(0, count: WALBatchHeader.size))
         let first = nextLSN
         var lsn = first
         for record in records {
             record.append(lsn: lsn, to: &buffer)
             lsn += 1
         }
-        try append(encoded: buffer, count: records.count)
+        try append(framed: &buffer, count: records.count)
         return first..<lsn
     }
 
-    /// Writes `count` records already encoded with the LSNs from `nextLSN` on (the store encodes them
-    /// while queueing, under its lock) as one batch (WAL.md, "Batches"), cutting a new segment first
-    /// when they would take this one past the limit.
+    /// Writes `count` records already encoded with the LSNs from `nextLSN` on as one batch, as
+    /// `append(framed:count:)` does (with a copy: the store's queue has room for the header instead).
     ///
     /// - Throws: `StoreError.io` when the write fails; the segment is then as it was before the call.
     public func append(encoded bytes: [UInt8], count: Int) throws(StoreError) {
+        buffer.removeAll(keepingCapacity: true)
+        buffer.append(contentsOf: repeatElement(0, count: WALBatchHeader.size))
+        buffer.append(contentsOf: bytes)
+        try append(framed: &buffer, count: count)
+    }
+
+    /// Writes `count` records as one batch (WAL.md, "Batches"): `batch` holds room for the batch
+    /// header (`WALBatchHeader.size` bytes, filled in here), then the records already encoded with the
+    /// LSNs from `nextLSN` on (the store encodes them while queueing, under its lock). Cuts a new
+    /// segment first when the batch would take this one past the limit. One pwrite(2), no copy: this is
+    /// every durable change's path.
+    ///
+    /// - Throws: `StoreError.io` when the write fails; the segment is then as it was before the call.
+    public func append(framed batch: inout [UInt8], count: Int) throws(StoreError) {
+        precondition(batch.count >= WALBatchHeader.size, "a batch without room for its header")
         guard count > 0 else { return }
-        if size > WALSegmentHeader.size && size + WALBatchHeader.size + bytes.count > configuration.segmentBytes {
+        if size > WALSegmentHeader.size && size + batch.count > configuration.segmentBytes {
             // The old segment is made durable before the new one exists: the log never has a hole.
             // Its records may have been acknowledged already (batch mode): never cut them back here.
             try sync(rollingBack: false)
             try startSegment(after: sequence)
             // The records' CRCs cover their LSNs, which do not depend on the segment: no re-encoding.
         }
-        WALBatchHeader(firstLSN: nextLSN, length: UInt64(bytes.count)).encode(into: batchHeader)
-        try write(UnsafeRawBufferPointer(batchHeader), bytes, at: size)
+        let header = WALBatchHeader(firstLSN: nextLSN, length: UInt64(batch.count - WALBatchHeader.size))
+        batch.withUnsafeMutableBytes { header.encode(into: $0) }
+        try write(batch, at: size)
         nextLSN += UInt64(count)
     }
 
@@ -148,13 +159,12 @@ public final class WALWriter {
         durableLSN = nextLSN
     }
 
-    /// Writes `header` and `bytes` at `offset` (the end of the records); when they reach past the
-    /// zeros, more zeros after them in the same step, so that the sync that pays for the new size pays
-    /// for the next ones.
-    private func write(_ header: UnsafeRawBufferPointer, _ bytes: [UInt8], at offset: Int) throws(StoreError) {
-        let end = offset + header.count + bytes.count
+    /// Writes `bytes` at `offset` (the end of the records); when they reach past the zeros, more zeros
+    /// after them in the same step, so that the sync that pays for the new size pays for the next ones.
+    private func write(_ bytes: [UInt8], at offset: Int) throws(StoreError) {
+        let end = offset + bytes.count
         let step = configuration.zeroFillBytes
-        var written = bytes.withUnsafeBytes { WALDirectory.writeAll(fd, header, $0, at: offset) }
+        var written = WALDirectory.writeAll(fd, bytes, at: offset)
         if written, step > 0, end > filled {
             let target = (end / step + 2) * step
             written = Self.writeZeros(fd, from: end, to: target)
