@@ -209,8 +209,10 @@ let package = Package(
         .testTarget(
             name: "KeyholedTests",
             dependencies: [
-                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeJOSE", "KeyholeServer", "KeyholeTestSupport",
-                .product(name: "NIOCore", package: "swift-nio"),
+                "keyholed", "KeyholeClient", "KeyholeProtocol", "KeyholeJOSE", "KeyholeServer", "KeyholeStore", "KeyholeTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
     ]

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import KeyholeTestSupport
 import Testing
 
 @testable import KeyholeStore
@@ -9,49 +10,6 @@ import Testing
 @Suite("A change waits for its fdatasync")
 struct CommitSyncTests {
     let now: Int64 = 1_780_000_000
-
-    /// A sync that, once armed, says it started, waits until released, then succeeds (a real
-    /// fdatasync) or fails as the release says.
-    final class HeldSync: Sendable {
-        private let armed = Mutex(false)
-        private let outcome = Mutex(true)
-        let entered = DispatchSemaphore(value: 0)
-        private let released = DispatchSemaphore(value: 0)
-
-        func arm() { armed.withLock { $0 = true } }
-
-        func release(succeeding: Bool) {
-            outcome.withLock { $0 = succeeding }
-            released.signal()
-        }
-
-        /// Waits (off the cooperative pool) until a held sync has started.
-        func waitUntilEntered() async {
-            await withCheckedContinuation { continuation in
-                DispatchQueue.global().async {
-                    self.entered.wait()
-                    continuation.resume()
-                }
-            }
-        }
-
-        var syncData: @Sendable (Int32, Range<Int>) -> Bool {
-            { fd, _ in
-                let hold = self.armed.withLock { armed in
-                    defer { armed = false }
-                    return armed
-                }
-                guard hold else { return fdatasync(fd) == 0 }
-                self.entered.signal()
-                self.released.wait()
-                guard self.outcome.withLock({ $0 }) else {
-                    errno = EIO
-                    return false
-                }
-                return fdatasync(fd) == 0
-            }
-        }
-    }
 
     /// Each completion's result, by arrival.
     final class Outcomes: Sendable {
@@ -85,7 +43,7 @@ struct CommitSyncTests {
 
         held.arm()
         let kept = try create("kept")
-        await held.waitUntilEntered()
+        await held.entry()
         // Written, its sync under way: not answered.
         #expect(outcomes.all.isEmpty)
         held.release(succeeding: true)
@@ -94,7 +52,7 @@ struct CommitSyncTests {
 
         held.arm()
         let lost = try create("lost")
-        await held.waitUntilEntered()
+        await held.entry()
         #expect(outcomes.all.count == 1)
         held.release(succeeding: false)
         let second = try await outcomes.wait(for: 2)

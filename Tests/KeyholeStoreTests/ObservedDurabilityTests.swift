@@ -1,4 +1,5 @@
 import Foundation
+import KeyholeTestSupport
 import Testing
 
 @testable import KeyholeStore
@@ -7,7 +8,6 @@ import Testing
 /// nothing to write) must wait until it is durable, or a crash could take back what it told.
 @Suite("Answers that see changes not yet durable")
 struct ObservedDurabilityTests {
-    typealias HeldSync = CommitSyncTests.HeldSync
     typealias Outcomes = CommitSyncTests.Outcomes
     let now: Int64 = 1_780_000_000
     let principal = Principal(issuer: "local", sub: "seen")
@@ -23,6 +23,23 @@ struct ObservedDurabilityTests {
         let created = try running.store.createSession(for: principal, now: now, ttl: 3600, idle: 3600, data: nil, completion: made.completion)
         #expect(try await made.wait(for: 1).allSatisfy { (try? $0.get()) != nil })
         return (running, created.token, created.session.id)
+    }
+
+    /// A revokes the session, its sync held; then B revokes it too (nothing live: nothing to write)
+    /// and reads it. None of the three is answered yet.
+    func revokeWhileHeld(
+        _ running: RunningStore, held: HeldSync, token: String, id: SessionID
+    ) async throws -> (first: Outcomes, second: Outcomes, read: Outcomes) {
+        held.arm()
+        let first = Outcomes()
+        #expect(try running.store.revokeSession(id: id, now: now, completion: first.completion) == true)
+        await held.entry()
+        let second = Outcomes()
+        #expect(try running.store.revokeSession(id: id, now: now, completion: second.completion) == false)
+        let read = Outcomes()
+        #expect(running.store.observing({ running.store.session(token: token, now: now) }, completion: read.completion) == nil)
+        #expect(first.all.isEmpty && second.all.isEmpty && read.all.isEmpty)
+        return (first, second, read)
     }
 
     @Test("with nothing on its way to the disk, a read is answered at once")
@@ -45,17 +62,7 @@ struct ObservedDurabilityTests {
         defer { directory.cleanUp() }
         let held = HeldSync()
         let (running, token, id) = try await start(directory, held: held)
-        held.arm()
-        let first = Outcomes()
-        #expect(try running.store.revokeSession(id: id, now: now, completion: first.completion) == true)
-        await held.waitUntilEntered()
-
-        // B's revoke finds nothing live (A's revoke is in the tables): nothing to write, yet not answerable.
-        let second = Outcomes()
-        #expect(try running.store.revokeSession(id: id, now: now, completion: second.completion) == false)
-        let read = Outcomes()
-        #expect(running.store.observing({ running.store.session(token: token, now: now) }, completion: read.completion) == nil)
-        #expect(first.all.isEmpty && second.all.isEmpty && read.all.isEmpty)
+        let (first, second, read) = try await revokeWhileHeld(running, held: held, token: token, id: id)
 
         held.release(succeeding: true)
         for outcomes in [first, second, read] {
@@ -72,14 +79,7 @@ struct ObservedDurabilityTests {
         defer { directory.cleanUp() }
         let held = HeldSync()
         var (running, token, id) = try await start(directory, held: held)
-        held.arm()
-        let first = Outcomes()
-        #expect(try running.store.revokeSession(id: id, now: now, completion: first.completion) == true)
-        await held.waitUntilEntered()
-        let second = Outcomes()
-        #expect(try running.store.revokeSession(id: id, now: now, completion: second.completion) == false)
-        let read = Outcomes()
-        #expect(running.store.observing({ running.store.session(token: token, now: now) }, completion: read.completion) == nil)
+        let (first, second, read) = try await revokeWhileHeld(running, held: held, token: token, id: id)
 
         held.release(succeeding: false)
         for outcomes in [first, second, read] {

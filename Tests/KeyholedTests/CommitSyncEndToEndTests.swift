@@ -16,40 +16,6 @@ import Testing
 /// as keyholed wires them, so that the sync can be held (a failpoint a child process would not have).
 @Suite("A change's answer waits for its fdatasync, end to end")
 struct CommitSyncEndToEndTests {
-    /// A sync that, once armed, says it started, waits until released, then succeeds or fails.
-    final class HeldSync: Sendable {
-        private let armed = Mutex(false)
-        private let outcome = Mutex(true)
-        private let entered = DispatchSemaphore(value: 0)
-        private let released = DispatchSemaphore(value: 0)
-
-        func arm() { armed.withLock { $0 = true } }
-
-        func release(succeeding: Bool) {
-            outcome.withLock { $0 = succeeding }
-            released.signal()
-        }
-
-        func waitUntilEntered() { entered.wait() }
-
-        var syncData: @Sendable (Int32, Range<Int>) -> Bool {
-            { fd, _ in
-                let hold = self.armed.withLock { armed in
-                    defer { armed = false }
-                    return armed
-                }
-                guard hold else { return fdatasync(fd) == 0 }
-                self.entered.signal()
-                self.released.wait()
-                guard self.outcome.withLock({ $0 }) else {
-                    errno = EIO
-                    return false
-                }
-                return fdatasync(fd) == 0
-            }
-        }
-    }
-
     @Test("held: no answer; released: answered; failed: storage_unavailable, and gone after a restart",
         .timeLimit(.minutes(1)), arguments: ["committer thread", "event loop"])
     func heldSync(committedBy: String) async throws {
