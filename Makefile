@@ -4,7 +4,7 @@ SWIFT       ?= swift
 DEV_DIR     := $(CURDIR)/.keyhole
 # A Unix socket path holds at most 107 bytes: fall back to /tmp for a deep checkout.
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
-APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl
+APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace
 # Fuzzing and sanitizers: each build has its own scratch path, so none disturbs .build.
 FUZZ_SECONDS   ?= 60
 FUZZ_TARGETS   ?= frame request jws jwk wal-record snapshot

@@ -154,8 +154,8 @@ struct ErrorCodeTests {
 
 /// Parsing a request costs time linear in its size, whatever its shape: the review found a frame of
 /// thousands of unknown top-level members costing the event loop quadratic time before any access
-/// check. Judged by how the cost grows from one size to four times that size (about 4x when linear,
-/// 16x when quadratic), not by a time limit, so that a slow or busy machine cannot fail it.
+/// check. Judged by how the cost grows from one size to sixteen times that size (about 16x
+/// when linear, 256x when quadratic), not by a time limit, so that a slow or busy machine cannot fail it.
 @Suite("Request parsing cost")
 struct RequestParsingCostTests {
     /// `count` members of non-ASCII names (whose comparison as Swift strings is the slowest), at
@@ -194,11 +194,12 @@ struct RequestParsingCostTests {
     @Test("arguments of many members cost time linear in their number")
     func argumentsLinear() {
         let small = Self.frame(members: 1000, inArgs: true)
-        let large = Self.frame(members: 8000, inArgs: true)
-        #expect((try? Request.parse(large))?.args.count == 8000)
+        let large = Self.frame(members: 16000, inArgs: true)
+        #expect((try? Request.parse(large))?.args.count == 16000)
         let ratio = Self.fastest { _ = try? Request.parse(large) } / Self.fastest { _ = try? Request.parse(small) }
-        // Linear is 8x; the margin is for a busy machine. Quadratic would be 64x.
-        #expect(ratio < 24, "8x the members cost \(ratio)x the time")
+        // Linear is 16x; the margin is for a busy machine (28x was seen for 8x under three builds at
+        // once). Quadratic would be 256x.
+        #expect(ratio < 64, "16x the members cost \(ratio)x the time")
     }
 
     @Test("a frame refused for too many members costs no more than one at the limit")

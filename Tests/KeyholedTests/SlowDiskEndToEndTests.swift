@@ -16,8 +16,7 @@ struct SlowDiskEndToEndTests {
         return children?.split(separator: " ").first.flatMap { pid_t($0) }
     }
 
-    @Test("syncs of 20 ms: storage.slow_sync is logged with their average, commits go to the committer thread (an inline pause), and every create still succeeds",
-        .enabled(if: FileManager.default.isExecutableFile(atPath: strace), "needs strace (apt-get install strace)"))
+    @Test("syncs of 20 ms: storage.slow_sync is logged with their average, commits go to the committer thread (an inline pause), and every create still succeeds")
     func slowSync() throws {
         let daemon = try DaemonProcess(config: "", launcher: [
             Self.strace, "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync",
