@@ -26,17 +26,11 @@ public enum SecureRandom {
         var storage: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         return withUnsafeMutableBytes(of: &storage) { raw -> Result? in
             let buffer = raw.bindMemory(to: UInt8.self)
-            defer { LocalWipe.zero(buffer) }
+            // OPENSSL_cleanse: a zeroing the optimiser may not remove.
+            defer { OPENSSL_cleanse(raw.baseAddress, raw.count) }
             guard RAND_priv_bytes(buffer.baseAddress, Int32(buffer.count)) == 1 else { return nil }
             return body(UnsafeBufferPointer(buffer))
         }
     }
 }
 
-/// Zeroing memory that held a secret, in a way the optimiser may not remove.
-enum LocalWipe {
-    static func zero(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
-        guard let base = buffer.baseAddress else { return }
-        OPENSSL_cleanse(base, buffer.count)
-    }
-}

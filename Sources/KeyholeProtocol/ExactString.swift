@@ -39,40 +39,27 @@ public struct ExactString: Hashable, Sendable, CustomStringConvertible, Expressi
     }
 
     /// Whether `lhs` and `rhs` have the same UTF-8 bytes (not merely canonically equivalent ones).
+    /// Not constant time: identities are not secrets (those are compared with a constant-time check).
     @inlinable
     public static func equal(_ lhs: String, _ rhs: String) -> Bool {
+        // withUTF8 hands over a native string's bytes as they are (others are made native first,
+        // which is rare and still linear).
         var lhs = lhs, rhs = rhs
-        // Native strings are contiguous UTF-8: compare them in one go. Bridged or lazily made ones
-        // are made native first (`makeContiguousUTF8`), which is rare and still linear.
-        lhs.makeContiguousUTF8()
-        rhs.makeContiguousUTF8()
-        return lhs.utf8.withContiguousStorageIfAvailable { left in
-            rhs.utf8.withContiguousStorageIfAvailable { right in
-                left.count == right.count && (left.count == 0 || memcmpEqual(left, right))
+        return lhs.withUTF8 { left in
+            rhs.withUTF8 { right in
+                left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
             }
-        }.flatMap { $0 } ?? lhs.utf8.elementsEqual(rhs.utf8)
+        }
     }
 
     /// Feeds the UTF-8 bytes of `string`, and their count, to `hasher`.
     @inlinable
     public static func hash(_ string: String, into hasher: inout Hasher) {
         var string = string
-        string.makeContiguousUTF8()
-        let done: Void? = string.utf8.withContiguousStorageIfAvailable { bytes in
+        string.withUTF8 { bytes in
             hasher.combine(bytes.count)
             hasher.combine(bytes: UnsafeRawBufferPointer(bytes))
         }
-        if done == nil {
-            let bytes = Array(string.utf8)
-            hasher.combine(bytes.count)
-            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
-        }
-    }
-
-    /// Not constant time: identities are not secrets (those are compared with a constant-time check).
-    @usableFromInline
-    static func memcmpEqual(_ left: UnsafeBufferPointer<UInt8>, _ right: UnsafeBufferPointer<UInt8>) -> Bool {
-        memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0
     }
 }
 

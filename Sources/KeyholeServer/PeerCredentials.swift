@@ -1,3 +1,4 @@
+import KeyholeIssuers
 import NIOCore
 
 #if canImport(Glibc)
@@ -45,12 +46,8 @@ extension PeerCredentials {
     )
 
     private static func overflowID(_ path: String) -> UInt32 {
-        guard let file = fopen(path, "r") else { return 65534 }
-        defer { fclose(file) }
-        var line = [CChar](repeating: 0, count: 32)
-        guard fgets(&line, Int32(line.count), file) != nil else { return 65534 }
-        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return UInt32(String(text.prefix { $0.isASCII && $0.isNumber })) ?? 65534
+        guard let bytes = try? LocalFile.contents(of: path, maximumBytes: 32) else { return 65534 }
+        return UInt32(String(decoding: bytes.prefix { (0x30...0x39).contains($0) }, as: UTF8.self)) ?? 65534
     }
 
     /// The layout of `struct ucred` (<sys/socket.h>), which Glibc's module exposes only under

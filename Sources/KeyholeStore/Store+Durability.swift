@@ -32,9 +32,7 @@ extension Store {
             guard state.failureEpoch == epoch else {
                 return .failure(.unavailable("storage failed while this was read: \(state.failure ?? "a write failed")"))
             }
-            guard state.lastChangeLSN > state.durableLSN else { return .success(()) }
-            state.observers.append((state.lastChangeLSN, waiter()))
-            return nil
+            return state.observe(waiter()) ? nil : .success(())
         }
         return (value, now)
     }
@@ -42,10 +40,11 @@ extension Store {
 
 extension Store.State {
     /// Keeps `completion` until the log is durable up to the last change applied; returns false
-    /// (keeping nothing) when it already is, and the caller completes at once.
-    mutating func observe(_ completion: @escaping Store.Completion) -> Bool {
+    /// (keeping nothing, and not making `completion`) when it already is, and the caller completes
+    /// at once.
+    mutating func observe(_ completion: @autoclosure () -> Store.Completion) -> Bool {
         guard lastChangeLSN > durableLSN else { return false }
-        observers.append((lastChangeLSN, completion))
+        observers.append((lastChangeLSN, completion()))
         return true
     }
 
@@ -53,10 +52,9 @@ extension Store.State {
     /// the lock is released.
     mutating func markDurable(upTo lsn: UInt64) -> [Store.Completion] {
         durableLSN = max(durableLSN, lsn)
-        guard let first = observers.first, first.lsn <= durableLSN else { return [] }
-        let ready = observers.prefix { $0.lsn <= durableLSN }
+        let ready = observers.prefix { $0.lsn <= durableLSN }.map(\.completion)
         observers.removeFirst(ready.count)
-        return ready.map(\.completion)
+        return ready
     }
 
     /// A write failed and every change not on disk was taken back (the log ends at `nextLSN - 1`):

@@ -1,3 +1,5 @@
+import KeyholeStore
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -59,7 +61,10 @@ enum StateDirectory {
             guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
                 throw Failure(description: "cannot create \(directory): \(reason())", isConfiguration: false)
             }
-            try syncDirectory(parent(of: directory))
+            let parent = parent(of: directory)
+            guard WALDirectory.fsyncDirectory(parent) else {
+                throw Failure(description: "cannot sync \(parent): \(reason())", isConfiguration: false)
+            }
         }
     }
 
@@ -69,13 +74,6 @@ enum StateDirectory {
         while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
         guard let slash = trimmed.lastIndex(of: "/") else { return "." }
         return slash == trimmed.startIndex ? "/" : String(trimmed[..<slash])
-    }
-
-    private static func syncDirectory(_ path: String) throws(Failure) {
-        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw Failure(description: "cannot open \(path): \(reason())", isConfiguration: false) }
-        defer { close(descriptor) }
-        guard fsync(descriptor) == 0 else { throw Failure(description: "cannot sync \(path): \(reason())", isConfiguration: false) }
     }
 
     private static func reason() -> String { String(cString: strerror(errno)) }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import KeyholeTestSupport
 import Testing
 
 @testable import KeyholeStore
@@ -89,29 +90,6 @@ struct BatchSyncFailureTests {
 /// The watchdog's measure of a stuck log: how long the committer has been in its current step.
 @Suite("The committer's busy time")
 struct CommitterBusyTests {
-    /// A sync that, once armed, says it started and then waits until released.
-    final class HeldSync: Sendable {
-        private let armed = Mutex(false)
-        let entered = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-
-        func arm() { armed.withLock { $0 = true } }
-
-        var syncData: @Sendable (Int32, Range<Int>) -> Bool {
-            { fd, _ in
-                let hold = self.armed.withLock { armed in
-                    defer { armed = false }
-                    return armed
-                }
-                if hold {
-                    self.entered.signal()
-                    self.release.wait()
-                }
-                return fdatasync(fd) == 0
-            }
-        }
-    }
-
     @Test("young while idle; the age of a sync that does not return; back to a fresh step once it does", .timeLimit(.minutes(1)))
     func stuckSync() async throws {
         let directory = try TemporaryStateDirectory()
@@ -130,16 +108,11 @@ struct CommitterBusyTests {
                 try store.createSession(for: Principal(issuer: "local", sub: "u"), now: 1_780_000_000, ttl: 3600, idle: 3600, data: nil, completion: done)
             }
         }
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                held.entered.wait()
-                continuation.resume()
-            }
-        }
+        await held.entry()
         let later = ContinuousClock.now + .seconds(100)
         let stuck = try #require(store.committerBusy(now: later))
         #expect(stuck >= .seconds(100))
-        held.release.signal()
+        held.release(succeeding: true)
         _ = try await change.value
         // The step that held is over: what is measured now (if anything) began after it.
         #expect((store.committerBusy(now: later) ?? .zero) < stuck)

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import KeyholeTestSupport
 import Testing
 
@@ -11,17 +10,7 @@ import Testing
 struct CommitSyncTests {
     let now: Int64 = 1_780_000_000
 
-    /// Each completion's result, by arrival.
-    final class Outcomes: Sendable {
-        private let results = Mutex<[Result<Void, StoreError>]>([])
-        var completion: Store.Completion { { result in self.results.withLock { $0.append(result) } } }
-        var all: [Result<Void, StoreError>] { results.withLock { $0 } }
-
-        func wait(for count: Int) async throws -> [Result<Void, StoreError>] {
-            try await eventually { all.count >= count }
-            return all
-        }
-    }
+    typealias Outcomes = InlineCommitTests.Outcomes
 
     @Test("the committer completes a change only after its sync returned; a failed sync fails it as unavailable, and a restart does not have it",
         .timeLimit(.minutes(1)))

@@ -8,7 +8,7 @@ import Testing
 /// nothing to write) must wait until it is durable, or a crash could take back what it told.
 @Suite("Answers that see changes not yet durable")
 struct ObservedDurabilityTests {
-    typealias Outcomes = CommitSyncTests.Outcomes
+    typealias Outcomes = InlineCommitTests.Outcomes
     let now: Int64 = 1_780_000_000
     let principal = Principal(issuer: "local", sub: "seen")
 

@@ -142,12 +142,9 @@ package final class FakeApple: Sendable {
     /// A server-to-server notification as Apple POSTs it to the app (`{"payload": this}`): `events`
     /// as a JSON string (Apple's way) or, with `eventsAsObject`, an object; `claims` override the rest.
     /// `forged`: signed by a forger's RSA key under Apple's kid, so that only the signature is wrong.
-    /// `key`, any key, does the same (kept for callers written when the fake signed ES256 with a
-    /// SigningKey: a P-256 forgery would now fail on its algorithm, before its signature).
     package func notification(
         type: String, sub: String, audience: String, event: [String: JSONValue] = [:], eventsAsObject: Bool = false,
-        jti: String = UUID().uuidString, lifetime: Int64 = 86_400, claims: [String: JSONValue] = [:], forged: Bool = false,
-        key: SigningKey? = nil
+        jti: String = UUID().uuidString, lifetime: Int64 = 86_400, claims: [String: JSONValue] = [:], forged: Bool = false
     ) -> String {
         let now = clock()
         var events = event
@@ -161,7 +158,7 @@ package final class FakeApple: Sendable {
             "jti": .string(jti), "events": eventsAsObject ? .object(events) : .string(String(buffer: buffer)),
         ]
         payload.merge(claims) { $1 }
-        return sign(payload, forged: forged || key != nil)
+        return sign(payload, forged: forged)
     }
 
     /// An authorization code for `sub`, as the app's front end receives it, bound to `clientID` and

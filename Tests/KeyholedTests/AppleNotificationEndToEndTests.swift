@@ -129,7 +129,7 @@ struct AppleNotificationEndToEndTests {
         let cases: [(String, JSONValue, String)] = [
             ("not a JWT", "not.a.jwt", "token_malformed"),
             ("no payload", .null, "bad_request"),
-            ("forged", .string(apple.notification(type: "account-delete", sub: sub, audience: SignIn.app, key: SigningKey())), "token_signature_invalid"),
+            ("forged", .string(apple.notification(type: "account-delete", sub: sub, audience: SignIn.app, forged: true)), "token_signature_invalid"),
             ("another app's", .string(apple.notification(type: "account-delete", sub: sub, audience: "com.other.app")), "token_audience_invalid"),
             ("expired", .string(apple.notification(type: "account-delete", sub: sub, audience: SignIn.app, lifetime: -3600)), "token_expired"),
             ("another issuer", .string(apple.notification(type: "account-delete", sub: sub, audience: SignIn.app, claims: ["iss": "https://evil.example"])), "token_issuer_unknown"),

@@ -19,8 +19,8 @@ struct CommitSyncEndToEndTests {
     @Test("held: no answer; released: answered; failed: storage_unavailable, and gone after a restart",
         .timeLimit(.minutes(1)), arguments: ["committer thread", "event loop"])
     func heldSync(committedBy: String) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kh-sync-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // Short enough for the socket's path (DaemonProcess.makeDirectory).
+        let directory = try DaemonProcess.makeDirectory().path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let now: Int64 = 1_780_000_000
         try await Self.serve(directory, committedBy: committedBy, now: now) { socket, held in

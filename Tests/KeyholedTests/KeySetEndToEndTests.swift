@@ -208,7 +208,7 @@ struct KeySetEndToEndTests {
         #expect(status["issuers"]?[0]?["usable"] == false)
         #expect(status["issuers"]?[0]?["last_error"]?.stringValue?.contains("HTTP 500") == true)
         try daemon.waitForStderr(containing: "issuer.keys_fetch_failed")
-        let line = try #require(daemon.stderr.split(separator: "\n").first { $0.contains(" issuer.keys_fetch_failed ") })
+        let line = try #require(AccessEndToEndTests.line(daemon, "issuer.keys_fetch_failed"))
         for field in [" warning issuer.keys_fetch_failed ", "audit=true", "issuer=apple", "serving_last_good_keys=false", "HTTP 500", "reason="] {
             #expect(line.contains(field), "\(field) in \(line)")
         }

@@ -17,8 +17,8 @@ struct ObservedDurabilityEndToEndTests {
         .timeLimit(.minutes(1)))
     func readsWaitForTheSync() async throws {
         let committedBy = "committer thread"
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kh-observe-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // Short enough for the socket's path (DaemonProcess.makeDirectory).
+        let directory = try DaemonProcess.makeDirectory().path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try await Harness.serve(directory, committedBy: committedBy, now: 1_780_000_000) { socket, held in
             let a = try RawConnection(path: socket)

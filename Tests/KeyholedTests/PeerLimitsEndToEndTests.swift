@@ -13,9 +13,7 @@ struct PeerLimitsEndToEndTests {
 
     /// keyholed with a socket every user may open, `server` added to its [server] table.
     static func start(_ server: String, _ rest: String = "") throws -> DaemonProcess {
-        let daemon = try DaemonProcess.start(config: "[server]\nsocket_mode = \"0666\"\n" + server + "\n" + rest)
-        chmod(daemon.directory.path, 0o711)
-        return daemon
+        try AccessEndToEndTests.start(server + "\n" + rest)
     }
 
     /// keyholed's log lines of `event`, each `time level event key=value...`.

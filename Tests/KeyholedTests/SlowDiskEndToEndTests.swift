@@ -31,7 +31,7 @@ struct SlowDiskEndToEndTests {
             #expect(try connection.result("session.create", ["sub": .string("slow-\(number)")])["session"]?.stringValue != nil)
         }
         try daemon.waitForStderr(containing: "storage.slow_sync")
-        let line = try #require(daemon.stderr.split(separator: "\n").first { $0.contains(" storage.slow_sync ") })
+        let line = try #require(AccessEndToEndTests.line(daemon, "storage.slow_sync"))
         #expect(line.contains(" warning storage.slow_sync ") && line.contains("committer_thread_for_s=10"), "\(line)")
         let average = line.split(separator: " ").first { $0.hasPrefix("average_sync_ms=") }.flatMap { Double($0.dropFirst(16)) }
         // Every sync took at least the 20 ms injected: the average is over the 2 ms limit.
