@@ -18,11 +18,13 @@ line on stdin, each answered with one JSON line on stdout:
 
 - restart        Stop keyholed (SIGTERM, exit status 0 required) and start a new one on the same
                  socket: clients that connect meanwhile wait in the backlog. {"ok": true}
-- bounce MS      Stop keyholed, close the socket and remove its file, leave it gone for MS
-                 milliseconds (the outage: connects fail with ENOENT), then bind it again and start
-                 keyholed. {"ok": true}
-- chaos N MS     In the background: N cycles, alternately restart and bounce MS, each begun as
-                 soon as the previous keyholed is ready. Answered {"ok": true} at once, then
+- bounce MS      Close the socket and remove its file, then stop keyholed (as stopping
+                 keyholed.socket and keyholed.service together does: no connection waits in a
+                 backlog that is about to go), leave it gone for MS milliseconds (the outage:
+                 connects fail with ENOENT), then bind it again and start keyholed. {"ok": true}
+- chaos N MS     In the background: N cycles, alternately restart and bounce MS, each begun when
+                 the previous keyholed has been up for UP ms (--chaos-up, default 300), so that a
+                 request sent again after one restart is not caught by the next. Answered {"ok": true} at once, then
                  {"chaos": "done", "cycles": N} when the last keyholed is ready (or
                  {"chaos": "failed", "error": "..."}). Tests run their loop until that line.
 - stop           Stop keyholed and exit; also at end of input. Exit status 0 only if every keyholed
@@ -158,15 +160,16 @@ class Harness:
         self.start()
 
     def bounce(self, ms):
-        self.stop()
         self.unbind()
+        self.stop()
         time.sleep(ms / 1000)  # the outage itself, not a wait for anything
         self.bind()
         self.start()
 
-    def chaos(self, cycles, ms):
+    def chaos(self, cycles, ms, up_ms):
         try:
             for n in range(cycles):
+                time.sleep(up_ms / 1000)  # keyholed's time up between restarts, not a wait for anything
                 if n % 2 == 0:
                     self.restart()
                 else:
@@ -188,6 +191,7 @@ def main():
     parser.add_argument("--keyholed", default=os.environ.get("KEYHOLED")
                         or os.path.join(REPO_ROOT, ".build", "debug", "keyholed"))
     parser.add_argument("--config-extra", default="", help="TOML appended to the configuration")
+    parser.add_argument("--chaos-up", type=int, default=300, help="ms each keyholed is up during chaos")
     options = parser.parse_args()
     if not os.access(options.keyholed, os.X_OK):
         print(f"keyholed_harness: keyholed not found or not executable: {options.keyholed}", file=sys.stderr)
@@ -213,7 +217,8 @@ def main():
                 harness.bounce(int(words[1]))
                 harness.say({"ok": True})
             elif words[0] == "chaos":
-                chaos = threading.Thread(target=harness.chaos, args=(int(words[1]), int(words[2])), daemon=True)
+                chaos = threading.Thread(target=harness.chaos, args=(int(words[1]), int(words[2]), options.chaos_up),
+                                         daemon=True)
                 harness.say({"ok": True})
                 chaos.start()
             elif words[0] == "stop":

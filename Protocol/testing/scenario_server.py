@@ -14,10 +14,10 @@ Steps (each a JSON object):
 - {"read": [op, ...], "same_args_as": i?}: read that many request frames from the current connection,
   each with that op, and record them (requests are numbered across connections from 0). With
   same_args_as, each must carry the same args as request i (a re-send).
-- {"reply": [answer, ...], "write": "whole"|"together"|"bytewise", "match_args": bool}: send answers.
-  An answer's "to": i is replaced by "id": request i's id (answers may also give "id" directly).
-  "whole": one write per answer; "together": all in one write; "bytewise": one byte per write, 1 ms
-  apart. With match_args, an answer's result must equal its request's args (debug.echo).
+- {"reply": [answer, ...], "write": "whole"|"together"|"bytewise"}: send answers. An answer's
+  "to": i is replaced by "id": request i's id (answers may also give "id" directly), and
+  "echo": true by "result": request i's args (debug.echo). "whole": one write per answer;
+  "together": all in one write; "bytewise": one byte per write, 1 ms apart.
 - {"pad_reply": {"to": i, "payload_bytes": n}}: an ok answer whose payload is exactly n bytes.
 - {"raw": hex}: write these bytes as they are.
 - {"close": true}: end the current connection's sending side (the client sees end of stream); it is
@@ -95,8 +95,8 @@ class Player:
                 if "to" in answer:
                     request = self.requests[answer.pop("to")]
                     answer = {"id": request.get("id"), **answer}
-                    if step.get("match_args") and answer.get("result") != request.get("args"):
-                        raise Failure(f"script answers {answer!r} to {request!r}")
+                    if answer.pop("echo", False):
+                        answer["result"] = request.get("args", {})
                 frames.append(frame(json.dumps(answer).encode()))
             self.write(frames, step.get("write", "whole"))
         elif "pad_reply" in step:

@@ -9,32 +9,36 @@ message is a 4-byte big-endian length and one UTF-8 JSON object. Copy this file 
         print(kh.ping()["version"])
         try:
             result = kh.call("some.op", {"user": "alice"})
+        except keyhole.KeyholeConnectionError as e:  # unavailable, connection_lost, timeout, protocol_error
+            print("keyholed unavailable:", e.code, e)
         except keyhole.KeyholeError as e:  # keyholed answered with an error
             print(e.code, e.message, e.retry_after_ms)
-        except keyhole.KeyholeConnectionError as e:  # cannot connect, connection lost, timeout
-            print("keyholed unavailable:", e)
 
 Share one Client among all threads. It keeps one connection and pipelines requests on it: each gets
 a distinct integer id, and a reader thread hands each response to the thread waiting for its id, so
-a slow operation does not hold back a fast one. The connection opens on the first call. If it is
-found closed before a request has been written (keyholed closed an idle connection, or restarted),
-the client reconnects once and sends the request there. A request that may have reached keyholed is
-never sent again: if the connection drops while it is in flight, the call raises
-KeyholeConnectionError and the operation may or may not have taken effect.
+a slow operation does not hold back a fast one. The connection opens on the first call and is opened
+again when it ends (keyholed restarted, or closed an idle connection), within each call's deadline.
+A request written and left unanswered by a connection that ended is sent again once if its operation
+is safe to repeat (SAFE_TO_REPEAT: reads and session.revoke); any other fails with
+KeyholeConnectionError code "connection_lost": it may or may not have taken effect. PROTOCOL.md,
+section 8, has the whole rule, which every Keyhole client follows.
 
-KeyholeError.code is one of ERROR_CODES or, kept as received, a code this module does not know (the
-protocol asks clients to treat those as "internal").
+KeyholeError.code is one of ERROR_CODES (a code keyholed sends that this module does not know is
+reported as "internal", as the protocol asks) or, for KeyholeConnectionError, one of CLIENT_CODES.
 """
 
+import errno
 import itertools
 import json
 import os
 import socket
 import struct
 import threading
+import time
 
 __all__ = ["Client", "KeyholeError", "KeyholeConnectionError", "DEFAULT_SOCKET", "ERROR_CODES",
-           "MAX_FRAME_BYTES", "encode_frame", "decode_response"]
+           "CLIENT_CODES", "SAFE_TO_REPEAT", "OPERATIONS", "MAX_FRAME_BYTES", "encode_frame",
+           "decode_response"]
 
 DEFAULT_SOCKET = "/run/keyhole/keyhole.sock"
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # the largest frame either side may send
@@ -47,6 +51,7 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
                          "session_not_found", "user_not_found", "storage_unavailable", "data_too_large",
                          "upstream_rejected", "upstream_unavailable", "not_configured",
                          "config_invalid"})
+CLIENT_CODES = frozenset({"unavailable", "connection_lost", "timeout", "protocol_error"})
 _HEADER = struct.Struct(">I")
 
 
@@ -56,21 +61,32 @@ def _args(**members):
 
 
 class KeyholeError(Exception):
-    """keyholed answered with an error: code (str), message (str), retry_after_ms (int or None),
-    apple_error (str or None: Apple's OAuth error with upstream_rejected)."""
+    """A call failed: code (str), message (str), retry_after_ms (int or None), apple_error (str or
+    None: Apple's OAuth error with upstream_rejected).
 
-    def __init__(self, code, message, retry_after_ms=None, apple_error=None):
+    code is one of ERROR_CODES (keyholed's, with a code this module does not know reported as
+    "internal" and kept in received_code) or, for KeyholeConnectionError, one of CLIENT_CODES.
+    """
+
+    def __init__(self, code, message, retry_after_ms=None, apple_error=None, received_code=None):
         super().__init__(code, message, retry_after_ms)
         self.code, self.message, self.retry_after_ms = code, message, retry_after_ms
         self.apple_error = apple_error
+        self.received_code = received_code or code
 
     def __str__(self):
         retry = "" if self.retry_after_ms is None else f" (retry after {self.retry_after_ms} ms)"
         return f"{self.code}: {self.message}{retry}"
 
 
-class KeyholeConnectionError(ConnectionError):
-    """Cannot connect to keyholed, the connection was lost, or no response came in time."""
+class KeyholeConnectionError(KeyholeError, ConnectionError):
+    """The client's own failures (CLIENT_CODES): keyholed could not be reached ("unavailable": the
+    request was never sent), the connection ended with a change unanswered ("connection_lost":
+    outcome unknown), the deadline passed ("timeout"), or keyholed's answer broke the protocol
+    ("protocol_error")."""
+
+    def __init__(self, code, message):
+        super().__init__(code, message)
 
 
 def encode_frame(message):
@@ -104,12 +120,30 @@ def decode_response(payload):
 
 def _error(err):
     apple_error = err.get("apple_error")
-    return KeyholeError(err["code"], err.get("message", ""), err.get("retry_after_ms"),
-                        apple_error if isinstance(apple_error, str) else None)
+    code = err["code"] if err["code"] in ERROR_CODES else "internal"
+    return KeyholeError(code, err.get("message", ""), err.get("retry_after_ms"),
+                        apple_error if isinstance(apple_error, str) else None, received_code=err["code"])
+
+
+SAFE_TO_REPEAT = frozenset({"ping", "stats", "token.verify", "jwks.status", "session.get",
+                            "session.revoke", "session.list", "user.get", "apple.pending",
+                            "debug.sleep", "debug.echo"})
+"""Operations sent again after a connection ended with them unanswered (Protocol/ops.json)."""
+OPERATIONS = frozenset(SAFE_TO_REPEAT | {"jwks.refresh", "session.create", "session.revoke_all",
+                                         "user.update", "user.delete", "apple.sign_in",
+                                         "apple.notification", "apple.refresh_check",
+                                         "apple.transfer.export", "apple.transfer.import",
+                                         "admin.snapshot", "admin.reload", "debug.block"})
+_RETRYABLE_CONNECT = (errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.ECONNRESET)
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.010, 0.500
 
 
 class _NotSent(Exception):
-    """The connection was closed before any byte of the request was written; args[0]: why."""
+    """Nothing of the request was written: the connection was found closed. args[0]: why."""
+
+
+class _Lost(Exception):
+    """The request was written and the connection ended before its answer. args[0]: why."""
 
 
 class _Slot:
@@ -124,26 +158,25 @@ class _Connection:
 
     Invariants: a slot is in `pending` exactly as long as it is unfinished, and slots are finished
     only under `lock`. Once `error` is set no request is added, and when the reader stops it fails
-    the remaining slots with `error`. The socket is closed only under `send_lock` and `lock` (in
-    that order, the only order in which both are taken).
+    the remaining slots: with `error` when keyholed said why (an answer with a null id), else as
+    lost (_Lost) or, after an answer that broke the protocol, with protocol_error. The socket is
+    closed only under `send_lock` and `lock` (in that order, the only order in which both are taken).
     """
 
-    def __init__(self, path, timeout):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(timeout)  # bounds connect and send; the reader ignores it
-            sock.connect(path)
-        except OSError as e:
-            sock.close()
-            raise KeyholeConnectionError(f"cannot connect to keyholed at {path}: {e}") from e
-        self.sock, self.pending, self.error = sock, {}, None
+    def __init__(self, sock):
+        self.sock, self.pending, self.error, self.retired = sock, {}, None, False
         self.lock, self.send_lock = threading.Lock(), threading.Lock()
         self.reader = threading.Thread(target=self._read_loop, name="keyhole-reader", daemon=True)
         self.reader.start()
 
     def usable(self):
         with self.lock:
-            return self.error is None
+            return self.error is None and not self.retired
+
+    def retire(self):
+        """Send nothing more on this connection (keyholed said it is shutting down)."""
+        with self.lock:
+            self.retired = True
 
     def shut(self, error):
         """Take no more requests; wake the reader, which fails pending ones and closes the socket."""
@@ -155,54 +188,66 @@ class _Connection:
             except OSError:
                 pass  # already closed or shut down
 
-    def request(self, rid, frame, timeout):
-        """Send a frame with id rid and return its response; raise _NotSent if nothing was sent."""
+    def request(self, rid, frame, deadline):
+        """Send a frame with id rid and return its response.
+
+        Raises _NotSent when nothing was written, _Lost when the connection ended with the request
+        written and unanswered, KeyholeError (keyholed's, about the connection) or
+        KeyholeConnectionError (timeout, protocol_error).
+        """
         slot = _Slot()
         with self.send_lock:
             with self.lock:
-                if self.error is not None:
+                if self.error is not None or self.retired:
                     raise _NotSent(self.error)
                 self.pending[rid] = slot
             sent, view = 0, memoryview(frame)
             try:
-                while sent < len(frame):  # not sendall(): we must know whether anything was sent
+                # Not sendall(): we must know whether anything was sent. The socket's timeout (the
+                # client's, set once: the reader shares the socket) bounds each send.
+                while sent < len(frame):
                     sent += self.sock.send(view[sent:])
             except OSError as e:
                 with self.lock:
                     self.pending.pop(rid, None)
-                if sent == 0 and isinstance(e, socket.timeout):
-                    raise KeyholeConnectionError(f"timed out sending to keyholed: {e}") from e
+                if isinstance(e, socket.timeout):
+                    # keyholed is not reading: the connection cannot be trusted with another frame.
+                    self.shut(_lost(f"timed out writing to keyholed: {e}"))
+                    raise KeyholeConnectionError("timeout", f"no room to send within the deadline ({e})") from e
                 if sent == 0 and isinstance(e, (BrokenPipeError, ConnectionResetError)):
                     closed_by_peer = e
                 else:
-                    self.shut(KeyholeConnectionError(f"connection to keyholed lost: {e}"))
-                    raise KeyholeConnectionError(f"connection lost while sending: {e}") from e
+                    self.shut(_lost(f"connection to keyholed lost while sending: {e}"))
+                    raise _Lost(f"connection lost while sending: {e}") from e
             else:
                 closed_by_peer = None
         if closed_by_peer is not None:
             # keyholed closed the connection, maybe after saying why (overloaded): let the reader
             # take in what it sent, outside send_lock, which the reader needs to finish.
-            self.reader.join(timeout)
-            self.shut(KeyholeConnectionError(f"connection closed by keyholed: {closed_by_peer}"))
+            self.reader.join(max(0.0, deadline - time.monotonic()))
+            self.shut(_lost(f"connection closed by keyholed: {closed_by_peer}"))
             with self.lock:
-                raise _NotSent(self.error)
-        if not slot.done.wait(timeout):
+                error = self.error
+            if isinstance(error, KeyholeError) and not isinstance(error, KeyholeConnectionError):
+                raise _fresh(error)
+            raise _NotSent(error)
+        if not slot.done.wait(max(0.0, deadline - time.monotonic())):
             with self.lock:
                 if self.pending.pop(rid, None) is slot:  # else it was finished just now
-                    raise KeyholeConnectionError(f"no response from keyholed within {timeout} s")
+                    raise KeyholeConnectionError("timeout", "no answer from keyholed within the deadline")
         if slot.error is not None:
-            raise type(slot.error)(*slot.error.args)  # a fresh exception for each waiting thread
+            raise _fresh(slot.error)
         return slot.response
 
     def _read_loop(self):
         try:
             while self._read_one():
                 pass
-            failure = KeyholeConnectionError("connection closed by keyholed")
+            failure = _lost("connection closed by keyholed")
         except ValueError as e:  # includes invalid UTF-8 and invalid JSON
-            failure = KeyholeConnectionError(f"invalid response from keyholed: {e}")
+            failure = KeyholeConnectionError("protocol_error", f"invalid answer from keyholed: {e}")
         except Exception as e:
-            failure = KeyholeConnectionError(f"connection to keyholed lost: {e}")
+            failure = _lost(f"connection to keyholed lost: {e}")
         self.shut(failure)
         with self.send_lock, self.lock:
             self.sock.close()
@@ -218,7 +263,7 @@ class _Connection:
             return False
         (length,) = _HEADER.unpack(header)
         if not 1 <= length <= MAX_FRAME_BYTES:
-            raise ValueError(f"response frame length {length} is outside 1...{MAX_FRAME_BYTES}")
+            raise ValueError(f"answer frame length {length} is outside 1...{MAX_FRAME_BYTES}")
         body = self._recv(length)
         if body is None:
             raise ConnectionError("connection closed between a frame's header and its body")
@@ -232,7 +277,7 @@ class _Connection:
                     self.error = _error(msg["error"])
             else:
                 slot = self.pending.pop(msg["id"], None)
-                if slot is not None:  # None: its caller has timed out
+                if slot is not None:  # None: not ours, or its caller has timed out
                     slot.response = msg
                     slot.done.set()
         return True
@@ -245,7 +290,7 @@ class _Connection:
             try:
                 k = self.sock.recv_into(view[got:])
             except socket.timeout:
-                continue  # merely idle; waiting callers have their own timeouts
+                continue  # merely idle; waiting callers have their own deadlines
             if k == 0:
                 if got == 0:
                     return None
@@ -254,26 +299,46 @@ class _Connection:
         return bytes(buf)
 
 
+def _lost(message):
+    return _Lost(message)
+
+
+def _fresh(error):
+    """A new exception like `error`, for one waiting thread (one exception object each)."""
+    if isinstance(error, _Lost):
+        return _Lost(*error.args)
+    if isinstance(error, KeyholeConnectionError):
+        return KeyholeConnectionError(error.code, error.message)
+    return KeyholeError(error.code, error.message, error.retry_after_ms, error.apple_error, error.received_code)
+
+
 class Client:
     """A thread-safe connection to keyholed.
 
     path: the socket; default $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock.
-    timeout: seconds allowed for connecting, for writing a request, and for its response to
-    arrive (None: no limit). A timed-out call raises KeyholeConnectionError; the connection stays
-    open and a late response is discarded.
+    timeout: seconds a call may take in all (connecting, waiting to reconnect, writing, the answer).
+    A call past it raises KeyholeConnectionError with code "timeout" (or "unavailable" when keyholed
+    could not be reached at all); the connection stays open and a late answer is discarded.
+    retry_overloaded: when true, an "overloaded" answer is retried after its retry_after_ms, within
+    the timeout; by default it is raised at once.
     """
 
-    def __init__(self, path=None, timeout=5.0):
+    def __init__(self, path=None, timeout=5.0, retry_overloaded=False):
         self.path = os.fspath(path or os.environ.get("KEYHOLE_SOCKET") or DEFAULT_SOCKET)
+        if timeout is None or timeout <= 0:
+            raise ValueError("timeout must be a positive number of seconds")
         self.timeout = timeout
-        self._lock = threading.Lock()
+        self.retry_overloaded = retry_overloaded
+        self._lock, self._connect_lock = threading.Lock(), threading.Lock()
         self._conn, self._closed, self._ids = None, False, itertools.count(1)
 
     def call(self, op, args=None):
         """Perform operation op with args (a dict) and return its result dict.
 
-        Raises KeyholeError if keyholed answers with an error, KeyholeConnectionError if it cannot
-        be reached or does not answer in time, TypeError/ValueError if args cannot be sent as JSON.
+        Raises KeyholeError if keyholed answers with an error, KeyholeConnectionError (a
+        KeyholeError whose code is unavailable, connection_lost, timeout or protocol_error) if it
+        cannot be reached or does not answer in time, TypeError/ValueError if args cannot be sent
+        as JSON. Requests are sent again as PROTOCOL.md section 8 says.
         """
         if not isinstance(op, str):
             raise TypeError(f"op must be a str, not {type(op).__name__}")
@@ -281,21 +346,44 @@ class Client:
             args = {}
         elif not isinstance(args, dict):
             raise TypeError(f"args must be a dict, not {type(args).__name__}")
-        with self._lock:
-            rid = next(self._ids)
-        frame = encode_frame({"id": rid, "op": op, "args": args, "v": 1})
-        for _ in range(2):  # a second attempt only if the connection was found closed before sending
+        encode_frame({"id": 0, "op": op, "args": args, "v": 1})  # fail early on what cannot be sent
+        deadline = time.monotonic() + self.timeout
+        safe, resent, backoff = op in SAFE_TO_REPEAT, False, _BACKOFF_FIRST
+        while True:
+            conn = self._connection(deadline)
+            with self._lock:
+                rid = next(self._ids)
             try:
-                response = self._connection().request(rid, frame, self.timeout)
-            except _NotSent as e:
-                error = e.args[0]
+                response = conn.request(rid, encode_frame({"id": rid, "op": op, "args": args, "v": 1}), deadline)
+            except _NotSent:
+                backoff = self._pause(backoff, deadline)  # reconnect; never reached keyholed
                 continue
+            except _Lost as e:
+                if safe and not resent:
+                    resent = True
+                    continue
+                raise KeyholeConnectionError(
+                    "connection_lost", f"{e.args[0]}; {op} may or may not have taken effect") from None
             if response["ok"]:
                 return response["result"]
-            raise _error(response["error"])
-        if isinstance(error, KeyholeError):  # such as overloaded, sent on connect
-            raise type(error)(*error.args)
-        raise KeyholeConnectionError(f"connection to keyholed at {self.path} closed before sending")
+            error = _error(response["error"])
+            if error.code == "shutting_down":
+                conn.retire()
+                if safe and not resent:
+                    resent = True
+                    continue
+            elif (error.code == "overloaded" and self.retry_overloaded and error.retry_after_ms is not None
+                  and time.monotonic() + error.retry_after_ms / 1000 < deadline):
+                time.sleep(error.retry_after_ms / 1000)  # the caller asked for it
+                continue
+            raise error
+
+    def _pause(self, backoff, deadline):
+        """Wait before another attempt at connecting; raise unavailable past the deadline."""
+        if time.monotonic() + backoff >= deadline:
+            raise KeyholeConnectionError("unavailable", f"cannot reach keyholed at {self.path} within the deadline")
+        time.sleep(backoff)
+        return min(backoff * 2, _BACKOFF_MAX)
 
     def ping(self):
         """Return {"protocol": 1, "version": ..., "uptime_ms": ...}."""
@@ -375,13 +463,50 @@ class Client:
         """
         return self.call("admin.snapshot")
 
+    def admin_reload(self):
+        """Read keyholed's configuration file again; return {"applied": [...], "needs_restart": [...]}."""
+        return self.call("admin.reload")
+
+    def apple_sign_in(self, identity_token, authorization_code=None, client_id=None, nonce=None,
+                      user=None, session=None):
+        """Sign in with Apple: verify the token, exchange the code, upsert the user, create a session.
+
+        Returns {"created", "user", "session": {"session", "id", "expires_at"}}. Not sent again
+        after a lost connection: its code is single use.
+        """
+        return self.call("apple.sign_in", _args(identity_token=identity_token, authorization_code=authorization_code,
+                                                client_id=client_id, nonce=nonce, user=user, session=session))
+
+    def apple_notification(self, payload):
+        """Apply a server-to-server notification (the JWT Apple POSTed); return {type, sub, applied, duplicate}."""
+        return self.call("apple.notification", {"payload": payload})
+
+    def apple_refresh_check(self, sub):
+        """Check a user's stored refresh token at Apple now; return {"result": ...}."""
+        return self.call("apple.refresh_check", {"sub": sub})
+
+    def apple_transfer_export(self, sub, target_team_id, client_id=None):
+        """The transfer identifier for moving a user to another team; return {"transfer_sub"}."""
+        return self.call("apple.transfer.export", _args(sub=sub, target_team_id=target_team_id, client_id=client_id))
+
+    def apple_transfer_import(self, transfer_sub, client_id=None):
+        """Move a transferred user to their new sub; return {"sub", "moved", "sessions_moved", ...}."""
+        return self.call("apple.transfer.import", _args(transfer_sub=transfer_sub, client_id=client_id))
+
+    def apple_pending(self):
+        """The revocations at Apple still owed for deleted users: {"count", "pending": [...]}."""
+        return self.call("apple.pending")
+
     def close(self):
-        """Close the connection; calls in flight and later calls raise KeyholeConnectionError."""
+        """Close the connection; calls in flight and later calls raise KeyholeConnectionError.
+
+        A call in flight fails as its connection does: "connection_lost", or sent again when safe
+        to repeat, and then "unavailable"."""
         with self._lock:
             self._closed = True
             conn, self._conn = self._conn, None
         if conn is not None:
-            conn.shut(KeyholeConnectionError("client closed"))
+            conn.shut(KeyholeConnectionError("unavailable", "client closed"))
             conn.reader.join()
 
     def __enter__(self):
@@ -390,10 +515,42 @@ class Client:
     def __exit__(self, *exc_info):
         self.close()
 
-    def _connection(self):
+    def _connection(self, deadline):
+        """The open connection, else a new one: connecting again, with waits between attempts,
+        until the deadline (then KeyholeConnectionError "unavailable")."""
+        with self._connect_lock:  # one thread connects; the others wait for its connection
+            with self._lock:
+                if self._closed:
+                    raise KeyholeConnectionError("unavailable", "client is closed")
+                if self._conn is not None and self._conn.usable():
+                    return self._conn
+            return self._connect(deadline)
+
+    def _connect(self, deadline):
+        backoff = _BACKOFF_FIRST
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                sock.connect(self.path)
+                sock.settimeout(self.timeout)
+                break
+            except OSError as e:
+                sock.close()
+                if isinstance(e, socket.timeout) or e.errno not in _RETRYABLE_CONNECT:
+                    raise KeyholeConnectionError("unavailable", f"cannot connect to keyholed at {self.path}: {e}") from e
+                why = e
+            if time.monotonic() + backoff >= deadline:
+                raise KeyholeConnectionError(
+                    "unavailable", f"cannot connect to keyholed at {self.path} within the deadline: {why}")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+        conn = _Connection(sock)
         with self._lock:
             if self._closed:
-                raise KeyholeConnectionError("client is closed")
-            if self._conn is None or not self._conn.usable():
-                self._conn = _Connection(self.path, self.timeout)
-            return self._conn
+                conn.shut(KeyholeConnectionError("unavailable", "client is closed"))
+                raise KeyholeConnectionError("unavailable", "client is closed")
+            old, self._conn = self._conn, conn
+        if old is not None and old is not conn:
+            old.retire()
+        return conn

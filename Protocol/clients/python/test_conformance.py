@@ -1,0 +1,213 @@
+"""The shared client conformance scenarios, the operations table, and keyholed restarted under load.
+
+Protocol/testing/README.md says how every client runs these; this is the Python client's suite.
+Run from the repository root (the restart tests need $KEYHOLED or .build/debug/keyholed):
+
+    python3 -m unittest discover -s Protocol/clients/python -p 'test_conformance.py' -v
+"""
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import keyhole  # noqa: E402
+
+PROTOCOL = os.path.join(os.path.dirname(os.path.dirname(HERE)))
+TESTING = os.path.join(PROTOCOL, "testing")
+with open(os.path.join(PROTOCOL, "vectors", "client_scenarios.json"), encoding="utf-8") as _f:
+    SCENARIOS = json.load(_f)
+SERVER_EXIT_TIMEOUT = 15
+
+
+class OperationsTableTests(unittest.TestCase):
+    def test_embedded_table_is_ops_json(self):
+        with open(os.path.join(PROTOCOL, "ops.json"), encoding="utf-8") as f:
+            ops = json.load(f)["operations"]
+        self.assertEqual(keyhole.OPERATIONS, {o["op"] for o in ops})
+        self.assertEqual(keyhole.SAFE_TO_REPEAT, {o["op"] for o in ops if o["safe_to_repeat"]})
+
+    def test_typed_helper_for_every_operation(self):
+        with open(os.path.join(PROTOCOL, "ops.json"), encoding="utf-8") as f:
+            ops = [o["op"] for o in json.load(f)["operations"] if not o["debug"]]
+        helpers = {"ping": "ping", "stats": "stats", "token.verify": "verify_token",
+                   "jwks.status": "jwks_status", "jwks.refresh": "jwks_refresh",
+                   "session.create": "create_session", "session.get": "get_session",
+                   "session.revoke": "revoke_session", "session.revoke_all": "revoke_all_sessions",
+                   "session.list": "list_sessions", "user.get": "get_user", "user.update": "update_user",
+                   "user.delete": "delete_user", "admin.snapshot": "admin_snapshot",
+                   "admin.reload": "admin_reload"}
+        for op in ops:
+            name = helpers.get(op) or op.replace(".", "_")
+            self.assertTrue(callable(getattr(keyhole.Client, name, None)), f"no helper {name} for {op}")
+
+
+def _check_outcome(test, call, outcome):
+    expect = call["expect"]
+    kind, value = outcome
+    if "ok" in expect:
+        test.assertEqual(kind, "ok", f"{call['op']}: expected a result, got {value!r}")
+        test.assertEqual(value, expect["ok"])
+    elif "ok_padding_bytes_at_least" in expect:
+        test.assertEqual(kind, "ok", f"{call['op']}: expected a result, got {value!r}")
+        test.assertIsInstance(value.get("padding"), str)
+        test.assertGreaterEqual(len(value["padding"]), expect["ok_padding_bytes_at_least"])
+    else:
+        test.assertEqual(kind, "error", f"{call['op']}: expected an error, got {value!r}")
+        test.assertIsInstance(value, keyhole.KeyholeError)
+        want = expect["error"]
+        test.assertEqual(value.code, want["code"], str(value))
+        if want["code"] in keyhole.CLIENT_CODES:
+            test.assertIsInstance(value, keyhole.KeyholeConnectionError)
+        if "message" in want:
+            test.assertEqual(value.message, want["message"])
+        if "retry_after_ms" in want:
+            test.assertEqual(value.retry_after_ms, want["retry_after_ms"])
+
+
+def _perform(client, call):
+    try:
+        return ("ok", client.call(call["op"], call["args"]))
+    except keyhole.KeyholeError as e:
+        return ("error", e)
+
+
+class ScenarioTests(unittest.TestCase):
+    """Every scenario of Protocol/vectors/client_scenarios.json against the scripted server."""
+
+    def run_scenario(self, scenario):
+        workdir = tempfile.mkdtemp(prefix="khs", dir="/tmp")
+        path = os.path.join(workdir, "s.sock")
+        server = subprocess.Popen([sys.executable, os.path.join(TESTING, "scenario_server.py"), path,
+                                   scenario["name"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            if server.stdout.readline().strip() != "ready":
+                self.fail(f"scripted server did not start: {server.stderr.read()}")
+            deadline = scenario.get("deadline_ms", SCENARIOS["deadline_ms"]) / 1000
+            client = keyhole.Client(path, timeout=deadline)
+            calls = scenario["calls"]
+            outcomes = [None] * len(calls)
+            try:
+                if scenario["pipelined"]:
+                    def run(i):
+                        outcomes[i] = _perform(client, calls[i])
+                    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                else:
+                    for i, call in enumerate(calls):
+                        outcomes[i] = _perform(client, call)
+            finally:
+                client.close()
+            status = server.wait(SERVER_EXIT_TIMEOUT)
+            self.assertEqual(status, 0, f"scripted server: {server.stderr.read()}")
+            for call, outcome in zip(calls, outcomes):
+                _check_outcome(self, call, outcome)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+            server.stdout.close()
+            server.stderr.close()
+            os.rmdir(workdir) if not os.listdir(workdir) else None
+
+
+def _scenario_test(scenario):
+    def test(self):
+        self.run_scenario(scenario)
+    test.__doc__ = f"{scenario['name']}: {scenario['description']}"
+    return test
+
+
+for _scenario in SCENARIOS["scenarios"]:
+    setattr(ScenarioTests, "test_" + _scenario["name"].replace("-", "_"), _scenario_test(_scenario))
+
+
+class Harness:
+    """Protocol/testing/keyholed_harness.py as a child process."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(TESTING, "keyholed_harness.py")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"keyholed_harness.py did not start (status {self.proc.wait()})")
+        self.info = json.loads(line)
+
+    def command(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def chaos_done(self):
+        """Whether the harness has printed its chaos line (without waiting); raises if it failed."""
+        if not select.select([self.proc.stdout], [], [], 0)[0]:
+            return False
+        message = json.loads(self.proc.stdout.readline())
+        if message.get("chaos") != "done":
+            raise AssertionError(f"harness: {message}")
+        return True
+
+    def stop(self):
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.close()
+        status = self.proc.wait(60)
+        self.proc.stdout.close()
+        if status != 0:
+            raise AssertionError(f"keyholed_harness.py exited {status}")
+
+
+class RestartTests(unittest.TestCase):
+    """keyholed stopped and started again, with its socket kept and with it gone for a moment."""
+
+    CYCLES = 6
+
+    def setUp(self):
+        self.harness = Harness()
+        self.client = keyhole.Client(self.harness.info["socket"])
+
+    def tearDown(self):
+        self.client.close()
+        self.harness.stop()
+
+    def test_reads_never_fail(self):
+        session = self.client.create_session("reader")
+        self.assertEqual(self.harness.command(f"chaos {self.CYCLES} 200"), {"ok": True})
+        calls = 0
+        while not self.harness.chaos_done():
+            self.assertEqual(self.client.get_session(session["session"])["id"], session["id"])
+            calls += 1
+        self.assertGreater(calls, self.CYCLES)
+
+    def test_creates_succeed_or_are_lost_never_applied_twice(self):
+        self.assertEqual(self.harness.command(f"chaos {self.CYCLES} 200"), {"ok": True})
+        outcomes = {}
+        n = 0
+        while not self.harness.chaos_done():
+            sub = f"restart-{n}"
+            n += 1
+            try:
+                outcomes[sub] = self.client.create_session(sub)["id"]
+            except keyhole.KeyholeConnectionError as e:
+                self.assertEqual(e.code, "connection_lost", str(e))
+                outcomes[sub] = None
+        self.assertGreater(len(outcomes), self.CYCLES)
+        self.assertTrue(any(outcomes.values()))
+        for sub, created in outcomes.items():
+            ids = [s["id"] for s in self.client.list_sessions(sub)]
+            if created is not None:
+                self.assertEqual(ids, [created], sub)
+            else:
+                self.assertLessEqual(len(ids), 1, sub)
+
+
+if __name__ == "__main__":
+    unittest.main()
