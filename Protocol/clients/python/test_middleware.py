@@ -1,0 +1,177 @@
+"""The WSGI and ASGI middleware and the example site, against a real keyholed (the harness's).
+
+    python3 -m unittest discover -s Protocol/clients/python -p 'test_middleware.py' -v
+"""
+
+import asyncio
+import http.client
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from urllib.parse import urlencode
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import keyhole  # noqa: E402
+from keyhole_middleware import KeyholeASGI, KeyholeWSGI, session_token  # noqa: E402
+from test_conformance import Harness  # noqa: E402
+
+
+def wsgi_app(environ, start_response):
+    """Answers 200 with who the middleware says is signed in."""
+    session = environ["keyhole.session"]
+    user = environ["keyhole.user"]
+    body = ("anonymous" if session is None else f"{session['sub']} user={user is not None}").encode()
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [body]
+
+
+def call_wsgi(app, headers):
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/"}
+    environ.update({"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()})
+    answer = {}
+
+    def start_response(status, response_headers):
+        answer["status"] = int(status[:3])
+        answer["headers"] = {k.lower(): v for k, v in response_headers}
+    answer["body"] = b"".join(app(environ, start_response)).decode()
+    return answer
+
+
+async def asgi_app(scope, receive, send):
+    session = scope["keyhole.session"]
+    body = ("anonymous" if session is None else session["sub"]).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+def call_asgi(app, headers):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+    scope = {"type": "http", "method": "GET", "path": "/",
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    asyncio.run(app(scope, receive, send))
+    start = sent[0]
+    return {"status": start["status"], "headers": {k.decode(): v.decode() for k, v in start["headers"]},
+            "body": b"".join(m.get("body", b"") for m in sent[1:]).decode()}
+
+
+class TokenTests(unittest.TestCase):
+    def test_bearer_then_cookie_never_query(self):
+        self.assertEqual(session_token("Bearer kh_abc", "kh_session=kh_def"), "kh_abc")
+        self.assertEqual(session_token("Basic dXNlcjpwYXNz", "kh_session=kh_def"), "kh_def")
+        self.assertEqual(session_token(None, "other=1; kh_session=kh_def"), "kh_def")
+        self.assertEqual(session_token(None, "mine=kh_x", cookie_name="mine"), "kh_x")
+        self.assertIsNone(session_token(None, None))
+        self.assertIsNone(session_token("Bearer not-a-keyhole-token", None))
+
+
+class MiddlewareTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.harness = Harness()
+        cls.client = keyhole.Client(cls.harness.info["socket"])
+        cls.session = cls.client.create_session("middleware-user")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.harness.stop()
+
+    def check(self, call, make):
+        token = self.session["session"]
+        for required in (False, True):
+            app = make(required)
+            by_cookie = call(app, {"Cookie": f"theme=dark; kh_session={token}"})
+            self.assertEqual(by_cookie["status"], 200)
+            self.assertTrue(by_cookie["body"].startswith("middleware-user"), by_cookie)
+            by_bearer = call(app, {"Authorization": f"Bearer {token}"})
+            self.assertEqual((by_bearer["status"], by_bearer["body"][:15]), (200, "middleware-user"))
+            for headers in ({}, {"Cookie": "kh_session=kh_" + "A" * 43}, {"Cookie": "kh_session=junk"}):
+                anonymous = call(app, headers)
+                if required:
+                    self.assertEqual(anonymous["status"], 401, headers)
+                    self.assertEqual(anonymous["headers"]["www-authenticate"], 'Bearer realm="keyhole"')
+                else:
+                    self.assertEqual((anonymous["status"], anonymous["body"]), (200, "anonymous"), headers)
+
+    def test_wsgi(self):
+        self.check(call_wsgi, lambda required: KeyholeWSGI(wsgi_app, client=self.client, required=required))
+
+    def test_asgi(self):
+        self.check(call_asgi, lambda required: KeyholeASGI(asgi_app, client=self.client, required=required))
+
+    def test_unreachable_keyholed_is_503_never_signed_in(self):
+        missing = keyhole.Client(os.path.join(tempfile.gettempdir(), "kh-nobody-listens.sock"), timeout=0.2)
+        self.addCleanup(missing.close)
+        headers = {"Cookie": f"kh_session={self.session['session']}"}
+        for call, app in ((call_wsgi, KeyholeWSGI(wsgi_app, client=missing)),
+                          (call_asgi, KeyholeASGI(asgi_app, client=missing))):
+            answer = call(app, headers)
+            self.assertEqual(answer["status"], 503)
+            self.assertNotIn("middleware-user", answer["body"])
+
+
+class ExampleAppTests(unittest.TestCase):
+    """example/app.py as a child process, driven over real HTTP."""
+
+    def setUp(self):
+        self.harness = Harness()
+        self.addCleanup(self.harness.stop)
+
+    def start_app(self, socket_path):
+        app = subprocess.Popen([sys.executable, os.path.join(HERE, "example", "app.py")],
+                               env=dict(os.environ, PORT="0", KEYHOLE_SOCKET=socket_path),
+                               stdout=subprocess.PIPE, text=True)
+        self.addCleanup(app.wait)
+        self.addCleanup(app.terminate)
+        self.addCleanup(app.stdout.close)
+        line = app.stdout.readline().split()
+        self.assertEqual(line[:1], ["listening"])
+        return int(line[1])
+
+    def request(self, port, method, path, body=None, cookie=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        headers = {"Content-Type": "application/x-www-form-urlencoded"} if body is not None else {}
+        if cookie:
+            headers["Cookie"] = cookie
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        answer = (response.status, response.getheader("Set-Cookie"), response.read().decode())
+        conn.close()
+        return answer
+
+    def test_sign_in_page_sign_out(self):
+        port = self.start_app(self.harness.info["socket"])
+        status, set_cookie, _ = self.request(port, "POST", "/signin", urlencode({"id_token": self.harness.info["token"]}))
+        self.assertEqual(status, 303)
+        for attribute in ("HttpOnly", "Secure", "SameSite=Lax", "Path=/"):
+            self.assertIn(attribute, set_cookie)
+        cookie = set_cookie.split(";")[0]
+        self.assertTrue(cookie.startswith("kh_session=kh_"))
+        status, _, page = self.request(port, "GET", "/", cookie=cookie)
+        self.assertEqual(status, 200)
+        self.assertIn(self.harness.info["sub"], page)
+        self.assertEqual(self.request(port, "GET", "/")[0], 401)
+        status, cleared, _ = self.request(port, "POST", "/signout", b"", cookie=cookie)
+        self.assertEqual(status, 303)
+        self.assertIn("Max-Age=0", cleared)
+        self.assertEqual(self.request(port, "GET", "/", cookie=cookie)[0], 401)
+        forged = self.harness.info["token"][:-8] + "AAAAAAAA"
+        status, set_cookie, _ = self.request(port, "POST", "/signin", urlencode({"id_token": forged}))
+        self.assertEqual((status, set_cookie), (401, None))
+
+    def test_unreachable_keyholed_is_503(self):
+        port = self.start_app(os.path.join(self.harness.info["dir"], "nobody.sock"))
+        self.assertEqual(self.request(port, "GET", "/", cookie="kh_session=kh_" + "A" * 43)[0], 503)
+
+
+if __name__ == "__main__":
+    unittest.main()
