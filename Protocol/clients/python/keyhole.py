@@ -15,8 +15,9 @@ message is a 4-byte big-endian length and one UTF-8 JSON object. Copy this file 
             print(e.code, e.message, e.retry_after_ms)
 
 Share one Client among all threads. It keeps one connection and pipelines requests on it: each gets
-a distinct integer id, and a reader thread hands each response to the thread waiting for its id, so
-a slow operation does not hold back a fast one. The connection opens on the first call and is opened
+a distinct integer id; the waiting threads take turns reading the socket and hand each response to
+the thread waiting for its id, so a slow operation does not hold back a fast one, and a call made
+alone costs no switch between threads. The connection opens on the first call and is opened
 again when it ends (keyholed restarted, or closed an idle connection), within each call's deadline.
 A request written and left unanswered by a connection that ended is sent again once if its operation
 is safe to repeat (SAFE_TO_REPEAT: reads and session.revoke); any other fails with
@@ -31,6 +32,7 @@ import errno
 import itertools
 import json
 import os
+import select
 import socket
 import struct
 import threading
@@ -150,43 +152,61 @@ class _Slot:
     __slots__ = ("done", "response", "error")
 
     def __init__(self):
-        self.done, self.response, self.error = threading.Event(), None, None
+        self.done, self.response, self.error = False, None, None
 
 
 class _Connection:
-    """One socket and the thread that reads it.
+    """One socket, read by the calls waiting on it: no reader thread.
 
-    Invariants: a slot is in `pending` exactly as long as it is unfinished, and slots are finished
-    only under `lock`. Once `error` is set no request is added, and when the reader stops it fails
-    the remaining slots: with `error` when keyholed said why (an answer with a null id), else as
-    lost (_Lost) or, after an answer that broke the protocol, with protocol_error. The socket is
-    closed only under `send_lock` and `lock` (in that order, the only order in which both are taken).
+    A waiting call becomes the reader (the "leader") when nobody else reads: it reads frames and hands
+    each answer to its slot until its own answer has come, then wakes the others so that one of them
+    takes over. A call made while no other is waiting therefore sends and reads in its own thread,
+    which costs no thread switch. Bytes read but not yet a whole frame stay in `buffer`, so a reader
+    that stops at its deadline in the middle of a frame loses nothing.
+
+    Invariants (under `cond`): a slot is in `pending` exactly as long as it is not done; once `error`
+    is set no request is added, the remaining slots are failed with it, and the socket is closed.
+    The socket is non-blocking: every wait is a poll bounded by the caller's deadline.
     """
 
     def __init__(self, sock):
+        sock.setblocking(False)
         self.sock, self.pending, self.error, self.retired = sock, {}, None, False
-        self.lock, self.send_lock = threading.Lock(), threading.Lock()
-        self.reader = threading.Thread(target=self._read_loop, name="keyhole-reader", daemon=True)
-        self.reader.start()
+        self.cond = threading.Condition(threading.Lock())
+        self.send_lock = threading.Lock()
+        self.reading = False
+        self.buffer = bytearray()
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
 
     def usable(self):
-        with self.lock:
+        with self.cond:
             return self.error is None and not self.retired
 
     def retire(self):
         """Send nothing more on this connection (keyholed said it is shutting down)."""
-        with self.lock:
+        with self.cond:
             self.retired = True
 
     def shut(self, error):
-        """Take no more requests; wake the reader, which fails pending ones and closes the socket."""
-        with self.lock:
-            if self.error is None:
-                self.error = error
-            try:
-                self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed or shut down
+        """Fail every waiting call with `error`, take no more, and close the socket."""
+        with self.cond:
+            self._fail(error)
+
+    def _fail(self, error):
+        # Under cond. A reader in poll() is woken by the shutdown and finds the error set.
+        if self.error is None:
+            self.error = error
+        for slot in self.pending.values():
+            slot.error, slot.done = self.error, True
+        self.pending.clear()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed or shut down
+        if not self.reading:
+            self.sock.close()
+        self.cond.notify_all()
 
     def request(self, rid, frame, deadline):
         """Send a frame with id rid and return its response.
@@ -196,79 +216,115 @@ class _Connection:
         KeyholeConnectionError (timeout, protocol_error).
         """
         slot = _Slot()
-        with self.send_lock:
-            with self.lock:
-                if self.error is not None or self.retired:
-                    raise _NotSent(self.error)
-                self.pending[rid] = slot
-            sent, view = 0, memoryview(frame)
-            try:
-                # Not sendall(): we must know whether anything was sent. The socket's timeout (the
-                # client's, set once: the reader shares the socket) bounds each send.
-                while sent < len(frame):
-                    sent += self.sock.send(view[sent:])
-            except OSError as e:
-                with self.lock:
+        with self.cond:
+            if self.error is not None or self.retired:
+                raise _NotSent(self.error)
+            self.pending[rid] = slot
+        self._send(rid, frame, deadline)
+        with self.cond:
+            while not slot.done and self.reading:
+                if not self.cond.wait(deadline - time.monotonic()) and not slot.done:
                     self.pending.pop(rid, None)
-                if isinstance(e, socket.timeout):
-                    # keyholed is not reading: the connection cannot be trusted with another frame.
-                    self.shut(_lost(f"timed out writing to keyholed: {e}"))
-                    raise KeyholeConnectionError("timeout", f"no room to send within the deadline ({e})") from e
-                if sent == 0 and isinstance(e, (BrokenPipeError, ConnectionResetError)):
-                    closed_by_peer = e
-                else:
-                    self.shut(_lost(f"connection to keyholed lost while sending: {e}"))
-                    raise _Lost(f"connection lost while sending: {e}") from e
-            else:
-                closed_by_peer = None
-        if closed_by_peer is not None:
-            # keyholed closed the connection, maybe after saying why (overloaded): let the reader
-            # take in what it sent, outside send_lock, which the reader needs to finish.
-            self.reader.join(max(0.0, deadline - time.monotonic()))
-            self.shut(_lost(f"connection closed by keyholed: {closed_by_peer}"))
-            with self.lock:
-                error = self.error
-            if isinstance(error, KeyholeError) and not isinstance(error, KeyholeConnectionError):
-                raise _fresh(error)
-            raise _NotSent(error)
-        if not slot.done.wait(max(0.0, deadline - time.monotonic())):
-            with self.lock:
-                if self.pending.pop(rid, None) is slot:  # else it was finished just now
                     raise KeyholeConnectionError("timeout", "no answer from keyholed within the deadline")
+            if not slot.done:
+                self.reading = True
+        if not slot.done:
+            self._lead(slot, deadline)
         if slot.error is not None:
             raise _fresh(slot.error)
+        if slot.response is None:
+            with self.cond:
+                self.pending.pop(rid, None)
+            raise KeyholeConnectionError("timeout", "no answer from keyholed within the deadline")
         return slot.response
 
-    def _read_loop(self):
+    def _send(self, rid, frame, deadline):
+        """Write the whole frame, or raise: nothing of a frame that was not written whole can have
+        reached keyholed as a request, so every failure here is _NotSent (or a timeout)."""
+        sent, view = 0, memoryview(frame)
+        with self.send_lock:
+            try:
+                while sent < len(frame):  # not sendall(): on failure we must know how much went out
+                    try:
+                        sent += self.sock.send(view[sent:])
+                    except BlockingIOError:
+                        # keyholed is not reading now (max_in_flight): wait for room, within the deadline.
+                        if not select.select([], [self.sock], [], max(0.0, deadline - time.monotonic()))[1]:
+                            raise socket.timeout("no room to send to keyholed within the deadline") from None
+                return
+            except OSError as e:
+                error = e
+        with self.cond:
+            self.pending.pop(rid, None)
+            if sent == 0 and isinstance(error, (BrokenPipeError, ConnectionResetError)):
+                # keyholed closed the connection, maybe after saying why (overloaded): read what it
+                # sent, so that the caller hears it.
+                self._drain_closed()
+            # A part of a frame went out, or the socket failed: the connection cannot carry more.
+            self._fail(_Lost(f"connection to keyholed lost: {error}"))
+            why = self.error
+        if isinstance(error, socket.timeout):
+            raise KeyholeConnectionError("timeout", str(error))
+        if isinstance(why, KeyholeError) and not isinstance(why, KeyholeConnectionError):
+            raise _fresh(why)
+        raise _NotSent(why)
+
+    def _drain_closed(self):
+        """Under cond, the peer gone: take in the frames it left (an answer with a null id)."""
+        if self.reading or self.sock.fileno() < 0:
+            return
         try:
-            while self._read_one():
-                pass
-            failure = _lost("connection closed by keyholed")
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                self.buffer += chunk
+                self._dispatch()
+        except (OSError, ValueError):
+            pass
+
+    def _lead(self, slot, deadline):
+        """Read until slot is done, the deadline passes, or the connection ends; then hand over."""
+        failure = None
+        try:
+            while not slot.done:
+                timeout_ms = int((deadline - time.monotonic()) * 1000)
+                if timeout_ms <= 0 or not self.poller.poll(timeout_ms):
+                    break  # our deadline; the next reader goes on from the buffer
+                try:
+                    chunk = self.sock.recv(262144)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    failure = _Lost("connection closed by keyholed" if not self.buffer
+                                    else "connection closed in the middle of a frame")
+                    break
+                self.buffer += chunk
+                with self.cond:
+                    self._dispatch()
         except ValueError as e:  # includes invalid UTF-8 and invalid JSON
             failure = KeyholeConnectionError("protocol_error", f"invalid answer from keyholed: {e}")
-        except Exception as e:
-            failure = _lost(f"connection to keyholed lost: {e}")
-        self.shut(failure)
-        with self.send_lock, self.lock:
-            self.sock.close()
-            for slot in self.pending.values():
-                slot.error = self.error
-                slot.done.set()
-            self.pending.clear()
+        except OSError as e:
+            failure = _Lost(f"connection to keyholed lost: {e}")
+        with self.cond:
+            self.reading = False
+            if failure is not None or self.error is not None:
+                self._fail(failure)
+                if self.sock.fileno() >= 0:
+                    self.sock.close()
+            self.cond.notify_all()
 
-    def _read_one(self):
-        """Read one frame and hand it to its waiter; return False on end of stream."""
-        header = self._recv(4)
-        if header is None:
-            return False
-        (length,) = _HEADER.unpack(header)
-        if not 1 <= length <= MAX_FRAME_BYTES:
-            raise ValueError(f"answer frame length {length} is outside 1...{MAX_FRAME_BYTES}")
-        body = self._recv(length)
-        if body is None:
-            raise ConnectionError("connection closed between a frame's header and its body")
-        msg = decode_response(body)
-        with self.lock:
+    def _dispatch(self):
+        """Under cond: hand every whole frame in the buffer to its slot."""
+        buffer = self.buffer
+        while len(buffer) >= 4:
+            (length,) = _HEADER.unpack_from(buffer)
+            if not 1 <= length <= MAX_FRAME_BYTES:
+                raise ValueError(f"answer frame length {length} is outside 1...{MAX_FRAME_BYTES}")
+            if len(buffer) < 4 + length:
+                return
+            msg = decode_response(bytes(buffer[4:4 + length]))
+            del buffer[:4 + length]
             if msg.get("id") is None:
                 # Our requests all have ids, so this is about the connection (overloaded, bad_frame,
                 # frame_too_large): keyholed answers the requests it has read, then closes; the
@@ -278,25 +334,8 @@ class _Connection:
             else:
                 slot = self.pending.pop(msg["id"], None)
                 if slot is not None:  # None: not ours, or its caller has timed out
-                    slot.response = msg
-                    slot.done.set()
-        return True
-
-    def _recv(self, n):
-        """Read exactly n bytes; None on end of stream before the first one."""
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
-            try:
-                k = self.sock.recv_into(view[got:])
-            except socket.timeout:
-                continue  # merely idle; waiting callers have their own deadlines
-            if k == 0:
-                if got == 0:
-                    return None
-                raise ConnectionError("connection closed in the middle of a frame")
-            got += k
-        return bytes(buf)
+                    slot.response, slot.done = msg, True
+                    self.cond.notify_all()
 
 
 def _lost(message):
@@ -507,7 +546,6 @@ class Client:
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.shut(KeyholeConnectionError("unavailable", "client closed"))
-            conn.reader.join()
 
     def __enter__(self):
         return self
@@ -533,7 +571,6 @@ class Client:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             try:
                 sock.connect(self.path)
-                sock.settimeout(self.timeout)
                 break
             except OSError as e:
                 sock.close()

@@ -1,0 +1,62 @@
+"""One Python process, one connection, depth 1: keyhole's session.get against redis-py's GET.
+
+    python3 bench.py --keyhole SOCKET --redis-socket PATH [--seconds S]
+
+Prints one JSON line: {"client": "python", "keyhole_session_get_us", "redis_get_us", "calls"}, each
+figure the median over rounds of the mean µs per call. make bench (Scripts/client_bench.py) runs it;
+tests do not (timing belongs to make bench). redis-py comes from PyPI.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import keyhole  # noqa: E402
+import redis  # noqa: E402
+
+ROUNDS = 5
+
+
+def rounds(call, seconds):
+    """Median over ROUNDS of µs per call; and the calls made."""
+    for _ in range(200):  # warm up
+        call()
+    per_round, total = [], 0
+    for _ in range(ROUNDS):
+        n, start = 0, time.perf_counter()
+        end = start + seconds / ROUNDS
+        while True:
+            for _ in range(100):
+                call()
+            n += 100
+            now = time.perf_counter()
+            if now >= end:
+                break
+        per_round.append((now - start) * 1e6 / n)
+        total += n
+    return statistics.median(per_round), total
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keyhole", required=True)
+    parser.add_argument("--redis-socket", required=True)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    options = parser.parse_args()
+    client = keyhole.Client(options.keyhole)
+    token = client.create_session("bench-python")["session"]
+    r = redis.Redis(unix_socket_path=options.redis_socket)
+    r.set("bench:python", b"v" * 300)
+    kh_us, kh_calls = rounds(lambda: client.get_session(token), options.seconds)
+    redis_us, redis_calls = rounds(lambda: r.get("bench:python"), options.seconds)
+    client.close()
+    print(json.dumps({"client": "python", "keyhole_session_get_us": round(kh_us, 2),
+                      "redis_get_us": round(redis_us, 2), "calls": kh_calls + redis_calls}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""`make bench`, clients part: what an app pays per auth check, from each language's Keyhole client.
+
+For each client (Python, Node.js, PHP, Ruby, Go): one process, one connection, depth 1, session.get
+against keyholed (release build, fsync "always", started by Protocol/testing/keyholed_harness.py),
+next to the same language's most used Redis client doing GET of a 300-byte value against a
+redis-server on a Unix socket, in the same process and the same run: redis-py (PyPI), node-redis,
+php-redis and ruby-redis (Debian), and for Go a plain RESP GET over net.Conn. Each client's
+bench script (Protocol/clients/<lang>/bench/) prints the median over rounds of µs per call; this
+runs them --rounds times, alternating, and reports the median of each. Goal (issue 27): every
+Keyhole client's call costs at most 1.0x its Redis client's GET.
+
+Appends a "Clients" section to BENCHMARKS.md and a "clients" member to BENCHMARKS.json (run after
+Scripts/bench.py, which writes both anew), or writes --out alone.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLIENTS = os.path.join(ROOT, "Protocol", "clients")
+GO_ENV = {"GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local"}
+
+
+def commands(keyhole, redis, seconds):
+    common = ["--keyhole", keyhole, "--redis-socket", redis, "--seconds", str(seconds)]
+    return {
+        "python": ([sys.executable, os.path.join(CLIENTS, "python", "bench", "bench.py"), *common], None, {}),
+        "node": (["node", os.path.join(CLIENTS, "node", "bench", "bench.js"), *common], None,
+                 {"NODE_PATH": "/usr/share/nodejs"}),
+        "php": (["php", os.path.join(CLIENTS, "php", "bench", "bench.php"), *common], None, {}),
+        "ruby": (["ruby", os.path.join(CLIENTS, "ruby", "bench", "bench.rb"), *common], None, {}),
+        "go": (["go", "run", "./bench", *common], os.path.join(CLIENTS, "go"), GO_ENV),
+    }
+
+
+def run_client(name, argv, cwd, env):
+    done = subprocess.run(argv, cwd=cwd, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"client_bench: {name} failed ({done.returncode}):\n{done.stderr}")
+    line = done.stdout.strip().splitlines()[-1]
+    figures = json.loads(line)
+    if figures.get("client") != name:
+        raise SystemExit(f"client_bench: {name} printed {line}")
+    return figures
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="each bench script's time per client")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", default="python,node,php,ruby,go")
+    parser.add_argument("--keyholed", default=os.path.join(ROOT, ".build", "release", "keyholed"))
+    parser.add_argument("--out", help="write the section to this file alone")
+    options = parser.parse_args()
+    names = options.clients.split(",")
+    directory = tempfile.mkdtemp(prefix="khcb", dir="/tmp")
+    redis_socket = os.path.join(directory, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", redis_socket, "--save", "",
+                              "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness = subprocess.Popen([sys.executable, os.path.join(ROOT, "Protocol", "testing", "keyholed_harness.py"),
+                                "--keyholed", options.keyholed], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(harness.stdout.readline())
+        for _ in range(100):
+            if subprocess.run(["redis-cli", "-s", redis_socket, "ping"], capture_output=True).returncode == 0:
+                break
+        table = commands(info["socket"], redis_socket, options.seconds)
+        samples = {name: [] for name in names}
+        for n in range(options.rounds):
+            order = names if n % 2 == 0 else list(reversed(names))
+            for name in order:
+                argv, cwd, env = table[name]
+                samples[name].append(run_client(name, argv, cwd, env))
+                print(f"client_bench: round {n + 1}: {samples[name][-1]}", file=sys.stderr)
+    finally:
+        harness.stdin.write("stop\n")
+        harness.stdin.close()
+        harness.wait()
+        redis.terminate()
+        redis.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+    results = {}
+    for name in names:
+        keyhole = statistics.median(s["keyhole_session_get_us"] for s in samples[name])
+        redis_us = statistics.median(s["redis_get_us"] for s in samples[name])
+        results[name] = {"keyhole_session_get_us": round(keyhole, 1), "redis_get_us": round(redis_us, 1),
+                         "ratio": round(keyhole / redis_us, 2), "rounds": samples[name]}
+    lines = ["", "## Clients (issue 27)", "",
+             "Written by Scripts/client_bench.py: per language, one process, one connection, depth 1: "
+             "session.get through the Keyhole client against keyholed (release build) and GET of a "
+             "300-byte value through the language's most used Redis client against redis-server (Unix "
+             f"socket), in the same process; median of {options.rounds} rounds, each the median of 5 "
+             f"slices of {options.seconds:g} s. Goal: the Keyhole client's call at most 1.0x its Redis client's GET.", "",
+             "| client | Redis client | Keyhole session.get µs/call | Redis GET µs/call | ratio | goal met |",
+             "|---|---|---:|---:|---:|---|"]
+    redis_clients = {"python": "redis-py", "node": "node-redis", "php": "php-redis", "ruby": "ruby-redis",
+                     "go": "RESP over net.Conn"}
+    for name, r in results.items():
+        lines.append(f"| {name} | {redis_clients[name]} | {r['keyhole_session_get_us']} | {r['redis_get_us']} | "
+                     f"{r['ratio']:.2f}x | {'yes' if r['ratio'] <= 1.0 else 'no'} |")
+    section = "\n".join(lines) + "\n"
+    if options.out:
+        with open(options.out, "w", encoding="utf-8") as f:
+            f.write(section)
+    else:
+        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a", encoding="utf-8") as f:
+            f.write(section)
+        path = os.path.join(ROOT, "BENCHMARKS.json")
+        with open(path, encoding="utf-8") as f:
+            everything = json.load(f)
+        everything["clients"] = results
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(everything, f, indent=1, sort_keys=True)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()
