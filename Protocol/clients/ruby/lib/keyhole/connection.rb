@@ -166,7 +166,7 @@ module Keyhole
     def finish(waiter)
       case waiter.state
       when :answered then [:answer, waiter.value]
-      when :lost then [:lost, nil]
+      when :lost then [:lost, waiter.value]
       else [:failed, waiter.value]
       end
     end
@@ -184,8 +184,10 @@ module Keyhole
       end_connection(nil)
     end
 
-    # Called with @mu held. Fails every waiting request and closes the socket.
-    def end_connection(error)
+    # Called with @mu held. Fails every waiting request and closes the socket. +how+ tells how a
+    # connection that ended without an error ended: :eof, or :reset (ECONNRESET: keyholed closed it
+    # with bytes of ours unread, or never accepted it).
+    def end_connection(error, how = :eof)
       @over = true
       @waiters.each_value do |w|
         if error
@@ -193,6 +195,7 @@ module Keyhole
           w.value = error
         else
           w.state = :lost
+          w.value = how
         end
       end
       @waiters.clear
@@ -241,8 +244,10 @@ module Keyhole
           take_frames
         end
       end
+    rescue Errno::ECONNRESET
+      @mu.synchronize { end_connection(nil, :reset) unless @over }
     rescue SystemCallError, IOError
-      # ECONNRESET and the like, or the socket closed under us (Client#close): the connection is over.
+      # Another failure, or the socket closed under us (Client#close): the connection is over.
       @mu.synchronize { end_connection(nil) unless @over }
     end
 
