@@ -60,10 +60,22 @@ class RestartTest < Minitest::Test
     end
   end
 
+  private
+
+  # Runs the block in a loop from "chaos N MS" until the harness says the chaos is done.
+  def chaos(cycles, ms)
+    assert_equal({ "ok" => true }, @harness.command("chaos #{cycles} #{ms}"))
+    done = nil
+    watcher = Thread.new { done = @harness.lines.pop }
+    yield while watcher.alive?
+    assert_equal "done", done && done["chaos"], "chaos: #{done.inspect}"
+  end
+end
+
+class OverloadedTest < Minitest::Test
   # Waiting out overloaded (an option, off by default) within the deadline: keyholed with a request
   # rate of 2 a second (a burst of 1) answers the second of two quick calls overloaded.
   def test_overloaded_is_surfaced_unless_asked_to_wait
-    @harness.stop
     @harness = KeyholeTest::Harness.new(config_extra: "[server]\nrequests_per_second_per_uid = 2\nrequest_burst_per_uid = 1\n")
     @client = Keyhole::Client.new(socket: @harness.socket)
     @client.ping
@@ -79,16 +91,8 @@ class RestartTest < Minitest::Test
                  "a wait past the deadline is not taken"
     waiting.close
     short.close
-  end
-
-  private
-
-  # Runs the block in a loop from "chaos N MS" until the harness says the chaos is done.
-  def chaos(cycles, ms)
-    assert_equal({ "ok" => true }, @harness.command("chaos #{cycles} #{ms}"))
-    done = nil
-    watcher = Thread.new { done = @harness.lines.pop }
-    yield while watcher.alive?
-    assert_equal "done", done && done["chaos"], "chaos: #{done.inspect}"
+  ensure
+    @client&.close
+    @harness&.stop
   end
 end
