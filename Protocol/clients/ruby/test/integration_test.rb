@@ -178,3 +178,16 @@ class IntegrationTest < Minitest::Test
     assert_equal 1, @client.ping["protocol"], "the parent's connection is untouched"
   end
 end
+
+# Interrupted calls (Timeout.timeout, as Rack::Timeout uses) leave the connection usable.
+class InterruptTest < Minitest::Test
+  def test_interrupted_call_leaves_the_client_usable
+    require "timeout"
+    client = Keyhole::Client.new(socket: KeyholeTest::Harness.shared.socket)
+    assert_raises(Timeout::Error) { Timeout.timeout(0.1) { client.call("debug.sleep", "ms" => 500) } }
+    assert_equal 1, client.ping["protocol"]
+    threads = Array.new(3) { Thread.new { client.call("debug.sleep", "ms" => 50) } }
+    assert_equal [{ "slept_ms" => 50 }] * 3, threads.map(&:value)
+    client.close
+  end
+end

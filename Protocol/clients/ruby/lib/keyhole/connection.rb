@@ -71,7 +71,18 @@ module Keyhole
         end
         @writing = true
       end
-      outcome = write_frame(frame, deadline)
+      begin
+        outcome = write_frame(frame, deadline)
+      rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
+        # Interrupted mid-write: part of the frame may be on the stream, so no request may follow.
+        @mu.synchronize do
+          @writing = false
+          @retired = true
+          @cv.broadcast
+          forget(id)
+        end
+        raise
+      end
       @mu.synchronize do
         @writing = false
         @cv.broadcast
@@ -102,7 +113,12 @@ module Keyhole
           return [:timeout, true]
         end
       end
-      wait(id, waiter, deadline)
+      begin
+        wait(id, waiter, deadline)
+      rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
+        @mu.synchronize { forget(id) }
+        raise
+      end
     end
 
     # No new requests on this connection; it is closed once no request waits on it.
