@@ -1,0 +1,352 @@
+# frozen_string_literal: true
+
+require "io/wait"
+require "json"
+require "socket"
+
+module Keyhole
+  # One connection to keyholed, shared by every thread of a Client (internal; use Keyhole::Client).
+  #
+  # Requests are pipelined: a thread registers its id, writes its frame and waits for the answer
+  # with that id. There is no reader thread: the first waiting thread that finds nobody reading
+  # becomes the reader, reads frames and hands each answer to the thread waiting for its id, until
+  # its own answer is in (or its deadline passes); then the next waiting thread takes over. At depth
+  # 1 a call is therefore a write and a read in the caller's own thread, with no thread switch.
+  #
+  # #request answers a pair [kind, value], for the Client to apply PROTOCOL.md section 8:
+  # - [:answer, response]  the response object (ok or error) with this id
+  # - [:not_sent, nil]     not a byte of the request went out: the connection was over (rule 1)
+  # - [:lost, nil]         written (in part or whole), and the connection ended before its answer
+  # - [:failed, error]     the connection failed as a whole: protocol_error, or keyholed's error
+  #                        with a null id about the connection (rule 4)
+  # - [:timeout, written]  the deadline passed; +written+ tells whether any byte of it went out
+  class Connection
+    MAX_RESPONSE = 16 * 1024 * 1024
+    READ_CHUNK = 64 * 1024
+    EMPTY = "".b.freeze
+
+    # One request waiting for its answer. +state+: :pending, :answered, :lost, :failed.
+    Waiter = Struct.new(:state, :value)
+
+    # The process that opened it: a forked child must not use its parent's connection.
+    attr_reader :pid
+
+    def initialize(socket)
+      @socket = socket
+      @pid = Process.pid
+      @mu = Mutex.new
+      @cv = ConditionVariable.new
+      @waiters = {}
+      @reading = false
+      @writing = false
+      @over = false     # ended or failed: nothing more is read or written
+      @retired = false  # no new requests (shutting_down, a torn write); answers still read
+      @buffer = EMPTY.dup
+    end
+
+    # True while new requests may be sent on it.
+    def usable?
+      @mu.synchronize { !@over && !@retired }
+    end
+
+    # Sends the frame (a request with +id+) and waits for its answer until +deadline+ (a monotonic
+    # time in seconds).
+    def request(id, frame, deadline)
+      waiter = Waiter.new(:pending, nil)
+      @mu.synchronize do
+        return [:not_sent, nil] if @over || @retired
+
+        @waiters[id] = waiter
+        while @writing
+          remaining = deadline - Client.now
+          if remaining <= 0
+            forget(id)
+            return [:timeout, false]
+          end
+          @cv.wait(@mu, remaining)
+          if @over || @retired
+            forget(id)
+            return [:not_sent, nil]
+          end
+        end
+        @writing = true
+      end
+      begin
+        outcome = write_frame(frame, deadline)
+      rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
+        # Interrupted mid-write: part of the frame may be on the stream, so no request may follow.
+        @mu.synchronize do
+          @writing = false
+          @retired = true
+          @cv.broadcast
+          forget(id)
+        end
+        raise
+      end
+      @mu.synchronize do
+        @writing = false
+        @cv.broadcast
+        case outcome
+        when :ok
+          nil
+        when :not_sent
+          # The connection is over (EPIPE, ECONNRESET): no new request goes on it.
+          forget(id)
+          @retired = true
+          close_if_idle
+          return [:not_sent, nil]
+        when :timeout_unsent
+          forget(id)
+          return [:timeout, false]
+        when :broken
+          # Part of the frame went out and the connection broke: written, its answer cannot come.
+          forget(id)
+          @retired = true
+          close_if_idle
+          return [:lost, nil]
+        when :timeout_partial
+          # The stream now holds part of a frame: no further request can follow it. Requests already
+          # written on it may still be answered, so it stays open for them.
+          forget(id)
+          @retired = true
+          close_if_idle
+          return [:timeout, true]
+        end
+      end
+      begin
+        wait(id, waiter, deadline)
+      rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
+        @mu.synchronize { forget(id) }
+        raise
+      end
+    end
+
+    # No new requests on this connection; it is closed once no request waits on it.
+    def retire
+      @mu.synchronize do
+        @retired = true
+        close_if_idle
+      end
+    end
+
+    # Ends the connection: every waiting request fails with +error+ (or counts as lost when nil).
+    def close(error = nil)
+      @mu.synchronize { end_connection(error) }
+    end
+
+    # Drops a connection inherited across fork without touching the parent's: only this process's
+    # descriptor is closed.
+    def abandon
+      @mu.synchronize do
+        @over = true
+        @waiters.clear
+        begin
+          @socket.close
+        rescue IOError
+          nil
+        end
+      end
+    end
+
+    private
+
+    def wait(id, waiter, deadline)
+      loop do
+        @mu.synchronize do
+          loop do
+            return finish(waiter) unless waiter.state == :pending
+
+            remaining = deadline - Client.now
+            if remaining <= 0
+              forget(id)
+              return [:timeout, true]
+            end
+            break unless @reading
+
+            @cv.wait(@mu, remaining)
+          end
+          @reading = true
+        end
+        begin
+          read_until(waiter, deadline)
+        ensure
+          @mu.synchronize do
+            @reading = false
+            @cv.broadcast
+            close_if_idle
+          end
+        end
+      end
+    end
+
+    def finish(waiter)
+      case waiter.state
+      when :answered then [:answer, waiter.value]
+      when :lost then [:lost, waiter.value]
+      else [:failed, waiter.value]
+      end
+    end
+
+    # Called with @mu held.
+    def forget(id)
+      @waiters.delete(id)
+      close_if_idle
+    end
+
+    # Called with @mu held.
+    def close_if_idle
+      return unless @retired && @waiters.empty? && !@over && !@reading && !@writing
+
+      end_connection(nil)
+    end
+
+    # Called with @mu held. Fails every waiting request and closes the socket. +how+ tells how a
+    # connection that ended without an error ended: :eof, or :reset (ECONNRESET: keyholed closed it
+    # with bytes of ours unread, or never accepted it).
+    def end_connection(error, how = :eof)
+      @over = true
+      @waiters.each_value do |w|
+        if error
+          w.state = :failed
+          w.value = error
+        else
+          w.state = :lost
+          w.value = how
+        end
+      end
+      @waiters.clear
+      @cv.broadcast
+      begin
+        @socket.close
+      rescue IOError
+        nil
+      end
+    end
+
+    def write_frame(frame, deadline)
+      sent = 0
+      total = frame.bytesize
+      while sent < total
+        chunk = sent.zero? ? frame : frame.byteslice(sent, total - sent)
+        n = @socket.write_nonblock(chunk, exception: false)
+        if n == :wait_writable
+          remaining = deadline - Client.now
+          return(sent.zero? ? :timeout_unsent : :timeout_partial) if remaining <= 0
+
+          @socket.wait_writable(remaining)
+        else
+          sent += n
+        end
+      end
+      :ok
+    rescue SystemCallError, IOError
+      sent.zero? ? :not_sent : :broken
+    end
+
+    # The reader's loop: reads and dispatches answers until +waiter+'s own is in, the connection is
+    # over, or the deadline passes.
+    def read_until(waiter, deadline)
+      while waiter.state == :pending
+        data = @socket.read_nonblock(READ_CHUNK, exception: false)
+        if data == :wait_readable
+          remaining = deadline - Client.now
+          return if remaining <= 0
+
+          @socket.wait_readable(remaining)
+        elsif data.nil?
+          @mu.synchronize { end_connection(nil) }
+        else
+          @buffer << data
+          take_frames
+        end
+      end
+    rescue Errno::ECONNRESET
+      @mu.synchronize { end_connection(nil, :reset) unless @over }
+    rescue SystemCallError, IOError
+      # Another failure, or the socket closed under us (Client#close): the connection is over.
+      @mu.synchronize { end_connection(nil) unless @over }
+    end
+
+    # Dispatches every complete frame in the buffer. A length is checked as soon as its four bytes
+    # are in, before any more of the frame is waited for.
+    def take_frames
+      offset = 0
+      size = @buffer.bytesize
+      while size - offset >= 4
+        length = @buffer.unpack1("N", offset: offset)
+        if length.zero? || length > MAX_RESPONSE
+          return protocol_error("keyholed sent a frame length of #{length} (allowed: 1 to #{MAX_RESPONSE})")
+        end
+        break if size - offset - 4 < length
+
+        payload = @buffer.byteslice(offset + 4, length)
+        offset += 4 + length
+        return unless dispatch(payload)
+      end
+      @buffer = offset.zero? ? @buffer : @buffer.byteslice(offset, size - offset)
+    end
+
+    # Hands one answer to its waiter. False when the connection is over.
+    def dispatch(payload)
+      payload.force_encoding(Encoding::UTF_8)
+      unless payload.valid_encoding?
+        protocol_error("keyholed sent a payload that is not UTF-8")
+        return false
+      end
+      begin
+        response = JSON.parse(payload)
+      rescue JSON::ParserError
+        protocol_error("keyholed sent a payload that is not JSON")
+        return false
+      end
+      problem = response_problem(response)
+      if problem
+        protocol_error("keyholed sent #{problem}")
+        return false
+      end
+      id = response["id"]
+      @mu.synchronize do
+        if id.nil?
+          # About the connection (overloaded on connect, bad_frame, frame_too_large): keyholed closes
+          # it; every request waiting on it fails with that error (rule 4). An ok answer with a null
+          # id answers nothing this client sent: dropped.
+          return true if response["ok"]
+
+          end_connection(Error.from_wire(response["error"]))
+          return false
+        end
+        waiter = @waiters.delete(id)
+        if waiter
+          waiter.state = :answered
+          waiter.value = response
+          @cv.broadcast
+        end
+        close_if_idle
+      end
+      true
+    end
+
+    def response_problem(response)
+      return "a payload that is not a JSON object" unless response.is_a?(Hash)
+
+      id = response["id"]
+      return "a response whose id is neither an integer, a string nor null" unless id.nil? || id.is_a?(Integer) || id.is_a?(String)
+
+      case response["ok"]
+      when true
+        return "an ok response without a result object" unless response["result"].is_a?(Hash)
+      when false
+        error = response["error"]
+        return "an error response without an error object" unless error.is_a?(Hash)
+        return "an error response without a string code" unless error["code"].is_a?(String)
+      else
+        return "an object that is not a response (ok neither true nor false)"
+      end
+      nil
+    end
+
+    def protocol_error(message)
+      @mu.synchronize { end_connection(ProtocolError.new(message)) }
+    end
+  end
+end

@@ -1,0 +1,98 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# example/app.rb as a child process (ruby, Rack, WEBrick) against a real keyholed, over real HTTP.
+class ExampleTest < Minitest::Test
+  APP = File.join(KeyholeTest::CLIENT_DIR, "example", "app.rb")
+
+  def harness = KeyholeTest::Harness.shared
+
+  def teardown
+    stop_app
+  end
+
+  def test_sign_in_page_sign_out
+    port = start_app(harness.socket)
+    response = post(port, "/signin", "id_token" => harness.token)
+    assert_equal "303", response.code
+    assert_equal "/", URI(response["location"]).path
+    cookie = response["set-cookie"]
+    assert_match(/\Akh_session=kh_[A-Za-z0-9_-]{43}; /, cookie)
+    %w[HttpOnly Secure SameSite=Lax Path=/].each { |attribute| assert_includes cookie.split("; "), attribute }
+    session = cookie[/\Akh_session=([^;]+)/, 1]
+
+    page = get(port, "/", session)
+    assert_equal "200", page.code
+    assert_includes page.body, harness.sub
+
+    signed_out = post(port, "/signout", {}, session)
+    assert_equal "303", signed_out.code
+    assert_match(/\Akh_session=; Max-Age=0; /, signed_out["set-cookie"])
+    assert_equal "401", get(port, "/", session).code, "the old cookie no longer signs in"
+    error = assert_raises(Keyhole::Error) { Keyhole::Client.new(socket: harness.socket).get_session(session) }
+    assert_equal "session_not_found", error.code
+  end
+
+  def test_not_signed_in_is_401
+    port = start_app(harness.socket)
+    response = get(port, "/")
+    assert_equal "401", response.code
+    assert_equal 'Bearer realm="keyhole"', response["www-authenticate"]
+  end
+
+  def test_forged_token_is_401_without_a_session
+    port = start_app(harness.socket)
+    header, payload, signature = harness.token.split(".")
+    response = post(port, "/signin", "id_token" => [header, payload, "A#{signature[1..]}"].join("."))
+    assert_equal "401", response.code
+    assert_nil response["set-cookie"]
+  end
+
+  def test_unreachable_keyholed_is_503
+    token = Keyhole::Client.new(socket: harness.socket).create_session("rb-example-503")["session"]
+    port = start_app(KeyholeTest.socket_path("nobody"))
+    response = get(port, "/", token)
+    assert_equal "503", response.code
+    refute_includes response.body, "rb-example-503"
+  end
+
+  private
+
+  def start_app(socket)
+    @out_r, out_w = IO.pipe
+    env = { "PORT" => "0", "KEYHOLE_SOCKET" => socket, "KEYHOLE_TIMEOUT" => "0.5" }
+    @pid = Process.spawn(env, RbConfig.ruby, APP, out: out_w, err: File::NULL)
+    out_w.close
+    line = @out_r.gets
+    assert_match(/\Alistening \d+\n\z/, line.to_s, "the example did not start")
+    Integer(line.split[1])
+  end
+
+  def stop_app
+    return unless @pid
+
+    Process.kill("TERM", @pid)
+    status = KeyholeTest.wait_exit(@pid)
+    @out_r.close
+    @pid = nil
+    assert status, "the example exits on SIGTERM"
+  end
+
+  def get(port, path, session = nil)
+    Net::HTTP.start("127.0.0.1", port) do |http|
+      request = Net::HTTP::Get.new(path)
+      request["Cookie"] = "kh_session=#{session}" if session
+      http.request(request)
+    end
+  end
+
+  def post(port, path, form, session = nil)
+    Net::HTTP.start("127.0.0.1", port) do |http|
+      request = Net::HTTP::Post.new(path)
+      request.set_form_data(form)
+      request["Cookie"] = "kh_session=#{session}" if session
+      http.request(request)
+    end
+  end
+end
