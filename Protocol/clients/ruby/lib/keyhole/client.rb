@@ -63,7 +63,6 @@ module Keyhole
       resent = false   # the one re-send of a written request has been used
       written = false  # some attempt of this call went out, so its effect may be unknown
       unsent = 0       # connections that ended before this call's request went out
-      resets = 0       # connections reset with this call's request unread
       loop do
         connection = connection_for(deadline, written, op)
         id = next_id
@@ -93,15 +92,6 @@ module Keyhole
           next
         when :lost
           written = true
-          if safe && value == :reset
-            # ECONNRESET: keyholed closed the connection with bytes of ours unread, or never accepted
-            # it (a connection left in the backlog of a socket that was then closed: keyholed
-            # restarted with its socket gone for a moment). The request was not read; a safe one is
-            # sent again without using up its one re-send, backing off after the first.
-            resets += 1
-            backoff(deadline, resets, op, written) if resets > 1
-            next
-          end
           if safe && !resent
             resent = true
             next
