@@ -242,15 +242,9 @@ func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
 	if !utf8.Valid(body) {
 		return 0, false, o, errors.New("not UTF-8")
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		if _, ok := err.(*json.UnmarshalTypeError); ok {
-			return 0, false, o, errors.New("not a JSON object")
-		}
-		return 0, false, o, fmt.Errorf("not JSON: %v", err)
-	}
-	if m == nil {
-		return 0, false, o, errors.New("not a JSON object")
+	m, err := topLevelMembers(body)
+	if err != nil {
+		return 0, false, o, err
 	}
 	if raw, ok := m["id"]; ok && !bytes.Equal(raw, []byte("null")) {
 		hasID = true
@@ -275,7 +269,7 @@ func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
 		if len(r) == 0 || r[0] != '{' {
 			return 0, false, o, errors.New("ok is true but result is not an object")
 		}
-		o.result = r
+		o.result = json.RawMessage(r)
 	case "false":
 		e, perr := parseError(m["error"])
 		if perr != nil {
@@ -288,7 +282,7 @@ func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
 	return id, hasID, o, nil
 }
 
-func parseError(raw json.RawMessage) (*Error, error) {
+func parseError(raw []byte) (*Error, error) {
 	var m map[string]json.RawMessage
 	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
 		return nil, errors.New("ok is false but error is not an object")
