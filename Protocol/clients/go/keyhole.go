@@ -202,7 +202,7 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 			if safe {
 				why = "its re-send was lost too"
 			}
-			return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer (%s): outcome unknown [%v]", why, o.lost), o.lost)
+			return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer (%s): outcome unknown: %v", why, o.lost), o.lost)
 		case timedOut:
 			return nil, clientError(CodeTimeout, fmt.Sprintf("no answer to %s within the deadline", op), ctx.Err())
 		}
