@@ -1,0 +1,161 @@
+// Command bench times one call at depth 1 from Go: keyholed's session.get through this client,
+// against a plain RESP GET of a 300-byte value over net.Conn to redis-server's Unix socket.
+//
+//	go run ./bench --keyhole SOCKET --redis-socket PATH --seconds S
+//
+// One process, one connection each, one call at a time. It creates its own session and sets its
+// own key, warms up, then alternates rounds of each and prints one JSON line: the medians over
+// rounds of the mean µs per call.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	keyhole "keyhole/clients/go"
+)
+
+func main() {
+	khSocket := flag.String("keyhole", "", "keyholed's socket")
+	redisSocket := flag.String("redis-socket", "", "redis-server's Unix socket")
+	seconds := flag.Float64("seconds", 5, "how long to measure, both together")
+	flag.Parse()
+	if *khSocket == "" || *redisSocket == "" {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	kh, err := keyhole.Dial(ctx, *khSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer kh.Close()
+	s, err := kh.CreateSession(ctx, fmt.Sprintf("bench-go-%d", os.Getpid()), keyhole.SessionOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rc, err := net.Dial("unix", *redisSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rc.Close()
+	r := &resp{c: rc, br: bufio.NewReader(rc)}
+	key := fmt.Sprintf("bench:go:%d", os.Getpid())
+	value := strings.Repeat("v", 300)
+	if err := r.do("SET", key, value); err != nil {
+		log.Fatal(err)
+	}
+
+	khCall := func() {
+		if _, err := kh.GetSession(ctx, s.Token); err != nil {
+			log.Fatal(err)
+		}
+	}
+	redisGet := func() {
+		if err := r.do("GET", key); err != nil {
+			log.Fatal(err)
+		}
+		if len(r.last) != 300 {
+			log.Fatalf("GET returned %d bytes", len(r.last))
+		}
+	}
+	for i := 0; i < 2000; i++ { // warm up
+		khCall()
+		redisGet()
+	}
+	const roundCalls = 500
+	var khRounds, redisRounds []float64
+	calls := 0
+	end := time.Now().Add(time.Duration(*seconds * float64(time.Second)))
+	for time.Now().Before(end) || len(khRounds) < 3 {
+		khRounds = append(khRounds, round(khCall, roundCalls))
+		redisRounds = append(redisRounds, round(redisGet, roundCalls))
+		calls += roundCalls
+	}
+	kh.RevokeSession(ctx, s.Token)
+	r.do("DEL", key)
+	out, _ := json.Marshal(map[string]any{"client": "go", "keyhole_session_get_us": median(khRounds),
+		"redis_get_us": median(redisRounds), "calls": calls})
+	fmt.Println(string(out))
+}
+
+// round returns the mean µs per call of n calls.
+func round(f func(), n int) float64 {
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		f()
+	}
+	return float64(time.Since(start).Microseconds()) / float64(n)
+}
+
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	m := xs[len(xs)/2]
+	if len(xs)%2 == 0 {
+		m = (xs[len(xs)/2-1] + m) / 2
+	}
+	return float64(int(m*100+0.5)) / 100
+}
+
+// resp is a minimal RESP2 client: commands as arrays of bulk strings, replies read whole.
+type resp struct {
+	c    net.Conn
+	br   *bufio.Reader
+	buf  []byte
+	last []byte
+}
+
+func (r *resp) do(args ...string) error {
+	b := r.buf[:0]
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, "\r\n"...)
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, a...)
+		b = append(b, "\r\n"...)
+	}
+	r.buf = b
+	if _, err := r.c.Write(b); err != nil {
+		return err
+	}
+	line, err := r.br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	switch line[0] {
+	case '+', ':':
+		return nil
+	case '-':
+		return fmt.Errorf("redis: %s", strings.TrimSpace(string(line[1:])))
+	case '$':
+		n, err := strconv.Atoi(strings.TrimSpace(string(line[1:])))
+		if err != nil || n < 0 {
+			r.last = nil
+			return err
+		}
+		if cap(r.last) < n+2 {
+			r.last = make([]byte, n+2)
+		}
+		r.last = r.last[:n+2]
+		if _, err := io.ReadFull(r.br, r.last); err != nil {
+			return err
+		}
+		r.last = r.last[:n]
+		return nil
+	}
+	return fmt.Errorf("redis: unexpected reply %q", line)
+}

@@ -1,0 +1,127 @@
+// Command example is a small web app that signs users in with Keyhole, using net/http only.
+//
+//	POST /signin   form field id_token: token.verify, then session.create; sets the kh_session
+//	               cookie and redirects to / (401 for a token that does not verify)
+//	GET  /         the signed-in user's page (401 when not signed in, 503 when keyholed is unreachable)
+//	POST /signout  session.revoke of the cookie's session, clears the cookie, redirects to /
+//
+// It listens on 127.0.0.1:$PORT (0: any free port) and prints "listening <port>"; keyholed's socket
+// is $KEYHOLE_SOCKET (else /run/keyhole/keyhole.sock); $KEYHOLE_TIMEOUT_MS sets the calls' deadline
+// (default 5000).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	keyhole "keyhole/clients/go"
+)
+
+func main() {
+	var opts []keyhole.Option
+	if ms, err := strconv.Atoi(os.Getenv("KEYHOLE_TIMEOUT_MS")); err == nil && ms > 0 {
+		opts = append(opts, keyhole.WithTimeout(time.Duration(ms)*time.Millisecond))
+	}
+	kh, err := keyhole.Dial(context.Background(), "", opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer kh.Close()
+
+	mux := http.NewServeMux()
+	auth := keyhole.Middleware(keyhole.MiddlewareOptions{Client: kh, Required: true})
+	mux.Handle("/", auth(http.HandlerFunc(home)))
+	mux.HandleFunc("/signin", signIn(kh))
+	mux.HandleFunc("/signout", signOut(kh))
+
+	ln, err := net.Listen("tcp", "127.0.0.1:"+envOr("PORT", "0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("listening %d\n", ln.Addr().(*net.TCPAddr).Port)
+	log.Fatal(http.Serve(ln, mux))
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func home(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" {
+		http.NotFound(w, r)
+		return
+	}
+	s, _ := keyhole.SessionFromContext(r.Context())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprintf(w, `<!doctype html><title>Keyhole example</title>
+<p>Signed in as <b>%s</b> (issuer %s).</p>
+<form method="post" action="/signout"><button>Sign out</button></form>
+`, html.EscapeString(s.Sub), html.EscapeString(s.Issuer))
+}
+
+func signIn(kh *keyhole.Client) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		idToken := r.PostFormValue("id_token")
+		if idToken == "" {
+			http.Error(w, "id_token is required", http.StatusBadRequest)
+			return
+		}
+		v, err := kh.VerifyToken(r.Context(), idToken, keyhole.VerifyOptions{})
+		if err != nil {
+			if keyhole.IsTokenError(err) {
+				http.Error(w, "the identity token does not verify", http.StatusUnauthorized)
+			} else {
+				unavailable(w, err)
+			}
+			return
+		}
+		s, err := kh.CreateSession(r.Context(), v.Sub, keyhole.SessionOptions{Issuer: v.Issuer})
+		if err != nil {
+			unavailable(w, err)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: keyhole.DefaultCookieName, Value: s.Token, Path: "/",
+			HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	}
+}
+
+func signOut(kh *keyhole.Client) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		if c, err := r.Cookie(keyhole.DefaultCookieName); err == nil && c.Value != "" {
+			if _, err := kh.RevokeSession(r.Context(), c.Value); err != nil && !errors.Is(err, keyhole.ErrBadRequest) {
+				unavailable(w, err) // the session may still be live: keep the cookie, let the user retry
+				return
+			}
+		}
+		http.SetCookie(w, &http.Cookie{Name: keyhole.DefaultCookieName, Value: "", Path: "/", MaxAge: -1,
+			HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	}
+}
+
+func unavailable(w http.ResponseWriter, err error) {
+	log.Printf("keyhole: %v", err) // codes and messages only: never a token
+	http.Error(w, "sign-in is unavailable, try again shortly", http.StatusServiceUnavailable)
+}

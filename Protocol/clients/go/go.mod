@@ -1,0 +1,3 @@
+module keyhole/clients/go
+
+go 1.19

@@ -1,0 +1,292 @@
+package keyhole
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// A strict RFC 8259 reader for the one thing the connection's reader needs: a response payload's
+// top-level members, each as its raw bytes. encoding/json's validating scanner manages some tens
+// of MB/s, too slow for a 16 MiB answer within a call's deadline; this one skips strings with
+// bytes.IndexByte. (Results are decoded with encoding/json afterwards, by the caller.)
+
+const maxDepth = 512
+
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+var errJSON = errors.New("not JSON")
+
+// topLevelMembers returns the members of the JSON object b (the last of a repeated name wins, as
+// encoding/json does). b must hold exactly one value, with only whitespace around it.
+func topLevelMembers(b []byte) (map[string][]byte, error) {
+	s := &jsonScanner{b: b}
+	s.space()
+	if s.i >= len(b) || b[s.i] != '{' {
+		if _, err := s.value(0); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("not a JSON object")
+	}
+	members := map[string][]byte{}
+	s.i++
+	s.space()
+	if s.peek() == '}' {
+		s.i++
+	} else {
+		for {
+			s.space()
+			start := s.i
+			if err := s.str(); err != nil {
+				return nil, err
+			}
+			name, ok := plainString(b[start:s.i])
+			s.space()
+			if s.peek() != ':' {
+				return nil, s.fail("':'")
+			}
+			s.i++
+			s.space()
+			raw, err := s.value(1)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				members[name] = raw
+			} // a name with escapes is none of the members we read
+			s.space()
+			if c := s.peek(); c == ',' {
+				s.i++
+				continue
+			} else if c == '}' {
+				s.i++
+				break
+			}
+			return nil, s.fail("',' or '}'")
+		}
+	}
+	s.space()
+	if s.i != len(b) {
+		return nil, s.fail("end of input")
+	}
+	return members, nil
+}
+
+// plainString returns a quoted string's text when it has no escapes.
+func plainString(q []byte) (string, bool) {
+	inner := q[1 : len(q)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		return "", false
+	}
+	return string(inner), true
+}
+
+func (s *jsonScanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *jsonScanner) fail(want string) error {
+	return fmt.Errorf("%w: expected %s at byte %d", errJSON, want, s.i)
+}
+
+func (s *jsonScanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// value skips one value and returns its bytes.
+func (s *jsonScanner) value(depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d", errJSON, maxDepth)
+	}
+	start := s.i
+	switch c := s.peek(); {
+	case c == '"':
+		if err := s.str(); err != nil {
+			return nil, err
+		}
+	case c == '{' || c == '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		s.i++
+		s.space()
+		if s.peek() == closer {
+			s.i++
+			break
+		}
+		for {
+			s.space()
+			if c == '{' {
+				if err := s.str(); err != nil {
+					return nil, err
+				}
+				s.space()
+				if s.peek() != ':' {
+					return nil, s.fail("':'")
+				}
+				s.i++
+				s.space()
+			}
+			if _, err := s.value(depth + 1); err != nil {
+				return nil, err
+			}
+			s.space()
+			if n := s.peek(); n == ',' {
+				s.i++
+				continue
+			} else if n == closer {
+				s.i++
+				break
+			}
+			return nil, s.fail("',' or the end of a container")
+		}
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		if err := s.number(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, s.fail("a value")
+	}
+	return s.b[start:s.i], nil
+}
+
+func (s *jsonScanner) literal(word string) ([]byte, error) {
+	if !bytes.HasPrefix(s.b[s.i:], []byte(word)) {
+		return nil, s.fail(word)
+	}
+	s.i += len(word)
+	return s.b[s.i-len(word) : s.i], nil
+}
+
+func (s *jsonScanner) digits() int {
+	n := 0
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+		n++
+	}
+	return n
+}
+
+func (s *jsonScanner) number() error {
+	if s.peek() == '-' {
+		s.i++
+	}
+	if s.peek() == '0' {
+		s.i++
+	} else if s.digits() == 0 {
+		return s.fail("a digit")
+	}
+	if s.peek() == '.' {
+		s.i++
+		if s.digits() == 0 {
+			return s.fail("a digit")
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if s.digits() == 0 {
+			return s.fail("a digit")
+		}
+	}
+	return nil
+}
+
+// str skips a string (the payload is known to be UTF-8 already).
+func (s *jsonScanner) str() error {
+	if s.peek() != '"' {
+		return s.fail("a string")
+	}
+	s.i++
+	for {
+		q := bytes.IndexByte(s.b[s.i:], '"')
+		if q < 0 {
+			return s.fail("the end of a string")
+		}
+		seg := s.b[s.i : s.i+q]
+		if bytes.IndexByte(seg, '\\') < 0 {
+			if hasControl(seg) {
+				return s.fail("no control character in a string")
+			}
+			s.i += q + 1
+			return nil
+		}
+		// Escapes: walk this stretch byte by byte.
+		for s.i < len(s.b) {
+			c := s.b[s.i]
+			switch {
+			case c == '"':
+				s.i++
+				return nil
+			case c < 0x20:
+				return s.fail("no control character in a string")
+			case c == '\\':
+				s.i++
+				switch s.peek() {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					s.i++
+				case 'u':
+					if s.i+5 > len(s.b) || !isHex4(s.b[s.i+1:s.i+5]) {
+						return s.fail("four hex digits")
+					}
+					s.i += 5
+				default:
+					return s.fail("an escape")
+				}
+			default:
+				s.i++
+			}
+		}
+		return s.fail("the end of a string")
+	}
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// hasControl reports whether b has a byte below 0x20 (checked 8 bytes at a time).
+func hasControl(b []byte) bool {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		// A byte below 0x20 in x: its (x - 0x20) borrows into the high bit while x's high bit is clear.
+		x := uint64(b[i]) | uint64(b[i+1])<<8 | uint64(b[i+2])<<16 | uint64(b[i+3])<<24 |
+			uint64(b[i+4])<<32 | uint64(b[i+5])<<40 | uint64(b[i+6])<<48 | uint64(b[i+7])<<56
+		if (x-0x2020202020202020)&^x&0x8080808080808080 != 0 {
+			return true
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] < 0x20 {
+			return true
+		}
+	}
+	return false
+}

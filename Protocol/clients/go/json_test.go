@@ -1,0 +1,56 @@
+package keyhole
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// The response reader's JSON scanner agrees with encoding/json on what is a JSON object.
+func TestTopLevelMembersAgreesWithEncodingJSON(t *testing.T) {
+	inputs := []string{
+		`{}`, ` { } `, `{"a":1}`, `{"a":-0.5e+3,"b":[1,2,{"c":null}],"d":"x\"y\\u00e9\n"}`,
+		`{"a":true,"b":false,"c":null}`, `{"a":"\u0000"}`, `{"a":[]}`, `{"a":{}}`, `{"a":[[[]]]}`,
+		`[]`, `null`, `"s"`, `1`, ``, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`, `{"a":01}`, `{"a":1.}`,
+		`{"a":.5}`, `{"a":1e}`, `{"a":-}`, `{"a":NaN}`, `{"a":tru}`, `{"a":"\x"}`, `{"a":"\u12"}`,
+		"{\"a\":\"tab\there\"}", "{\"a\":\"nl\nhere\"}", `{"a":1}x`, `{"a":1}{}`, `{'a':1}`,
+		`{"a":[1,]}`, `{"a":[,1]}`, `{"a" 1}`, `{"a":"x"`, `{"a":"x`, `{"a":[1 2]}`,
+		`{"a":"\/"}`, `{"a":1E5,"b":-0}`, `{"a":-01}`, `{"\u0061":1}`,
+	}
+	for _, in := range inputs {
+		var m map[string]json.RawMessage
+		want := json.Valid([]byte(in)) && json.Unmarshal([]byte(in), &m) == nil && m != nil
+		got, err := topLevelMembers([]byte(in))
+		if (err == nil) != want {
+			t.Errorf("%q: scanner says %v (%v), encoding/json says %v", in, err == nil, err, want)
+			continue
+		}
+		for k, v := range m {
+			if k == "a" && in != `{"\u0061":1}` && string(got[k]) != string(v) {
+				t.Errorf("%q: member %s = %q, want %q", in, k, got[k], v)
+			}
+		}
+	}
+	if _, err := topLevelMembers([]byte(`{"a":` + repeat("[", maxDepth+2) + repeat("]", maxDepth+2) + `}`)); err == nil {
+		t.Error("nesting past the limit was accepted")
+	}
+}
+
+func repeat(s string, n int) string {
+	out := ""
+	for i := 0; i < n; i++ {
+		out += s
+	}
+	return out
+}
+
+func TestHasControl(t *testing.T) {
+	for i := 0; i < 256; i++ {
+		for pos := 0; pos < 17; pos++ {
+			b := []byte("abcdefghijklmnopq")
+			b[pos] = byte(i)
+			if hasControl(b) != (i < 0x20) {
+				t.Fatalf("byte %#x at %d: %v", i, pos, hasControl(b))
+			}
+		}
+	}
+}

@@ -1,0 +1,325 @@
+// Package keyhole is a client for keyholed, Keyhole's local authentication daemon (Go 1.19 and
+// later, standard library only).
+//
+// keyholed listens on a Unix domain socket and speaks the protocol of Protocol/PROTOCOL.md: each
+// message is a 4-byte big-endian length and one UTF-8 JSON object.
+//
+//	kh, err := keyhole.Dial(ctx, "") // $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock
+//	if err != nil { ... }
+//	defer kh.Close()
+//	s, err := kh.GetSession(ctx, token)
+//	if errors.Is(err, keyhole.ErrSessionNotFound) { ... } // not signed in
+//
+// One Client is safe for any number of goroutines: it keeps one connection and multiplexes their
+// requests on it, matching answers by id. Each call's deadline is the earlier of its context's and
+// the client's timeout (default 5 s), and covers connecting, waiting to reconnect, writing and the
+// answer. Reconnects and re-sends follow PROTOCOL.md section 8 (see the README).
+package keyhole
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultSocket is keyholed's socket when neither Dial's path nor $KEYHOLE_SOCKET names one.
+const DefaultSocket = "/run/keyhole/keyhole.sock"
+
+// DefaultTimeout is a call's deadline when its context has an earlier one or none.
+const DefaultTimeout = 5 * time.Second
+
+const (
+	firstBackoff = 10 * time.Millisecond
+	maxBackoff   = 500 * time.Millisecond
+)
+
+// Option changes a Client's settings at Dial.
+type Option func(*Client)
+
+// WithTimeout sets the longest a call may take (default 5 s); a context's earlier deadline wins.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithWaitOverloaded makes a call answered overloaded with retry_after_ms wait that long and try
+// again, as long as the wait ends before its deadline (off by default: the error reaches the caller).
+func WithWaitOverloaded(on bool) Option { return func(c *Client) { c.waitOverloaded = on } }
+
+// Client is a connection to keyholed shared by goroutines. Make one per process with Dial.
+type Client struct {
+	path           string
+	timeout        time.Duration
+	waitOverloaded bool
+
+	nextID  uint64        // atomic; ids start at 1 and are unique over the client's connections
+	dialing chan struct{} // one goroutine dials at a time
+
+	mu     sync.Mutex
+	cur    *conn
+	conns  map[*conn]struct{} // every connection whose reader still runs
+	closed bool
+
+	written func() // tests: called when a request is written whole
+}
+
+// Dial makes a client for keyholed's socket at path (empty: $KEYHOLE_SOCKET, else DefaultSocket).
+// It connects lazily, on the first call, so it fails only when ctx has already ended: an
+// unreachable keyholed is reported by each call (unavailable), and the client reconnects by itself.
+func Dial(ctx context.Context, path string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		path = os.Getenv("KEYHOLE_SOCKET")
+	}
+	if path == "" {
+		path = DefaultSocket
+	}
+	c := &Client{path: path, timeout: DefaultTimeout, dialing: make(chan struct{}, 1), conns: make(map[*conn]struct{})}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Path is the socket the client connects to.
+func (c *Client) Path() string { return c.path }
+
+// Close closes the client's connections. Calls in flight fail (connection_lost, or unavailable if
+// their request was not yet written), and so does every later call.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.cur = nil
+	conns := make([]*conn, 0, len(c.conns))
+	for cn := range c.conns {
+		conns = append(conns, cn)
+	}
+	c.mu.Unlock()
+	for _, cn := range conns {
+		cn.close()
+		<-cn.done
+	}
+	return nil
+}
+
+// Call sends operation op with args (nil: none) and returns its result object. JSON numbers in the
+// result are json.Number, so 64-bit integers keep every digit. A failure is an *Error; args that
+// cannot be encoded as JSON give a plain error and nothing is sent.
+func (c *Client) Call(ctx context.Context, op string, args map[string]any) (map[string]any, error) {
+	var a any
+	if args != nil {
+		a = args
+	}
+	raw, err := c.call(ctx, op, a)
+	if err != nil {
+		return nil, err
+	}
+	return decodeMap(raw)
+}
+
+func decodeMap(raw json.RawMessage) (map[string]any, error) {
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		return nil, clientError(CodeProtocolError, "result: "+err.Error(), nil)
+	}
+	return m, nil
+}
+
+// call is Call without decoding the result.
+func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage, error) {
+	if args == nil {
+		args = struct{}{}
+	}
+	argsJSON, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("keyhole: %s: args: %w", op, err)
+	}
+	opJSON, _ := json.Marshal(op)
+	if len(argsJSON)+len(opJSON)+64 > MaxFrameBytes {
+		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, len(argsJSON))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	safe := SafeToRepeat(op)
+	resent := false
+	backoff := time.Duration(0)
+	for {
+		id := atomic.AddUint64(&c.nextID, 1)
+		frame := encodeRequest(id, opJSON, argsJSON)
+		cn, err := c.connection(ctx)
+		if err != nil {
+			return nil, err
+		}
+		st, o := cn.send(ctx, id, frame)
+		switch st {
+		case answered:
+			if o.err == nil {
+				return o.result, nil
+			}
+			switch o.err.Code {
+			case CodeShuttingDown: // rule 3: nothing more on that connection
+				cn.stopAccepting()
+				if safe && !resent {
+					resent = true
+					continue
+				}
+			case CodeOverloaded: // rule 5
+				if c.waitOverloaded && o.err.RetryAfterMs > 0 && sleep(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
+					continue
+				}
+			}
+			return nil, o.err
+		case notWritten: // rule 1, unless keyholed said why it closed (rule 4)
+			if o.err != nil {
+				if o.err.Code == CodeOverloaded && c.waitOverloaded && o.err.RetryAfterMs > 0 &&
+					sleep(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
+					continue
+				}
+				return nil, o.err.clone()
+			}
+			if backoff > 0 && !sleep(ctx, backoff) {
+				return nil, clientError(CodeUnavailable, fmt.Sprintf("keyholed at %s kept closing the connection before the request was sent", c.path), o.lost)
+			}
+			backoff = nextBackoff(backoff)
+		case lost: // rule 2
+			if c.isClosed() {
+				return nil, clientError(CodeConnectionLost, "the client was closed with the request unanswered: outcome unknown", o.lost)
+			}
+			if safe && !resent {
+				resent = true
+				continue
+			}
+			why := "operation " + op + " is not safe to repeat"
+			if safe {
+				why = "its re-send was lost too"
+			}
+			return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer (%s): outcome unknown: %v", why, o.lost), o.lost)
+		case timedOut:
+			return nil, clientError(CodeTimeout, fmt.Sprintf("no answer to %s within the deadline", op), ctx.Err())
+		}
+	}
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return firstBackoff
+	}
+	if d*2 > maxBackoff {
+		return maxBackoff
+	}
+	return d * 2
+}
+
+// sleep waits d unless that would pass ctx's deadline or ctx ends first; it reports whether it waited.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *Client) usable() (*conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, clientError(CodeUnavailable, "the client is closed", nil)
+	}
+	if c.cur != nil && c.cur.isAccepting() {
+		return c.cur, nil
+	}
+	return nil, nil
+}
+
+// connection returns the connection to send on, connecting (one goroutine at a time, waiting
+// between failed attempts from 10 ms doubling to 500 ms) until ctx's deadline.
+func (c *Client) connection(ctx context.Context) (*conn, error) {
+	var last error
+	wait := time.Duration(0)
+	var dialer net.Dialer
+	for {
+		if cn, err := c.usable(); cn != nil || err != nil {
+			return cn, err
+		}
+		select {
+		case c.dialing <- struct{}{}:
+		case <-ctx.Done():
+			return nil, c.unreachable(last, ctx)
+		}
+		if cn, err := c.usable(); cn != nil || err != nil {
+			<-c.dialing
+			return cn, err
+		}
+		nc, err := dialer.DialContext(ctx, "unix", c.path)
+		if err == nil {
+			cn := newConn(nc, c.written)
+			c.mu.Lock()
+			closed := c.closed
+			if !closed {
+				c.cur = cn
+				c.conns[cn] = struct{}{}
+			}
+			c.mu.Unlock()
+			<-c.dialing
+			if closed {
+				cn.close()
+				return nil, clientError(CodeUnavailable, "the client is closed", nil)
+			}
+			go func() {
+				<-cn.done
+				c.mu.Lock()
+				delete(c.conns, cn)
+				c.mu.Unlock()
+			}()
+			return cn, nil
+		}
+		<-c.dialing
+		last = err
+		wait = nextBackoff(wait)
+		if !sleep(ctx, wait) {
+			return nil, c.unreachable(last, ctx)
+		}
+	}
+}
+
+func (c *Client) unreachable(last error, ctx context.Context) *Error {
+	if last == nil {
+		last = ctx.Err()
+	}
+	return clientError(CodeUnavailable, fmt.Sprintf("cannot reach keyholed at %s before the deadline: %v", c.path, last), last)
+}
+
+func encodeRequest(id uint64, opJSON, argsJSON []byte) []byte {
+	b := make([]byte, 4, 4+40+len(opJSON)+len(argsJSON))
+	b = append(b, `{"v":1,"id":`...)
+	b = strconv.AppendUint(b, id, 10)
+	b = append(b, `,"op":`...)
+	b = append(b, opJSON...)
+	b = append(b, `,"args":`...)
+	b = append(b, argsJSON...)
+	b = append(b, '}')
+	n := len(b) - 4
+	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	return b
+}
