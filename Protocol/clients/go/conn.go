@@ -12,7 +12,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"unicode/utf8"
 )
 
@@ -25,7 +24,6 @@ type outcome struct {
 	result json.RawMessage
 	err    *Error
 	lost   error
-	unread bool // lost, and provably never read whole by keyholed (see readLoop)
 }
 
 // status says how a send ended.
@@ -52,9 +50,6 @@ type conn struct {
 	pending   map[uint64]chan outcome
 	accepting bool
 	connErr   *Error // keyholed's error with a null id: about the connection, which it then closes
-	// lastWritten is the id of the last request whose write began: set before the write, so that
-	// when the reader sees a reset it never takes an earlier request for the stream's last one.
-	lastWritten uint64
 
 	written func() // tests: called when a request is written whole
 }
@@ -106,9 +101,6 @@ func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outco
 	c.mu.Unlock()
 
 	c.wmu.Lock()
-	c.mu.Lock()
-	c.lastWritten = id
-	c.mu.Unlock()
 	deadline, _ := ctx.Deadline()
 	c.nc.SetWriteDeadline(deadline)
 	n, werr := c.nc.Write(frame)
@@ -154,9 +146,6 @@ func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outco
 }
 
 func classify(o outcome) (status, outcome) {
-	if o.unread {
-		return notWritten, outcome{lost: o.lost}
-	}
 	if o.lost != nil {
 		return lost, o
 	}
@@ -213,16 +202,11 @@ func (c *conn) readLoop() {
 	if fail == nil && c.connErr != nil {
 		fail = c.connErr
 	}
-	// A reset (rather than end of stream) means keyholed closed the connection with bytes of ours
-	// unread: the unread bytes are the end of what we wrote, so the request written last never
-	// reached keyholed whole and had no effect (PROTOCOL.md section 5), even after a crash. That
-	// is the case of a re-send that waited in the backlog of a listener that was then closed.
-	reset := errors.Is(cause, syscall.ECONNRESET)
 	for id, ch := range c.pending {
 		if fail != nil {
 			ch <- outcome{err: fail.clone()}
 		} else {
-			ch <- outcome{lost: cause, unread: reset && id == c.lastWritten}
+			ch <- outcome{lost: cause}
 		}
 		delete(c.pending, id)
 	}
