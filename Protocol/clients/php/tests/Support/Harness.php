@@ -16,9 +16,13 @@ final class Harness
     public string $sub;
     public string $audience;
 
-    public function __construct()
+    public function __construct(string $configExtra = '')
     {
-        $this->process = new Process(['python3', Paths::protocol('testing/keyholed_harness.py')]);
+        $command = ['python3', Paths::protocol('testing/keyholed_harness.py')];
+        if ($configExtra !== '') {
+            array_push($command, '--config-extra', $configExtra);
+        }
+        $this->process = new Process($command);
         $hello = json_decode($this->process->readLine(90.0), true, 512, JSON_THROW_ON_ERROR);
         $this->socket = $hello['socket'];
         $this->token = $hello['token'];
