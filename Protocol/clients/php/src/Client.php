@@ -153,14 +153,20 @@ final class Client
             $frame = self::encode($id, $op, $args);
             $written = $this->write($frame, $deadline, $op);
             if ($written === self::UNSENT) {
-                // Rule 1: nothing of it went out; the connection was closed. Send it on a new one.
+                // Rule 1: nothing of it went out; the connection was closed. Send it on a new
+                // one, unless keyholed said why it closed it (overloaded on connect: rule 4).
+                $refusal = $this->refusal();
                 $this->close();
-                if (++$unsent > 1) {
-                    $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
+                if ($refusal === null) {
+                    if (++$unsent > 1) {
+                        $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
+                    }
+                    continue;
                 }
-                continue;
+                $answer = ['ok' => false, 'error' => $refusal, 'connection' => true];
+            } else {
+                $answer = $written === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
             }
-            $answer = $written === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
             if ($answer === null) {
                 // Rule 2: written, and the connection ended before its answer.
                 $this->close();
@@ -317,10 +323,39 @@ final class Client
                 return $answer;
             }
             if ($answer['id'] === null && !$answer['ok']) {
-                return $answer + ['connection' => true];
+                return ['connection' => true] + $answer;
             }
             // An answer to an id this call does not wait for (an earlier call's, late): dropped.
         }
+    }
+
+    /**
+     * On a connection found closed before a request went out: the error with a null id that
+     * keyholed sent before closing it (overloaded on connect), if it is there to read.
+     */
+    private function refusal(): ?KeyholeException
+    {
+        $data = $this->buffer;
+        stream_set_blocking($this->stream, false);
+        while (strlen($data) < 65536 && is_string($chunk = @fread($this->stream, 65536)) && $chunk !== '') {
+            $data .= $chunk;
+        }
+        try {
+            while (strlen($data) >= 4) {
+                $length = unpack('N', $data)[1];
+                if ($length === 0 || strlen($data) < 4 + $length) {
+                    return null;
+                }
+                $answer = $this->decode(substr($data, 4, $length));
+                if ($answer['id'] === null && !$answer['ok']) {
+                    return $answer['error'];
+                }
+                $data = substr($data, 4 + $length);
+            }
+        } catch (KeyholeException) {
+            // Not a response: the connection is gone either way.
+        }
+        return null;
     }
 
     /** One frame's payload, or null at end of stream (or a reset). */

@@ -240,4 +240,28 @@ final class IntegrationTest extends TestCase
             $this->assertSame(0, $harness->stop());
         }
     }
+
+    public function testOverloadedOnConnectClosesTheConnection(): void
+    {
+        $harness = new Harness('[server]' . "\n" . 'max_connections_per_uid = 1');
+        try {
+            $holder = new Client($harness->socket);
+            $holder->ping();
+            $refused = new Client($harness->socket, ['timeout' => 2]);
+            for ($n = 0; $n < 5; $n++) {
+                try {
+                    $refused->ping();
+                    $this->fail('a connection over the limit was served');
+                } catch (KeyholeException $e) {
+                    $this->assertSame('overloaded', $e->code(), "$e");
+                    $this->assertSame(1000, $e->retryAfterMs());
+                    $this->assertNull($refused->stream(), 'the connection keyholed refused is closed');
+                }
+            }
+            $holder->close();
+            $this->assertSame(1, $refused->ping()['protocol']);
+        } finally {
+            $this->assertSame(0, $harness->stop());
+        }
+    }
 }
