@@ -1,0 +1,8 @@
+<?php
+
+return [
+    'defaults' => ['guard' => 'keyhole'],
+    'guards' => [
+        'keyhole' => ['driver' => 'keyhole'],
+    ],
+];

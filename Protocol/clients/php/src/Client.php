@@ -1,0 +1,639 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Keyhole;
+
+/**
+ * A blocking client for keyholed (PROTOCOL.md), PHP 8.1+, standard library only.
+ *
+ * One connection, one call at a time (PHP workers are single-threaded: this client never
+ * pipelines). The connection opens on the first call and is reused; with
+ * ['persistent' => true] it outlives the request under PHP-FPM (STREAM_CLIENT_PERSISTENT).
+ * Every connection a Client takes, new or reused, gets a fresh random id prefix, so an answer
+ * an earlier request left on a persistent socket is never taken for this one's.
+ *
+ * Options: 'timeout' (seconds per call, default 5.0: connecting, waiting to reconnect, writing
+ * and the answer), 'persistent' (bool, default false), 'retry_overloaded' (bool, default
+ * false: wait out `overloaded` within the deadline instead of throwing it).
+ */
+final class Client
+{
+    public const DEFAULT_SOCKET = '/run/keyhole/keyhole.sock';
+
+    /** The largest response payload a client must accept (PROTOCOL.md section 2). */
+    public const MAX_FRAME_BYTES = 16777216;
+
+    /**
+     * Every operation of PROTOCOL.md section 7 and whether it is safe to send again after the
+     * connection dropped with it written but unanswered (a copy of ../../ops.json, checked by
+     * OpsTableTest). An operation not listed is not safe.
+     */
+    public const SAFE_TO_REPEAT = [
+        'ping' => true,
+        'stats' => true,
+        'token.verify' => true,
+        'jwks.status' => true,
+        'jwks.refresh' => false,
+        'session.create' => false,
+        'session.get' => true,
+        'session.revoke' => true,
+        'session.revoke_all' => false,
+        'session.list' => true,
+        'user.get' => true,
+        'user.update' => false,
+        'user.delete' => false,
+        'apple.sign_in' => false,
+        'apple.notification' => false,
+        'apple.refresh_check' => false,
+        'apple.transfer.export' => false,
+        'apple.transfer.import' => false,
+        'apple.pending' => true,
+        'admin.snapshot' => false,
+        'admin.reload' => false,
+        'debug.sleep' => true,
+        'debug.echo' => true,
+        'debug.block' => false,
+    ];
+
+    private const UNSENT = 0;
+    private const WRITTEN = 1;
+    private const PARTLY_WRITTEN = 2;
+    private const BACKOFF_FIRST = 0.010;
+    private const BACKOFF_MAX = 0.500;
+
+    private string $path;
+    private float $timeout;
+    private bool $persistent;
+    private bool $retryOverloaded;
+
+    /** @var resource|null */
+    private $stream = null;
+    private string $prefix = '';
+    private int $counter = 0;
+    /** Bytes of a frame read in part when a call timed out (non-persistent connections only). */
+    private string $buffer = '';
+    /** Whether the connection's end, when the last read found it, was a reset. */
+    private bool $reset = false;
+
+    /**
+     * @param string|null $socket the socket's path; else $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock
+     * @param array{timeout?: int|float, persistent?: bool, retry_overloaded?: bool} $options
+     */
+    public function __construct(?string $socket = null, array $options = [])
+    {
+        $env = getenv('KEYHOLE_SOCKET');
+        $this->path = $socket ?? (is_string($env) && $env !== '' ? $env : self::DEFAULT_SOCKET);
+        foreach ($options as $name => $_) {
+            if (!in_array($name, ['timeout', 'persistent', 'retry_overloaded'], true)) {
+                throw new \InvalidArgumentException("Keyhole\\Client: unknown option '$name'");
+            }
+        }
+        $timeout = $options['timeout'] ?? 5.0;
+        if (!is_int($timeout) && !is_float($timeout) || $timeout <= 0) {
+            throw new \InvalidArgumentException('Keyhole\\Client: timeout must be a positive number of seconds');
+        }
+        $this->timeout = (float)$timeout;
+        $this->persistent = (bool)($options['persistent'] ?? false);
+        $this->retryOverloaded = (bool)($options['retry_overloaded'] ?? false);
+    }
+
+    public function __destruct()
+    {
+        if (!$this->persistent) {
+            $this->close();
+        }
+    }
+
+    /** The socket path this client connects to. */
+    public function socketPath(): string
+    {
+        return $this->path;
+    }
+
+    /**
+     * Closes the connection (a persistent one too); the next call opens a new one.
+     */
+    public function close(): void
+    {
+        if ($this->stream !== null) {
+            $stream = $this->stream;
+            $this->stream = null;
+            if (is_resource($stream)) {
+                @stream_socket_shutdown($stream, STREAM_SHUT_RDWR);
+                @fclose($stream);
+            }
+        }
+        $this->buffer = '';
+    }
+
+    /**
+     * Sends one request and returns its result object as an array.
+     *
+     * An empty PHP array for $args, and for a `data`, `name` or `user` member (and apple.sign_in's
+     * `session` and its `data`), is sent as a JSON object. Elsewhere pass (object)[] or
+     * new \stdClass for an empty object.
+     *
+     * @throws KeyholeException keyholed's error, or the client's own: unavailable, connection_lost,
+     *                          timeout, protocol_error
+     * @throws \InvalidArgumentException args that cannot be encoded as JSON (nothing was sent)
+     */
+    public function call(string $op, array $args = []): array
+    {
+        $deadline = hrtime(true) + (int)($this->timeout * 1e9);
+        $safe = self::SAFE_TO_REPEAT[$op] ?? false;
+        $args = self::objectify($op, $args);
+        $resent = false;
+        $unsent = 0;
+        while (true) {
+            if ($this->stream === null) {
+                $this->connect($deadline, $op);
+            }
+            $id = $this->prefix . '.' . (++$this->counter);
+            $frame = self::encode($id, $op, $args);
+            $written = $this->write($frame, $deadline, $op);
+            if ($written === self::UNSENT) {
+                // Rule 1: nothing of it went out; the connection was closed. Send it on a new
+                // one, unless keyholed said why it closed it (overloaded on connect: rule 4).
+                $refusal = $this->refusal();
+                $this->close();
+                if ($refusal === null) {
+                    if (++$unsent > 1) {
+                        $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
+                    }
+                    continue;
+                }
+                $answer = ['ok' => false, 'error' => $refusal, 'connection' => true];
+            } else {
+                $answer = $written === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
+            }
+            if ($answer === null) {
+                // Rule 2: written, and the connection ended before its answer.
+                $this->close();
+                if ($safe && $this->reset) {
+                    // A reset, not an end of stream: keyholed closed the connection with bytes of
+                    // this request unread (the kernel resets exactly then), so it was never read
+                    // (section 5). A safe operation goes again without spending its one re-send:
+                    // a restart right after a restart (or a listener closed with this connection
+                    // in its backlog) must not fail a read.
+                    if (++$unsent > 1) {
+                        $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
+                    }
+                    continue;
+                }
+                if ($safe && !$resent) {
+                    $resent = true;
+                    continue;
+                }
+                throw new KeyholeException('connection_lost', $resent
+                    ? "the connection to keyholed ended twice before answering $op; it may or may not have taken effect"
+                    : "the connection to keyholed ended before answering $op; it may or may not have taken effect");
+            }
+            if ($answer['ok']) {
+                return $answer['result'];
+            }
+            $error = $answer['error'];
+            if ($answer['connection']) {
+                // Rule 4: an error about the connection (id null); keyholed closes it.
+                $this->close();
+            }
+            if ($error->code() === 'shutting_down') {
+                // Rule 3: not completed; nothing more goes on this connection.
+                $this->close();
+                if ($safe && !$resent) {
+                    $resent = true;
+                    continue;
+                }
+            }
+            if ($error->code() === 'overloaded' && $this->retryOverloaded && $error->retryAfterMs() !== null) {
+                // Rule 5, when asked: the request had no effect; wait and try again within the deadline.
+                $wait = $error->retryAfterMs() / 1000;
+                if (hrtime(true) + (int)($wait * 1e9) < $deadline) {
+                    usleep((int)($wait * 1e6));
+                    continue;
+                }
+            }
+            throw $error;
+        }
+    }
+
+    /** @return resource|null the connection's stream, for tests and diagnostics */
+    public function stream()
+    {
+        return $this->stream;
+    }
+
+    private function connect(int $deadline, string $op): void
+    {
+        $delay = self::BACKOFF_FIRST;
+        $flags = STREAM_CLIENT_CONNECT | ($this->persistent ? STREAM_CLIENT_PERSISTENT : 0);
+        while (true) {
+            $remaining = ($deadline - hrtime(true)) / 1e9;
+            if ($remaining <= 0) {
+                throw new KeyholeException('unavailable', "keyholed could not be reached at {$this->path} before the deadline"
+                    . (isset($reason) ? " ($reason)" : '') . "; $op was not sent");
+            }
+            $errno = 0;
+            $errstr = '';
+            $stream = @stream_socket_client('unix://' . $this->path, $errno, $errstr, $remaining, $flags);
+            if ($stream !== false) {
+                stream_set_write_buffer($stream, 0);
+                stream_set_chunk_size($stream, 65536);
+                $this->stream = $stream;
+                $this->buffer = '';
+                $this->reset = false;
+                $this->prefix = bin2hex(random_bytes(6));
+                $this->counter = 0;
+                return;
+            }
+            $reason = $errstr !== '' ? $errstr : "error $errno";
+            $this->pause($delay, $deadline);
+            $delay = min($delay * 2, self::BACKOFF_MAX);
+        }
+    }
+
+    private function pause(float $seconds, int $deadline): void
+    {
+        $remaining = ($deadline - hrtime(true)) / 1e9;
+        $seconds = min($seconds, $remaining);
+        if ($seconds > 0) {
+            usleep((int)($seconds * 1e6));
+        }
+    }
+
+    /** Sets the stream's timeout to what is left of the deadline; false when nothing is. */
+    private function arm(int $deadline): bool
+    {
+        $left = $deadline - hrtime(true);
+        if ($left <= 0) {
+            return false;
+        }
+        $seconds = intdiv($left, 1000000000);
+        stream_set_timeout($this->stream, $seconds, intdiv($left % 1000000000, 1000));
+        return true;
+    }
+
+    /**
+     * Writes the whole frame: WRITTEN; UNSENT when the connection was found closed before a byte
+     * of it went out; PARTLY_WRITTEN when it ended after some. A timeout throws (and closes the
+     * connection when part of the frame went out: its framing is lost).
+     */
+    private function write(string $frame, int $deadline, string $op): int
+    {
+        $total = strlen($frame);
+        $done = 0;
+        while ($done < $total) {
+            if (!$this->arm($deadline)) {
+                return $this->writeTimedOut($done, $op);
+            }
+            $n = @fwrite($this->stream, $done === 0 ? $frame : substr($frame, $done));
+            if ($n === false || $n === 0) {
+                if (stream_get_meta_data($this->stream)['timed_out']) {
+                    return $this->writeTimedOut($done, $op);
+                }
+                return $done === 0 ? self::UNSENT : self::PARTLY_WRITTEN;
+            }
+            $done += $n;
+        }
+        return self::WRITTEN;
+    }
+
+    private function writeTimedOut(int $done, string $op): never
+    {
+        if ($done > 0) {
+            $this->close();
+        }
+        throw new KeyholeException('timeout', "the deadline passed while $op was being written (keyholed is not reading)");
+    }
+
+    /**
+     * Reads frames until the answer with $id. Returns ['ok' => true, 'result' => array] or
+     * ['ok' => false, 'error' => KeyholeException, 'connection' => bool], or null when the
+     * connection ended first.
+     */
+    private function await(string $id, int $deadline, string $op): ?array
+    {
+        while (true) {
+            $payload = $this->readFrame($deadline, $op);
+            if ($payload === null) {
+                return null;
+            }
+            $answer = $this->decode($payload);
+            if ($answer['id'] === $id) {
+                return $answer;
+            }
+            if ($answer['id'] === null && !$answer['ok']) {
+                return ['connection' => true] + $answer;
+            }
+            // An answer to an id this call does not wait for (an earlier call's, late): dropped.
+        }
+    }
+
+    /**
+     * On a connection found closed before a request went out: the error with a null id that
+     * keyholed sent before closing it (overloaded on connect), if it is there to read.
+     */
+    private function refusal(): ?KeyholeException
+    {
+        $data = $this->buffer;
+        stream_set_blocking($this->stream, false);
+        while (strlen($data) < 65536 && is_string($chunk = @fread($this->stream, 65536)) && $chunk !== '') {
+            $data .= $chunk;
+        }
+        try {
+            while (strlen($data) >= 4) {
+                $length = unpack('N', $data)[1];
+                if ($length === 0 || strlen($data) < 4 + $length) {
+                    return null;
+                }
+                $answer = $this->decode(substr($data, 4, $length));
+                if ($answer['id'] === null && !$answer['ok']) {
+                    return $answer['error'];
+                }
+                $data = substr($data, 4 + $length);
+            }
+        } catch (KeyholeException) {
+            // Not a response: the connection is gone either way.
+        }
+        return null;
+    }
+
+    /** One frame's payload, or null at end of stream (or a reset). */
+    private function readFrame(int $deadline, string $op): ?string
+    {
+        if (!$this->fill(4, $deadline, $op)) {
+            return null;
+        }
+        $length = unpack('N', $this->buffer)[1];
+        if ($length === 0 || $length > self::MAX_FRAME_BYTES) {
+            $this->close();
+            throw new KeyholeException('protocol_error', "keyholed sent a frame of length $length (1 to " . self::MAX_FRAME_BYTES . ' allowed); the connection is closed');
+        }
+        if (!$this->fill(4 + $length, $deadline, $op)) {
+            return null;
+        }
+        $payload = substr($this->buffer, 4, $length);
+        $this->buffer = (string)substr($this->buffer, 4 + $length);
+        return $payload;
+    }
+
+    /** Reads until the buffer holds $size bytes; false at end of stream. Never reads past $size. */
+    private function fill(int $size, int $deadline, string $op): bool
+    {
+        while (($have = strlen($this->buffer)) < $size) {
+            if (!$this->arm($deadline)) {
+                $this->readTimedOut($op);
+            }
+            $chunk = @fread($this->stream, $size - $have);
+            if ($chunk !== false && $chunk !== '') {
+                $this->buffer .= $chunk;
+                continue;
+            }
+            $meta = stream_get_meta_data($this->stream);
+            if ($meta['timed_out']) {
+                $this->readTimedOut($op);
+            }
+            if ($chunk === false || $meta['eof']) {
+                // fread is false on a socket error (ECONNRESET: the peer closed with data of ours
+                // unread), '' at a clean end of stream.
+                $this->reset = $chunk === false;
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private function readTimedOut(string $op): never
+    {
+        if ($this->buffer !== '' && $this->persistent) {
+            // A persistent socket outlives this object and its buffer: part of a frame left
+            // read would leave the next request reading from mid-frame.
+            $this->close();
+        }
+        throw new KeyholeException('timeout', "keyholed did not answer $op within the deadline; it may or may not have taken effect");
+    }
+
+    /** The answer as ['id' => ..., 'ok' => ..., 'result' | 'error' => ...]; protocol_error if it is not one. */
+    private function decode(string $payload): array
+    {
+        try {
+            $message = json_decode($payload, true, 512, JSON_THROW_ON_ERROR);
+        } catch (\JsonException $e) {
+            $this->protocolError('an answer that is not UTF-8 JSON (' . $e->getMessage() . ')');
+        }
+        if (!is_array($message) || !self::isObject($payload, $message, null)) {
+            $this->protocolError('an answer that is not a JSON object');
+        }
+        $id = $message['id'] ?? null;
+        if ($id !== null && !is_string($id) && !is_int($id)) {
+            $this->protocolError('an answer whose id is neither a string, an integer nor null');
+        }
+        $ok = $message['ok'] ?? null;
+        if ($ok === true) {
+            $result = $message['result'] ?? null;
+            if (!is_array($result) || !self::isObject($payload, $result, 'result')) {
+                $this->protocolError('an ok answer without a result object');
+            }
+            return ['id' => $id, 'ok' => true, 'result' => $result];
+        }
+        if ($ok !== false) {
+            $this->protocolError('an answer whose ok is neither true nor false');
+        }
+        $error = $message['error'] ?? null;
+        if (!is_array($error) || !is_string($error['code'] ?? null)) {
+            $this->protocolError('an error answer without an error object and code');
+        }
+        $code = in_array($error['code'], KeyholeException::SERVER_CODES, true) ? $error['code'] : 'internal';
+        $text = is_string($error['message'] ?? null) ? $error['message'] : '';
+        if ($code !== $error['code']) {
+            $text = "keyholed answered the unknown code '{$error['code']}'" . ($text === '' ? '' : ": $text");
+        }
+        $retry = $error['retry_after_ms'] ?? null;
+        $apple = $error['apple_error'] ?? null;
+        return ['id' => $id, 'ok' => false, 'connection' => false, 'error' => new KeyholeException(
+            $code,
+            $text,
+            is_int($retry) ? $retry : null,
+            is_string($apple) ? $apple : null
+        )];
+    }
+
+    /**
+     * Whether a decoded array was a JSON object. Only an empty or list-shaped array can have been
+     * either; only then is the payload decoded again, as objects, to tell.
+     */
+    private static function isObject(string $payload, array $value, ?string $member): bool
+    {
+        if ($value !== [] && !array_is_list($value)) {
+            return true;
+        }
+        $message = json_decode($payload, false, 512);
+        $object = $member === null ? $message : ($message->$member ?? null);
+        return $object instanceof \stdClass;
+    }
+
+    private function protocolError(string $what): never
+    {
+        $this->close();
+        throw new KeyholeException('protocol_error', "keyholed sent $what; the connection is closed");
+    }
+
+    private static function encode(string $id, string $op, array|\stdClass $args): string
+    {
+        try {
+            $json = json_encode(['v' => 1, 'id' => $id, 'op' => $op, 'args' => $args],
+                JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_PRESERVE_ZERO_FRACTION | JSON_THROW_ON_ERROR);
+        } catch (\JsonException $e) {
+            throw new \InvalidArgumentException("Keyhole\\Client: the arguments of $op cannot be sent as JSON: " . $e->getMessage(), 0, $e);
+        }
+        if (strlen($json) > self::MAX_FRAME_BYTES) {
+            throw new \InvalidArgumentException("Keyhole\\Client: the request for $op is larger than 16 MiB");
+        }
+        return pack('N', strlen($json)) . $json;
+    }
+
+    /** Empty PHP arrays where the protocol takes an object become objects (json_encode([]) is "[]"). */
+    private static function objectify(string $op, array $args): array|\stdClass
+    {
+        if ($args === []) {
+            return new \stdClass();
+        }
+        foreach (['data', 'name', 'user'] as $member) {
+            if (($args[$member] ?? null) === []) {
+                $args[$member] = new \stdClass();
+            }
+        }
+        if ($op === 'apple.sign_in' && is_array($args['session'] ?? null)) {
+            $session = $args['session'];
+            if (($session['data'] ?? null) === []) {
+                $session['data'] = new \stdClass();
+            }
+            $args['session'] = $session === [] ? new \stdClass() : $session;
+        }
+        return $args;
+    }
+
+    // Typed helpers, one per operation of PROTOCOL.md section 7 (debug.* through call()).
+
+    /** @return array{protocol: int, version: string, uptime_ms: int} */
+    public function ping(): array
+    {
+        return $this->call('ping');
+    }
+
+    public function stats(): array
+    {
+        return $this->call('stats');
+    }
+
+    public function tokenVerify(string $token, ?string $issuer = null, ?string $audience = null, ?string $nonce = null): array
+    {
+        return $this->call('token.verify', self::present(['token' => $token, 'issuer' => $issuer, 'audience' => $audience, 'nonce' => $nonce]));
+    }
+
+    public function jwksStatus(?string $issuer = null): array
+    {
+        return $this->call('jwks.status', self::present(['issuer' => $issuer]));
+    }
+
+    public function jwksRefresh(?string $issuer = null): array
+    {
+        return $this->call('jwks.refresh', self::present(['issuer' => $issuer]));
+    }
+
+    /** @return array{session: string, id: string, expires_at: int} */
+    public function sessionCreate(string $sub, ?string $issuer = null, ?int $ttlS = null, ?int $idleS = null, ?array $data = null): array
+    {
+        return $this->call('session.create', self::present(['sub' => $sub, 'issuer' => $issuer, 'ttl_s' => $ttlS, 'idle_s' => $idleS, 'data' => $data]));
+    }
+
+    /** The session, with `data` (an empty array for {}) and `user` (or null); session_not_found when there is none. */
+    public function sessionGet(string $session): array
+    {
+        return $this->call('session.get', ['session' => $session]);
+    }
+
+    /** Revokes by token, or by id when $session is null. @return array{revoked: bool} */
+    public function sessionRevoke(?string $session = null, ?string $id = null): array
+    {
+        return $this->call('session.revoke', self::present(['session' => $session, 'id' => $id]));
+    }
+
+    /** @return array{revoked: int} */
+    public function sessionRevokeAll(string $sub, ?string $issuer = null): array
+    {
+        return $this->call('session.revoke_all', self::present(['sub' => $sub, 'issuer' => $issuer]));
+    }
+
+    /** @return array{sessions: list<array>} */
+    public function sessionList(string $sub, ?string $issuer = null): array
+    {
+        return $this->call('session.list', self::present(['sub' => $sub, 'issuer' => $issuer]));
+    }
+
+    public function userGet(string $sub, ?string $issuer = null): array
+    {
+        return $this->call('user.get', self::present(['sub' => $sub, 'issuer' => $issuer]));
+    }
+
+    /**
+     * @param array{email?: string|null, name?: array|null} $fields the members to change (null removes one)
+     */
+    public function userUpdate(string $sub, array $fields, ?string $issuer = null): array
+    {
+        return $this->call('user.update', self::present(['sub' => $sub, 'issuer' => $issuer]) + $fields);
+    }
+
+    public function userDelete(string $sub, ?string $issuer = null): array
+    {
+        return $this->call('user.delete', self::present(['sub' => $sub, 'issuer' => $issuer]));
+    }
+
+    /**
+     * @param array{authorization_code?: string, client_id?: string, nonce?: string, user?: array, session?: array} $options
+     */
+    public function appleSignIn(string $identityToken, array $options = []): array
+    {
+        return $this->call('apple.sign_in', ['identity_token' => $identityToken] + $options);
+    }
+
+    public function appleNotification(string $payload): array
+    {
+        return $this->call('apple.notification', ['payload' => $payload]);
+    }
+
+    public function appleRefreshCheck(string $sub): array
+    {
+        return $this->call('apple.refresh_check', ['sub' => $sub]);
+    }
+
+    public function appleTransferExport(string $sub, string $targetTeamId, ?string $clientId = null): array
+    {
+        return $this->call('apple.transfer.export', self::present(['sub' => $sub, 'target_team_id' => $targetTeamId, 'client_id' => $clientId]));
+    }
+
+    public function appleTransferImport(string $transferSub, ?string $clientId = null): array
+    {
+        return $this->call('apple.transfer.import', self::present(['transfer_sub' => $transferSub, 'client_id' => $clientId]));
+    }
+
+    public function applePending(): array
+    {
+        return $this->call('apple.pending');
+    }
+
+    public function adminSnapshot(): array
+    {
+        return $this->call('admin.snapshot');
+    }
+
+    public function adminReload(): array
+    {
+        return $this->call('admin.reload');
+    }
+
+    private static function present(array $args): array
+    {
+        return array_filter($args, static fn ($value) => $value !== null);
+    }
+}

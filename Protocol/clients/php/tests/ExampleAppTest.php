@@ -1,0 +1,129 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Keyhole\Tests;
+
+use Keyhole\Tests\Support\Harness;
+use Keyhole\Tests\Support\HttpApp;
+use Keyhole\Tests\Support\Paths;
+use Keyhole\Tests\Support\Process;
+use PHPUnit\Framework\TestCase;
+
+/**
+ * The example app (Laravel 8 from Debian's php-laravel-framework, with the Keyhole guard and
+ * middleware) under PHP's built-in server, over real HTTP, against a real keyholed.
+ */
+final class ExampleAppTest extends TestCase
+{
+    private const APP = __DIR__ . '/../example/public/index.php';
+    private static Harness $harness;
+    private static HttpApp $app;
+
+    public static function setUpBeforeClass(): void
+    {
+        self::$harness = new Harness();
+        self::$app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => self::$harness->socket]);
+    }
+
+    public static function tearDownAfterClass(): void
+    {
+        self::$app->stop();
+        self::$harness->stop();
+    }
+
+    private static function signIn(string $idToken): array
+    {
+        return self::$app->request('POST', '/signin', [], http_build_query(['id_token' => $idToken]));
+    }
+
+    public function testSignInPageSignOut(): void
+    {
+        $response = self::signIn(self::$harness->token);
+        $this->assertSame(303, $response['status'], $response['body']);
+        $this->assertSame(['/'], $response['headers']['location']);
+        $this->assertCount(1, $response['headers']['set-cookie']);
+        $cookie = $response['headers']['set-cookie'][0];
+        $this->assertMatchesRegularExpression('/^kh_session=(kh_[A-Za-z0-9_-]{43});/', $cookie);
+        $attributes = array_map('strtolower', array_map('trim', explode(';', $cookie)));
+        foreach (['httponly', 'secure', 'samesite=lax', 'path=/'] as $attribute) {
+            $this->assertContains($attribute, $attributes, $cookie);
+        }
+        preg_match('/^kh_session=([^;]+)/', $cookie, $m);
+        $session = $m[1];
+
+        $page = self::$app->request('GET', '/', ['Cookie' => "kh_session=$session"]);
+        $this->assertSame(200, $page['status'], $page['body']);
+        $this->assertStringContainsString(htmlspecialchars(self::$harness->sub), $page['body']);
+
+        $me = self::$app->request('GET', '/me', ['Authorization' => "Bearer $session"]);
+        $this->assertSame(200, $me['status']);
+        $this->assertSame(self::$harness->sub, json_decode($me['body'], true)['session']['sub'], 'the guard takes a Bearer token');
+
+        $out = self::$app->request('POST', '/signout', ['Cookie' => "kh_session=$session"], '');
+        $this->assertSame(303, $out['status'], $out['body']);
+        $this->assertSame(['/'], $out['headers']['location']);
+        $cleared = strtolower($out['headers']['set-cookie'][0]);
+        $this->assertStringStartsWith('kh_session=', $cleared);
+        $this->assertStringContainsString('max-age=0', $cleared);
+
+        $again = self::$app->request('GET', '/', ['Cookie' => "kh_session=$session"]);
+        $this->assertSame(401, $again['status'], 'the old cookie no longer signs in');
+        $this->assertSame(['Bearer realm="keyhole"'], $again['headers']['www-authenticate']);
+    }
+
+    public function testNotSignedIn(): void
+    {
+        $this->assertSame(401, self::$app->request('GET', '/')['status']);
+        $me = self::$app->request('GET', '/me', ['Cookie' => 'kh_session=kh_' . str_repeat('A', 43)]);
+        $this->assertSame(200, $me['status']);
+        $this->assertSame(['session' => null, 'user' => null], json_decode($me['body'], true));
+    }
+
+    public function testForgedTokenNeverSignsIn(): void
+    {
+        [$head, $payload, $signature] = explode('.', self::$harness->token);
+        $signature[5] = $signature[5] === 'A' ? 'B' : 'A';
+        $response = self::signIn("$head.$payload.$signature");
+        $this->assertSame(401, $response['status']);
+        $this->assertArrayNotHasKey('set-cookie', $response['headers']);
+        $this->assertSame(401, self::signIn('not-a-token')['status']);
+    }
+
+    public function testUnreachableKeyholedIs503(): void
+    {
+        // A socket file nobody listens on: connections are refused.
+        $socket = Paths::socket('dead');
+        $listener = stream_socket_server("unix://$socket");
+        fclose($listener);
+        $this->assertFileExists($socket);
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => $socket, 'KEYHOLE_TIMEOUT' => '0.3']);
+        try {
+            $page = $app->request('GET', '/', ['Cookie' => 'kh_session=kh_' . str_repeat('A', 43)]);
+            $this->assertSame(503, $page['status'], $page['body']);
+            $this->assertSame(503, $app->request('GET', '/me', ['Cookie' => 'kh_session=kh_' . str_repeat('B', 43)])['status']);
+            $signIn = $app->request('POST', '/signin', [], http_build_query(['id_token' => self::$harness->token]));
+            $this->assertSame(503, $signIn['status']);
+            $this->assertArrayNotHasKey('set-cookie', $signIn['headers']);
+        } finally {
+            $app->stop();
+            @unlink($socket);
+        }
+    }
+
+    public function testAnyOtherKeyholedErrorIs503(): void
+    {
+        $socket = Paths::socket('err');
+        $server = new Process(['python3', Paths::protocol('testing/scenario_server.py'), $socket, 'known-error-code']);
+        $this->assertSame('ready', $server->readLine(10.0));
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => $socket]);
+        try {
+            $page = $app->request('GET', '/', ['Cookie' => 'kh_session=kh_' . str_repeat('A', 43)]);
+            $this->assertSame(503, $page['status'], $page['body']);
+            $this->assertSame(['1'], $page['headers']['retry-after']);
+        } finally {
+            $app->stop();
+        }
+        $this->assertSame(0, $server->wait(10.0), $server->stderr());
+    }
+}

@@ -1,0 +1,267 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Keyhole\Tests;
+
+use Keyhole\Client;
+use Keyhole\KeyholeException;
+use Keyhole\Tests\Support\Harness;
+use Keyhole\Tests\Support\Paths;
+use PHPUnit\Framework\TestCase;
+
+/** The client against a real keyholed (Protocol/testing/keyholed_harness.py). */
+final class IntegrationTest extends TestCase
+{
+    private static ?Harness $harness = null;
+
+    public static function setUpBeforeClass(): void
+    {
+        self::$harness = new Harness();
+    }
+
+    public static function tearDownAfterClass(): void
+    {
+        $status = self::$harness?->stop();
+        self::$harness = null;
+        if ($status !== 0) {
+            throw new \RuntimeException("keyholed_harness exited with $status");
+        }
+    }
+
+    private function client(array $options = []): Client
+    {
+        return new Client(self::$harness->socket, $options);
+    }
+
+    public function testPing(): void
+    {
+        $pong = $this->client()->ping();
+        $this->assertSame(1, $pong['protocol']);
+        $this->assertIsString($pong['version']);
+        $this->assertIsInt($pong['uptime_ms']);
+    }
+
+    public function testSocketFromEnvironment(): void
+    {
+        putenv('KEYHOLE_SOCKET=' . self::$harness->socket);
+        try {
+            $client = new Client();
+            $this->assertSame(self::$harness->socket, $client->socketPath());
+            $this->assertSame(1, $client->ping()['protocol']);
+        } finally {
+            putenv('KEYHOLE_SOCKET');
+        }
+        $this->assertSame(Client::DEFAULT_SOCKET, (new Client())->socketPath());
+    }
+
+    public function testTokenVerify(): void
+    {
+        $claims = $this->client()->tokenVerify(self::$harness->token);
+        $this->assertSame(self::$harness->issuer, $claims['issuer']);
+        $this->assertSame(self::$harness->sub, $claims['sub']);
+        $this->assertContains(self::$harness->audience, (array)$claims['aud']);
+    }
+
+    public function testForgedTokenIsRefused(): void
+    {
+        [$head, $payload, $signature] = explode('.', self::$harness->token);
+        $signature[10] = $signature[10] === 'A' ? 'B' : 'A';
+        try {
+            $this->client()->tokenVerify("$head.$payload.$signature");
+            $this->fail('a forged token verified');
+        } catch (KeyholeException $e) {
+            $this->assertSame('token_signature_invalid', $e->code());
+            $this->assertFalse($e->isClientSide());
+        }
+    }
+
+    public function testSessionLifecycleAndUser(): void
+    {
+        $client = $this->client();
+        $sub = 'php-' . bin2hex(random_bytes(4));
+        $created = $client->sessionCreate($sub, 'local', data: ['plan' => 'pro', 'tags' => ['a', 'b']]);
+        $this->assertMatchesRegularExpression('/^kh_[A-Za-z0-9_-]{43}$/', $created['session']);
+        $this->assertIsInt($created['expires_at']);
+
+        $session = $client->sessionGet($created['session']);
+        $this->assertSame($created['id'], $session['id']);
+        $this->assertSame($sub, $session['sub']);
+        $this->assertSame('local', $session['issuer']);
+        $this->assertSame(['plan' => 'pro', 'tags' => ['a', 'b']], $session['data']);
+        $this->assertSame($sub, $session['user']['sub']);
+
+        $this->assertSame([$created['id']], array_column($client->sessionList($sub, 'local')['sessions'], 'id'));
+        $user = $client->userGet($sub, 'local');
+        $this->assertSame($sub, $user['sub']);
+        $this->assertIsInt($user['last_login_at']);
+
+        $this->assertSame(['revoked' => true], $client->sessionRevoke($created['session']));
+        $this->assertSame(['revoked' => false], $client->sessionRevoke(id: $created['id']));
+        $this->assertSame([], $client->sessionList($sub, 'local')['sessions']);
+        try {
+            $client->sessionGet($created['session']);
+            $this->fail('a revoked session was found');
+        } catch (KeyholeException $e) {
+            $this->assertSame('session_not_found', $e->code());
+            $this->assertSame(0, $e->getCode());
+            $this->assertNull($e->retryAfterMs());
+        }
+    }
+
+    public function testEmptyArraysAreSentAsObjects(): void
+    {
+        $client = $this->client();
+        // keyholed refuses args or data that are not objects (bad_request): these pass only as {}.
+        $this->assertSame([], $client->call('debug.echo'));
+        $this->assertSame([], $client->call('debug.echo', []));
+        $created = $client->sessionCreate('php-empty-data', 'local', data: []);
+        $this->assertSame([], $client->sessionGet($created['session'])['data']);
+        $echo = $client->call('debug.echo', ['list' => [], 'object' => new \stdClass(), 'n' => 1.0]);
+        ksort($echo);
+        $this->assertSame(['list' => [], 'n' => 1.0, 'object' => []], $echo);
+    }
+
+    public function testUnknownOpAndBadRequest(): void
+    {
+        $client = $this->client();
+        try {
+            $client->call('no.such_op');
+            $this->fail('an unknown op succeeded');
+        } catch (KeyholeException $e) {
+            $this->assertSame('unknown_op', $e->code());
+        }
+        try {
+            $client->call('session.get', ['session' => 'x', 'extra' => true]);
+            $this->fail('an unknown argument was accepted');
+        } catch (KeyholeException $e) {
+            $this->assertSame('bad_request', $e->code());
+        }
+        $this->assertSame(1, $client->ping()['protocol'], 'the connection stays usable');
+    }
+
+    public function testArgumentsThatAreNotJson(): void
+    {
+        $this->expectException(\InvalidArgumentException::class);
+        $this->client()->call('debug.echo', ['bad' => "\xff"]);
+    }
+
+    public function testUnavailableWithinTheDeadline(): void
+    {
+        $client = new Client(Paths::socket('none'), ['timeout' => 0.3]);
+        $start = hrtime(true);
+        try {
+            $client->ping();
+            $this->fail('a call to a missing socket succeeded');
+        } catch (KeyholeException $e) {
+            $this->assertSame('unavailable', $e->code());
+            $this->assertTrue($e->isClientSide());
+        }
+        $elapsed = (hrtime(true) - $start) / 1e9;
+        $this->assertGreaterThanOrEqual(0.29, $elapsed, 'it kept trying until the deadline');
+        $this->assertLessThan(1.0, $elapsed);
+    }
+
+    public function testTimeoutKeepsTheConnectionAndDropsTheLateAnswer(): void
+    {
+        $client = $this->client(['timeout' => 0.3]);
+        try {
+            $client->call('debug.sleep', ['ms' => 400]);
+            $this->fail('debug.sleep 400 answered within 300 ms');
+        } catch (KeyholeException $e) {
+            $this->assertSame('timeout', $e->code());
+        }
+        $stream = $client->stream();
+        // Sent at about 300 ms and answered at about 500: the late answer of the first call
+        // ({"slept_ms": 400}, at 400 ms) comes first on the connection and must be skipped.
+        $this->assertSame(['padding' => 'xxx', 'slept_ms' => 200],
+            self::withPadding($client->call('debug.sleep', ['ms' => 200, 'reply_bytes' => 3])));
+        $this->assertSame($stream, $client->stream(), 'the same connection');
+    }
+
+    /**
+     * PHP-FPM keeps a persistent socket for the worker's next request, with whatever answer an
+     * abandoned call left on it; a new Client on it must never take that answer for its own.
+     */
+    public function testPersistentSocketSkipsAnAnswerLeftByAnEarlierClient(): void
+    {
+        $connections = fn () => $this->client()->stats()['connections']['total'];
+        $first = $this->client(['persistent' => true, 'timeout' => 0.2]);
+        try {
+            $first->call('debug.sleep', ['ms' => 400]);
+            $this->fail('debug.sleep 400 answered within 200 ms');
+        } catch (KeyholeException $e) {
+            $this->assertSame('timeout', $e->code());
+        }
+        $before = $connections();
+        unset($first); // the next request's Client, on the same persistent socket
+        $second = $this->client(['persistent' => true]);
+        // Both answers come on the one connection, the abandoned one's first ({"slept_ms": 400}).
+        $this->assertSame(['padding' => 'xxxxx', 'slept_ms' => 400],
+            self::withPadding($second->call('debug.sleep', ['ms' => 400, 'reply_bytes' => 5])));
+        // The stats call itself is one new connection: none was opened for $second.
+        $this->assertSame($before + 1, $connections(), 'the persistent connection was reused');
+        $second->close();
+    }
+
+    private static function withPadding(array $result): array
+    {
+        $result['padding'] = str_repeat('x', strlen($result['padding'] ?? ''));
+        ksort($result);
+        return $result;
+    }
+
+    public function testRetryOverloadedIsOffByDefault(): void
+    {
+        $harness = new Harness('[server]' . "\n" . 'requests_per_second_per_uid = 2' . "\n" . 'request_burst_per_uid = 1');
+        try {
+            $plain = new Client($harness->socket);
+            $plain->ping();
+            try {
+                $plain->ping();
+                $this->fail('a request over the rate was answered');
+            } catch (KeyholeException $e) {
+                $this->assertSame('overloaded', $e->code());
+                $this->assertIsInt($e->retryAfterMs());
+                $this->assertGreaterThan(0, $e->retryAfterMs());
+            }
+            $patient = new Client($harness->socket, ['retry_overloaded' => true]);
+            for ($n = 0; $n < 3; $n++) {
+                $this->assertSame(1, $patient->ping()['protocol'], "ping $n waited out overloaded");
+            }
+            $short = new Client($harness->socket, ['retry_overloaded' => true, 'timeout' => 0.05]);
+            try {
+                $short->ping();
+                $this->fail('a request over the rate was answered within 50 ms');
+            } catch (KeyholeException $e) {
+                $this->assertSame('overloaded', $e->code(), 'a wait past the deadline is not made');
+            }
+        } finally {
+            $this->assertSame(0, $harness->stop());
+        }
+    }
+
+    public function testOverloadedOnConnectClosesTheConnection(): void
+    {
+        $harness = new Harness('[server]' . "\n" . 'max_connections_per_uid = 1');
+        try {
+            $holder = new Client($harness->socket);
+            $holder->ping();
+            $refused = new Client($harness->socket, ['timeout' => 2]);
+            for ($n = 0; $n < 5; $n++) {
+                try {
+                    $refused->ping();
+                    $this->fail('a connection over the limit was served');
+                } catch (KeyholeException $e) {
+                    $this->assertSame('overloaded', $e->code(), "$e");
+                    $this->assertSame(1000, $e->retryAfterMs());
+                    $this->assertNull($refused->stream(), 'the connection keyholed refused is closed');
+                }
+            }
+            $holder->close();
+            $this->assertSame(1, $refused->ping()['protocol']);
+        } finally {
+            $this->assertSame(0, $harness->stop());
+        }
+    }
+}

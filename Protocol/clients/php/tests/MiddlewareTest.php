@@ -1,0 +1,151 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Keyhole\Tests;
+
+use Keyhole\Client;
+use Keyhole\Tests\Support\Harness;
+use Keyhole\Tests\Support\HttpApp;
+use Keyhole\Tests\Support\Paths;
+use Keyhole\Tests\Support\Process;
+use PHPUnit\Framework\TestCase;
+
+/** The PSR-15 middleware in an app under PHP's built-in server, over real HTTP, against a real keyholed. */
+final class MiddlewareTest extends TestCase
+{
+    private const APP = __DIR__ . '/Support/psr15_app.php';
+    private static Harness $harness;
+    private static HttpApp $app;
+    private static string $token;
+    private static string $sub;
+
+    public static function setUpBeforeClass(): void
+    {
+        self::$harness = new Harness();
+        self::$app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => self::$harness->socket]);
+        self::$sub = 'mw-' . bin2hex(random_bytes(4));
+        self::$token = (new Client(self::$harness->socket))->sessionCreate(self::$sub, 'local')['session'];
+    }
+
+    public static function tearDownAfterClass(): void
+    {
+        self::$app->stop();
+        self::$harness->stop();
+    }
+
+    private static function json(array $response): array
+    {
+        return json_decode($response['body'], true, 512, JSON_THROW_ON_ERROR);
+    }
+
+    private static function unknownToken(): string
+    {
+        return 'kh_' . rtrim(strtr(base64_encode(random_bytes(32)), '+/', '-_'), '=');
+    }
+
+    public function testNoCredentialIsAnonymous(): void
+    {
+        $response = self::$app->request('GET', '/');
+        $this->assertSame(200, $response['status']);
+        $this->assertSame(['session' => null, 'user' => null], self::json($response));
+    }
+
+    public function testRequiredRouteAnswers401WithoutASession(): void
+    {
+        $response = self::$app->request('GET', '/required');
+        $this->assertSame(401, $response['status']);
+        $this->assertSame(['Bearer realm="keyhole"'], $response['headers']['www-authenticate']);
+    }
+
+    public function testCookieSignsIn(): void
+    {
+        $response = self::$app->request('GET', '/required', ['Cookie' => 'kh_session=' . self::$token]);
+        $this->assertSame(200, $response['status'], $response['body']);
+        $body = self::json($response);
+        $this->assertSame(self::$sub, $body['session']['sub']);
+        $this->assertSame('local', $body['session']['issuer']);
+        $this->assertSame(self::$sub, $body['user']['sub']);
+    }
+
+    public function testBearerSignsInAndComesBeforeTheCookie(): void
+    {
+        $response = self::$app->request('GET', '/required', ['Authorization' => 'Bearer ' . self::$token]);
+        $this->assertSame(200, $response['status']);
+        $this->assertSame(self::$sub, self::json($response)['session']['sub']);
+
+        $response = self::$app->request('GET', '/required', [
+            'Authorization' => 'Bearer ' . self::$token,
+            'Cookie' => 'kh_session=' . self::unknownToken(),
+        ]);
+        $this->assertSame(200, $response['status'], 'the Bearer token is used');
+
+        $response = self::$app->request('GET', '/required', [
+            'Authorization' => 'Bearer ' . self::unknownToken(),
+            'Cookie' => 'kh_session=' . self::$token,
+        ]);
+        $this->assertSame(401, $response['status'], 'the Bearer token is used, not the cookie');
+    }
+
+    public function testQueryStringIsNeverACredential(): void
+    {
+        $response = self::$app->request('GET', '/required?kh_session=' . self::$token . '&session=' . self::$token);
+        $this->assertSame(401, $response['status']);
+    }
+
+    public function testUnknownOrRevokedSessionIsAnonymous(): void
+    {
+        $response = self::$app->request('GET', '/', ['Cookie' => 'kh_session=' . self::unknownToken()]);
+        $this->assertSame(200, $response['status']);
+        $this->assertNull(self::json($response)['session']);
+        $this->assertSame(401, self::$app->request('GET', '/required', ['Cookie' => 'kh_session=not-a-token'])['status']);
+
+        $client = new Client(self::$harness->socket);
+        $token = $client->sessionCreate('mw-revoked', 'local')['session'];
+        $this->assertSame(200, self::$app->request('GET', '/required', ['Cookie' => "kh_session=$token"])['status']);
+        $client->sessionRevoke($token);
+        $this->assertSame(401, self::$app->request('GET', '/required', ['Cookie' => "kh_session=$token"])['status']);
+    }
+
+    public function testUnreachableKeyholedIs503FailClosed(): void
+    {
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => Paths::socket('gone'), 'KEYHOLE_TIMEOUT' => '0.3']);
+        try {
+            foreach (['/', '/required'] as $path) {
+                $response = $app->request('GET', $path, ['Cookie' => 'kh_session=' . self::$token]);
+                $this->assertSame(503, $response['status'], $path);
+                $this->assertStringNotContainsString(self::$sub, $response['body']);
+            }
+        } finally {
+            $app->stop();
+        }
+    }
+
+    public function testAnyOtherKeyholedErrorIs503(): void
+    {
+        // scenario_server's known-error-code answers a session.get with storage_unavailable.
+        $socket = Paths::socket('err');
+        $server = new Process(['python3', Paths::protocol('testing/scenario_server.py'), $socket, 'known-error-code']);
+        $this->assertSame('ready', $server->readLine(10.0));
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => $socket]);
+        try {
+            $response = $app->request('GET', '/', ['Cookie' => 'kh_session=' . self::$token]);
+            $this->assertSame(503, $response['status']);
+            $this->assertSame(['1'], $response['headers']['retry-after']);
+        } finally {
+            $app->stop();
+        }
+        $this->assertSame(0, $server->wait(10.0), $server->stderr());
+    }
+
+    public function testCookieNameOption(): void
+    {
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => self::$harness->socket, 'KH_COOKIE' => 'app_auth']);
+        try {
+            $this->assertSame(200, $app->request('GET', '/required', ['Cookie' => 'app_auth=' . self::$token])['status']);
+            $this->assertSame(401, $app->request('GET', '/required', ['Cookie' => 'kh_session=' . self::$token])['status']);
+        } finally {
+            $app->stop();
+        }
+    }
+}

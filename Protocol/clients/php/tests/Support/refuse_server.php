@@ -1,0 +1,41 @@
+<?php
+
+// A server that answers one ping, then says the connection is refused (an error with a null id,
+// as keyholed's overloaded on connect) and closes it while the client is idle; prints "closed".
+// Then it answers one ping on a new connection with {"reconnected": true}.
+//
+//     php refuse_server.php SOCKET
+
+declare(strict_types=1);
+
+function frame(array $message): string
+{
+    $json = json_encode($message);
+    return pack('N', strlen($json)) . $json;
+}
+
+function request($conn): array
+{
+    $length = unpack('N', fread($conn, 4))[1];
+    return json_decode(fread($conn, $length), true);
+}
+
+@unlink($argv[1]);
+$server = stream_socket_server("unix://{$argv[1]}");
+echo "ready\n";
+$conn = stream_socket_accept($server, 10);
+$ping = request($conn);
+fwrite($conn, frame(['id' => $ping['id'], 'ok' => true, 'result' => ['first' => true]]));
+fwrite($conn, frame(['id' => null, 'ok' => false, 'error' => ['code' => 'overloaded', 'message' => 'too many connections', 'retry_after_ms' => 1000]]));
+fclose($conn);
+echo "closed\n";
+$conn = stream_socket_accept($server, 10);
+if ($conn === false) {
+    fwrite(STDERR, "no second connection\n");
+    exit(1);
+}
+$ping = request($conn);
+fwrite($conn, frame(['id' => $ping['id'], 'ok' => true, 'result' => ['reconnected' => true]]));
+fread($conn, 1);
+unlink($argv[1]);
+exit(0);
