@@ -73,8 +73,6 @@ final class Client
     private int $counter = 0;
     /** Bytes of a frame read in part when a call timed out (non-persistent connections only). */
     private string $buffer = '';
-    /** Whether the connection's end, when the last read found it, was a reset. */
-    private bool $reset = false;
 
     /**
      * @param string|null $socket the socket's path; else $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock
@@ -170,17 +168,6 @@ final class Client
             if ($answer === null) {
                 // Rule 2: written, and the connection ended before its answer.
                 $this->close();
-                if ($safe && $this->reset) {
-                    // A reset, not an end of stream: keyholed closed the connection with bytes of
-                    // this request unread (the kernel resets exactly then), so it was never read
-                    // (section 5). A safe operation goes again without spending its one re-send:
-                    // a restart right after a restart (or a listener closed with this connection
-                    // in its backlog) must not fail a read.
-                    if (++$unsent > 1) {
-                        $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
-                    }
-                    continue;
-                }
                 if ($safe && !$resent) {
                     $resent = true;
                     continue;
@@ -241,7 +228,6 @@ final class Client
                 stream_set_chunk_size($stream, 65536);
                 $this->stream = $stream;
                 $this->buffer = '';
-                $this->reset = false;
                 $this->prefix = bin2hex(random_bytes(6));
                 $this->counter = 0;
                 return;
@@ -395,8 +381,7 @@ final class Client
             }
             if ($chunk === false || $meta['eof']) {
                 // fread is false on a socket error (ECONNRESET: the peer closed with data of ours
-                // unread), '' at a clean end of stream.
-                $this->reset = $chunk === false;
+                // unread), '' at a clean end of stream: either way the connection is over.
                 return false;
             }
         }

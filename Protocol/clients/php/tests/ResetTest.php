@@ -12,8 +12,8 @@ use PHPUnit\Framework\TestCase;
 
 /**
  * Connections the server ended in ways the scenarios do not play: a reset (the server closed with
- * the request unread) sends a safe operation again as often as that happens within the deadline,
- * and a change fails with connection_lost; a connection found closed before a request went out,
+ * the request unread) is an end like any other (section 8, rule 2): a safe operation is sent again
+ * once, and a change fails with connection_lost; a connection found closed before a request went out,
  * with an error about it (id null) waiting to be read, fails the call with that error (rule 4).
  */
 final class ResetTest extends TestCase
@@ -26,11 +26,26 @@ final class ResetTest extends TestCase
         return [$server, $socket];
     }
 
-    public function testSafeOperationOutlivesRepeatedResets(): void
+    public function testSafeOperationIsSentAgainOnceAfterAReset(): void
     {
-        [$server, $socket] = $this->server(3);
+        [$server, $socket] = $this->server(1);
         $client = new Client($socket);
-        $this->assertSame(['reset' => 3, 'op' => 'session.get'], $client->call('session.get', ['session' => 'kh_x']));
+        $this->assertSame(['reset' => 1, 'op' => 'session.get'], $client->call('session.get', ['session' => 'kh_x']));
+        $client->close();
+        $this->assertSame(0, $server->wait(10.0), $server->stderr());
+    }
+
+    public function testSafeOperationResetTwiceIsConnectionLost(): void
+    {
+        [$server, $socket] = $this->server(2);
+        $client = new Client($socket);
+        try {
+            $client->call('session.get', ['session' => 'kh_x']);
+            $this->fail('session.get was sent a third time');
+        } catch (KeyholeException $e) {
+            $this->assertSame('connection_lost', $e->code());
+        }
+        $this->assertSame(['reset' => 2, 'op' => 'ping'], $client->ping());
         $client->close();
         $this->assertSame(0, $server->wait(10.0), $server->stderr());
     }
