@@ -5,6 +5,13 @@ DEV_DIR     := $(CURDIR)/.keyhole
 # A Unix socket path holds at most 107 bytes: fall back to /tmp for a deep checkout.
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
 APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace
+# Each language client's toolchain, test runner and (for its example app) framework, from Debian.
+CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
+  php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
+# The clients' benchmarks: the same language's Redis client, and Redis.
+BENCH_APT_PACKAGES := redis-server node-redis php-redis ruby-redis
+GO_ENV := GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
+KEYHOLED_DEBUG := $(CURDIR)/.build/debug/keyholed
 # Fuzzing and sanitizers: each build has its own scratch path, so none disturbs .build.
 FUZZ_SECONDS   ?= 60
 FUZZ_TARGETS   ?= frame request jws jwk wal-record snapshot
@@ -21,7 +28,7 @@ SANITIZER_JOBS ?= -j 1
 # tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps build build-debug run test test-python test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
+.PHONY: all deps deps-clients build build-debug run test test-python test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
 
 all: build
 
@@ -40,6 +47,23 @@ deps:
 	@python3 -c 'import jsonschema' 2>/dev/null || { echo "make deps: installing jsonschema (Python tests only)"; python3 -m pip install --quiet jsonschema; }
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make deps: swift not found; install Swift 6.2 or later from swift.org" >&2; exit 1; }
 
+## deps-clients: the language clients' toolchains and frameworks (Debian packages), when missing.
+deps-clients:
+	@$(call apt_install,$(CLIENT_APT_PACKAGES))
+
+# Installs the Debian packages named in $(1) that are not installed yet (apt-get, through sudo when not root).
+define apt_install
+missing=""; \
+for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+  echo "make: installing$$missing"; \
+  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+fi
+endef
+
 ## build: release build of keyholed, keyhole and the libraries.
 build: deps
 	$(SWIFT) build -c release
@@ -57,28 +81,52 @@ run: build
 	exec $(CURDIR)/.build/release/keyholed --config $(DEV_DIR)/keyholed.toml \
 	  --socket $(DEV_SOCKET) --state-dir $(DEV_DIR)/state
 
-## test: every test: the Python client's against a real keyholed, make bench's judging (Scripts/test_bench.py), then the Swift suites.
-test: build-debug test-python test-swift
+## test: every test: each language client's suite with its own runner against a real keyholed
+## (Python, Node.js, PHP, Ruby, Go), make bench's judging (Scripts/test_bench.py), then the Swift suites.
+test: build-debug test-python test-clients test-swift
 
 test-python: build-debug
-	KEYHOLED=$(CURDIR)/.build/debug/keyholed python3 -m unittest discover -s Protocol/clients/python -v
+	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Protocol/clients/python -v
 	python3 -m unittest discover -s Scripts -v
+
+## test-clients: the Node.js, PHP, Ruby and Go clients' suites (installs their toolchains when missing).
+test-clients: test-node test-php test-ruby test-go
+
+test-node: build-debug deps-clients
+	KEYHOLED=$(KEYHOLED_DEBUG) NODE_PATH=/usr/share/nodejs node --test Protocol/clients/node/test/
+
+test-php: build-debug deps-clients
+	KEYHOLED=$(KEYHOLED_DEBUG) phpunit -c Protocol/clients/php/phpunit.xml
+
+test-ruby: build-debug deps-clients
+	KEYHOLED=$(KEYHOLED_DEBUG) ruby Protocol/clients/ruby/run_tests.rb
+
+# Twice: as users build it, and under the race detector (the client is shared between goroutines).
+test-go: build-debug deps-clients
+	cd Protocol/clients/go && KEYHOLED=$(KEYHOLED_DEBUG) $(GO_ENV) go vet ./...
+	cd Protocol/clients/go && KEYHOLED=$(KEYHOLED_DEBUG) $(GO_ENV) go test -count=1 ./...
+	cd Protocol/clients/go && KEYHOLED=$(KEYHOLED_DEBUG) $(GO_ENV) go test -count=1 -race ./...
 
 test-swift: build-debug
 	$(SWIFT) test --skip-build
 
 ## bench: release build, then keyholed next to Redis (appendfsync always), PyJWT and OpenSSL through one
-## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Installs redis-server,
-## PyJWT and cryptography when missing. BENCH_ARGS passes options (--seconds 5, --rounds 5, --skip-million).
+## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Then each language
+## client's session.get next to its Redis client's GET (Scripts/client_bench.py), appended to both.
+## Installs redis-server, the Redis clients, PyJWT and cryptography when missing. BENCH_ARGS passes
+## options to bench.py (--seconds 5, --rounds 5, --skip-million), CLIENT_BENCH_ARGS to client_bench.py.
 BENCH_ARGS ?=
-bench: build
+CLIENT_BENCH_ARGS ?=
+bench: build deps-clients
 	@command -v redis-server >/dev/null 2>&1 || { \
+	  $(call apt_install,$(BENCH_APT_PACKAGES)); \
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
-	  echo "make bench: installing redis-server"; \
-	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server; \
 	  $$sudo systemctl disable --now redis-server >/dev/null 2>&1 || true; }
+	@$(call apt_install,$(BENCH_APT_PACKAGES))
 	@python3 -c 'import jwt, cryptography' 2>/dev/null || { echo "make bench: installing PyJWT and cryptography"; python3 -m pip install --quiet pyjwt cryptography; }
+	@python3 -c 'import redis' 2>/dev/null || { echo "make bench: installing redis-py"; python3 -m pip install --quiet redis; }
 	python3 Scripts/bench.py $(BENCH_ARGS)
+	python3 Scripts/client_bench.py $(CLIENT_BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
 ## runtime linked in, so that it needs only Debian's own packages.
