@@ -41,14 +41,16 @@ public final class KeyholeClient: Sendable {
         self.connector = Connector(socketPath: self.socketPath, group: configuration.eventLoopGroup)
     }
 
-    /// A client whose connection is open: tries until `requestTimeout` as a call would, and throws
-    /// `unavailable` when keyholed could not be reached by then.
+    /// A client whose connection is open now: one attempt, `unavailable` at once if it fails (later
+    /// calls reconnect within their deadlines as section 8 says).
     ///
-    /// - Parameter requestTimeout: each call's deadline (`nil`: none). A call whose answer does not
-    ///   come in time fails with `timeout`; the connection stays usable and a late answer is dropped.
+    /// - Parameter requestTimeout: each call's deadline (`nil`: none). This entry point keeps its
+    ///   earlier default of 30 s; `KeyholeClient(socketPath:configuration:)` has section 8's 5 s. A
+    ///   call whose answer does not come in time fails with `timeout`; the connection stays usable
+    ///   and a late answer is dropped.
     public static func connect(
         socketPath: String,
-        requestTimeout: TimeAmount? = .seconds(5),
+        requestTimeout: TimeAmount? = .seconds(30),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws(KeyholeClientError) -> KeyholeClient {
         var configuration = Configuration()
@@ -59,25 +61,13 @@ public final class KeyholeClient: Sendable {
         return client
     }
 
-    /// Opens the connection now (within the deadline, as a call would) rather than on the first call.
+    /// Opens the connection now rather than on the first call: one attempt, `unavailable` if it fails.
     public func open() async throws(KeyholeClientError) {
-        var call = Call(op: "", args: [:], client: self)
-        var action = call.machine.start()
-        while case .connect = action {
-            switch await connector.connection(timeout: call.timeLeft) {
-            case .success:
-                return
-            case .failure(.closed):
-                throw .unavailable("the client is closed")
-            case .failure(.cannotConnect(let reason)):
-                action = call.machine.connectFailed(reason, now: call.clock.now)
-            }
-            if case .wait(let until) = action {
-                try? await call.clock.sleep(until: until)
-                action = call.machine.waited(now: call.clock.now)
-            }
+        switch await connector.connection(timeout: configuration.deadline) {
+        case .success: return
+        case .failure(.closed): throw .unavailable("the client is closed")
+        case .failure(.cannotConnect(let reason)): throw .unavailable(reason)
         }
-        if case .finish(.failure(let error)) = action { throw error }
     }
 
     /// Sends a request and returns keyholed's answer, whether a result or one of its errors. An error
