@@ -102,7 +102,8 @@ let package = Package(
                 "KeyholeProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-            ]
+            ],
+            exclude: ["README.md"]
         ),
         .executableTarget(
             name: "keyholed",

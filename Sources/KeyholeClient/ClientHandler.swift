@@ -1,115 +1,136 @@
 import KeyholeProtocol
 import NIOCore
-import Synchronization
 
-/// Why the server ended a connection, readable after the channel (and its handler) are gone.
-final class CloseReason: Sendable {
-    private let reason = Mutex<ProtocolError?>(nil)
-
-    /// The first connection-level error response, if the server sent one.
-    var value: ProtocolError? { reason.withLock { $0 } }
-
-    func record(_ error: ProtocolError) {
-        reason.withLock { if $0 == nil { $0 = error } }
-    }
-
-    /// The error for a request that could not be answered on this connection.
-    var clientError: KeyholeClientError {
-        value.map { KeyholeClientError.connectionClosed(because: $0) } ?? .connectionClosed
-    }
-}
-
-/// Gives each outgoing request an id, and each incoming response to the caller waiting on that id.
+/// Sends each request with the id its call chose, and hands each answer to the call waiting on that
+/// id; tells every waiting call what became of its request when the connection ends.
 final class ClientHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = Outbound
     typealias OutboundOut = ByteBuffer
 
-    /// A request to send and the promise its response fulfils.
+    /// A request to send and the promise its outcome fulfils.
     struct Outbound: Sendable {
+        var id: Int64
         var op: String
         var args: [String: JSONValue]
-        var promise: EventLoopPromise<Response>
+        var promise: EventLoopPromise<SendOutcome>
+    }
+
+    /// A user outbound event: the call of this id stopped waiting (its deadline passed); its answer,
+    /// if it comes, is dropped like any answer nobody waits for.
+    struct Forget: Sendable {
+        var id: Int64
+    }
+
+    private struct Pending {
+        var promise: EventLoopPromise<SendOutcome>
+        var written = false
     }
 
     /// Responses may be up to 16 MiB whatever the server's request limit (PROTOCOL.md section 2).
     private var decoder = FrameDecoder(maxFrameBytes: FrameDecoder.limit)
-    private var pending: [Int64: EventLoopPromise<Response>] = [:]
-    private var nextID: Int64 = 1
-    /// Set once the connection is unusable; later requests fail with it at once.
-    private var failure: (any Error)?
-    private let closeReason: CloseReason
+    private var pending: [Int64: Pending] = [:]
+    /// Set once the connection has ended: what a request written after that comes to.
+    private var ended = false
+    private let status: ConnectionStatus
 
-    init(closeReason: CloseReason) {
-        self.closeReason = closeReason
+    init(status: ConnectionStatus) {
+        self.status = status
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let outbound = unwrapOutboundIn(data)
-        if let failure {
-            outbound.promise.fail(failure)
-            promise?.fail(failure)
+        if ended {
+            outbound.promise.succeed(status.unwrittenOutcome)
+            promise?.succeed(())
             return
         }
-        let id = nextID
-        nextID += 1
-        pending[id] = outbound.promise
+        let id = outbound.id
+        pending[id] = Pending(promise: outbound.promise)
         var buffer = context.channel.allocator.buffer(capacity: 64)
         FrameEncoder.writeFrame(into: &buffer) {
             Request(id: .int(id), op: outbound.op, args: outbound.args).write(to: &$0)
         }
         let written = context.eventLoop.makePromise(of: Void.self)
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        written.futureResult.whenFailure { error in
-            handler.value.pending.removeValue(forKey: id)?.fail(error)
+        let status = self.status
+        written.futureResult.whenComplete { result in
+            switch result {
+            case .success:
+                handler.value.pending[id]?.written = true
+            case .failure:
+                // Not a whole frame went out, so keyholed cannot have read it.
+                handler.value.pending.removeValue(forKey: id)?.promise.succeed(status.unwrittenOutcome)
+            }
         }
         written.futureResult.cascade(to: promise)
         context.write(wrapOutboundOut(buffer), promise: written)
     }
 
+    func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        if let forget = event as? Forget {
+            pending.removeValue(forKey: forget.id)?.promise.succeed(.timedOut)
+            promise?.succeed(())
+        } else {
+            context.triggerUserOutboundEvent(event, promise: promise)
+        }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         decoder.append(unwrapInboundIn(data))
-        do {
+        do throws(ProtocolError) {
             while let frame = try decoder.next() {
                 let response: Response
                 do {
                     response = try Response.parse(frame)
                 } catch {
-                    throw KeyholeClientError.invalidResponse(error.message)
+                    throw ProtocolError.badRequest(error.message)
                 }
                 deliver(response, context: context)
             }
         } catch {
-            failAll(error as? KeyholeClientError ?? .invalidResponse("\(error)"))
+            // A frame length of 0 or over 16 MiB, not UTF-8 JSON, not an object, not a response.
+            status.retire()
+            endAll(with: .protocolViolation(error.message))
             context.close(promise: nil)
         }
     }
 
     private func deliver(_ response: Response, context: ChannelHandlerContext) {
-        if case .int(let id)? = response.id, let promise = pending.removeValue(forKey: id) {
-            promise.succeed(response)
+        if case .int(let id)? = response.id, let waiting = pending.removeValue(forKey: id) {
+            if case .failure(let error) = response.outcome, error.code == .shuttingDown {
+                // keyholed is stopping: nothing more goes on this connection; it closes it once drained.
+                status.retire()
+            }
+            waiting.promise.succeed(.answered(response))
         } else if response.id == nil, case .failure(let error) = response.outcome {
             // An error without an id concerns the connection (overloaded, a framing error): it ends every request.
-            closeReason.record(error)
-            failAll(error)
+            status.refuse(error)
+            endAll(with: .connectionRefused(error))
             context.close(promise: nil)
         }
+        // Anything else answers a request nobody waits for (a call that timed out): dropped.
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        failAll(KeyholeClientError.connectionClosed)
+        status.retire()
+        endAll(with: .lost)
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        failAll(KeyholeClientError.connectionClosed)
+        // ECONNRESET and the like: the connection is over; channelInactive tells the calls.
+        status.retire()
         context.close(promise: nil)
     }
 
-    private func failAll(_ error: any Error) {
-        if failure == nil { failure = error }
+    /// Ends every waiting call: written requests with `outcome`, unwritten ones as never sent.
+    private func endAll(with outcome: SendOutcome) {
+        ended = true
         let waiting = pending
         pending.removeAll()
-        for promise in waiting.values { promise.fail(error) }
+        for request in waiting.values {
+            request.promise.succeed(request.written || outcome != .lost ? outcome : status.unwrittenOutcome)
+        }
     }
 }

@@ -1,48 +1,66 @@
-import KeyholeProtocol
-
-/// A failure to talk to keyholed at all (as opposed to an error response, which is a `ProtocolError`).
+/// A failure of the client itself, with one of the client-side codes of PROTOCOL.md section 8 (which
+/// keyholed never sends). keyholed's own error answers are `ProtocolError`s.
+///
+/// | `code` | meaning | had the request an effect? |
+/// |---|---|---|
+/// | `unavailable` | keyholed could not be reached before the deadline | no: it was never sent |
+/// | `connection_lost` | the connection ended after the request was written, and it is not safe to repeat (or its one re-send was lost too) | unknown |
+/// | `timeout` | the deadline passed; the connection stays open and a late answer is dropped | unknown once written |
+/// | `protocol_error` | keyholed's answer broke the protocol; the connection was closed | unknown |
+///
+/// Two errors are equal when their codes are: messages may change between releases.
 public struct KeyholeClientError: Error, Sendable, Hashable, CustomStringConvertible {
-    private enum Code: Hashable, Sendable {
-        case cannotConnect
-        case connectionClosed
-        case invalidResponse
+    private enum Code: String, Hashable, Sendable {
+        case unavailable
+        case connectionLost = "connection_lost"
         case timeout
+        case protocolError = "protocol_error"
     }
 
-    private let code: Code
-    /// What went wrong.
+    private let base: Code
+    /// What went wrong, for people; never parse it.
     public let message: String
-    /// The error response that ended the connection, when the server sent one (such as `overloaded`).
-    public let reason: ProtocolError?
 
-    private init(code: Code, message: String, reason: ProtocolError? = nil) {
-        self.code = code
+    private init(_ base: Code, _ message: String) {
+        self.base = base
         self.message = message
-        self.reason = reason
     }
+
+    /// The stable code: `unavailable`, `connection_lost`, `timeout` or `protocol_error`.
+    public var code: String { base.rawValue }
+    /// Always `nil`: the client's own failures carry no retry hint (keyholed's do, on `ProtocolError`).
+    public var retryAfterMs: Int? { nil }
 
     /// Equality by code only.
-    public static func == (lhs: KeyholeClientError, rhs: KeyholeClientError) -> Bool { lhs.code == rhs.code }
+    public static func == (lhs: KeyholeClientError, rhs: KeyholeClientError) -> Bool { lhs.base == rhs.base }
     /// Hashes the code only.
-    public func hash(into hasher: inout Hasher) { hasher.combine(code) }
-    /// The message.
-    public var description: String { message }
+    public func hash(into hasher: inout Hasher) { hasher.combine(base) }
+    /// `code: message`.
+    public var description: String { "\(code): \(message)" }
 
-    /// Nothing accepted the connection (no socket, nobody listening, no permission).
+    /// `unavailable`: keyholed could not be reached before the deadline; the request was never sent.
+    public static func unavailable(_ message: String) -> KeyholeClientError {
+        KeyholeClientError(.unavailable, message)
+    }
+    /// `unavailable`, saying which socket and why.
     public static func cannotConnect(_ path: String, _ reason: String) -> KeyholeClientError {
-        KeyholeClientError(code: .cannotConnect, message: "cannot connect to \(path): \(reason)")
+        .unavailable("cannot connect to \(path): \(reason)")
     }
-    /// The connection closed before the response arrived; the request may or may not have taken effect.
-    public static let connectionClosed = KeyholeClientError(
-        code: .connectionClosed, message: "connection to keyholed closed before a response arrived")
-    /// No response within the client's request timeout; the request may or may not have taken effect.
-    public static let timeout = KeyholeClientError(code: .timeout, message: "no response from keyholed in time")
-    /// The server ended the connection with an error response that answers no single request.
-    public static func connectionClosed(because reason: ProtocolError) -> KeyholeClientError {
-        KeyholeClientError(code: .connectionClosed, message: "keyholed closed the connection: \(reason)", reason: reason)
+    /// `connection_lost`: the connection ended after the request was written; its outcome is unknown.
+    public static let connectionLost = KeyholeClientError(
+        .connectionLost,
+        "the connection to keyholed ended before the answer arrived; the request may or may not have taken effect")
+    /// The same as `connectionLost` (its earlier name).
+    public static let connectionClosed = connectionLost
+    /// `timeout`: no answer before the call's deadline; the request may or may not have taken effect.
+    public static let timeout = KeyholeClientError(
+        .timeout, "no answer from keyholed before the deadline; the request may or may not have taken effect")
+    /// `protocol_error`: keyholed's answer broke the protocol (PROTOCOL.md sections 2 and 4).
+    public static func protocolError(_ reason: String) -> KeyholeClientError {
+        KeyholeClientError(.protocolError, "invalid answer from keyholed: \(reason)")
     }
-    /// The server sent something that is not a protocol v1 response.
+    /// The same as `protocolError(_:)` (its earlier name).
     public static func invalidResponse(_ reason: String) -> KeyholeClientError {
-        KeyholeClientError(code: .invalidResponse, message: "invalid response from keyholed: \(reason)")
+        protocolError(reason)
     }
 }

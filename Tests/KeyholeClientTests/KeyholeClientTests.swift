@@ -1,5 +1,5 @@
 import Foundation
-import KeyholeClient
+@testable import KeyholeClient
 import KeyholeProtocol
 import KeyholeServer
 import KeyholeTestSupport
@@ -117,22 +117,42 @@ struct KeyholeClientTests {
         }
     }
 
-    @Test("a missing socket is cannotConnect")
+    @Test("a missing socket: connect is unavailable at once; a call tries until its deadline, then is unavailable")
     func cannotConnect() async throws {
-        await #expect(throws: KeyholeClientError.cannotConnect("", "")) {
-            _ = try await KeyholeClient.connect(socketPath: "/tmp/keyhole-test-no-such-\(UInt32.random(in: 0...UInt32.max)).sock")
+        let path = "/tmp/keyhole-test-no-such-\(UInt32.random(in: 0...UInt32.max)).sock"
+        do {
+            _ = try await KeyholeClient.connect(socketPath: path)
+            Issue.record("connected to a socket that does not exist")
+        } catch {
+            #expect(error.code == "unavailable")
+            #expect(error.message.contains("cannot connect to \(path)"), "\(error.message)")
         }
+        let started = ContinuousClock.now
+        let lazy = KeyholeClient(socketPath: path, configuration: .init(deadline: .milliseconds(300)))
+        await #expect(throws: KeyholeClientError.unavailable("")) { try await lazy.call("session.create", args: ["sub": "a"]) }
+        #expect(ContinuousClock.now - started >= .milliseconds(300), "it tried until the deadline")
     }
 
-    @Test("calls waiting when the server drains are answered; calls after the close fail with connectionClosed")
+    @Test("after the server has gone (socket removed), a call tries to reconnect until its deadline, then is unavailable")
     func serverShutdown() async throws {
         var client: KeyholeClient?
         try await withServer { path in
-            let connected = try await KeyholeClient.connect(socketPath: path)
+            let connected = try await KeyholeClient.connect(socketPath: path, requestTimeout: .seconds(2))
             client = connected
             #expect(try await connected.ping().protocolVersion == 1)
         }
-        await #expect(throws: KeyholeClientError.connectionClosed) { try await client!.call("ping") }
+        await #expect(throws: KeyholeClientError.unavailable("")) { try await client!.call("ping") }
+    }
+
+    @Test("the socket: the one given, else $KEYHOLE_SOCKET (when not empty), else /run/keyhole/keyhole.sock")
+    func socketPath() {
+        typealias Configuration = KeyholeClient.Configuration
+        #expect(Configuration.socketPath(given: "/a.sock", environment: "/b.sock") == "/a.sock")
+        #expect(Configuration.socketPath(given: nil, environment: "/b.sock") == "/b.sock")
+        #expect(Configuration.socketPath(given: nil, environment: "") == "/run/keyhole/keyhole.sock")
+        #expect(Configuration.socketPath(given: nil, environment: nil) == "/run/keyhole/keyhole.sock")
+        #expect(KeyholeClient(socketPath: "/c.sock").socketPath == "/c.sock")
+        #expect(KeyholeClient.Configuration().deadline == .seconds(5))
     }
 
     @Test("a connection beyond max_connections fails with overloaded and its retry hint")

@@ -1,0 +1,151 @@
+import Foundation
+import KeyholeTestSupport
+
+/// A Python script of Protocol/testing as a child process: its stdout as lines, its stdin to write
+/// commands to, its stderr kept for the failure message. Spawned under ChildProcess's spawn lock with
+/// every other descriptor closed, as ChildProcess does (which offers no stdin pipe).
+final class ScriptProcess: @unchecked Sendable {
+    let pid: pid_t
+    private let input: Int32?
+    /// stdout, line by line, until end of file.
+    let lines: AsyncStream<String>
+    private let errorText = LockedBytes()
+    private let errorDone = DispatchSemaphore(value: 0)
+
+    /// The repository's root, from this file's path.
+    static let repositoryRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Starts `python3 Protocol/testing/<script> arguments...`.
+    static func python(_ script: String, _ arguments: [String], environment: [String: String] = [:], stdin: Bool = false) throws -> ScriptProcess {
+        let path = repositoryRoot.appendingPathComponent("Protocol/testing/\(script)").path
+        return try ScriptProcess(["/usr/bin/python3", "-u", path] + arguments, environment: environment, stdin: stdin)
+    }
+
+    private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+
+    init(_ argv: [String], environment: [String: String], stdin: Bool) throws {
+        func makePipe() throws -> [Int32] {
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { throw RawConnection.Failure(description: "pipe: \(errno)") }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            return fds
+        }
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+            throw RawConnection.Failure(description: "glibc 2.34 or later is needed")
+        }
+        let addCloseFrom = unsafeBitCast(symbol, to: AddCloseFrom.self)
+        let (pid, inWrite, outRead, errRead): (pid_t, Int32?, Int32, Int32) = try ChildProcess.withoutSpawning {
+            let inPipe = stdin ? try makePipe() : nil
+            let outPipe = try makePipe()
+            let errPipe = try makePipe()
+            var actions = posix_spawn_file_actions_t()
+            posix_spawn_file_actions_init(&actions)
+            defer { posix_spawn_file_actions_destroy(&actions) }
+            if let inPipe {
+                posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+            } else {
+                posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+            }
+            posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+            posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+            guard addCloseFrom(&actions, 3) == 0 else { throw RawConnection.Failure(description: "addclosefrom: \(errno)") }
+            var env = ProcessInfo.processInfo.environment
+            env.merge(environment) { _, new in new }
+            let cArguments = argv.map { strdup($0) } + [nil]
+            let cEnvironment = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+            defer {
+                cArguments.forEach { free($0) }
+                cEnvironment.forEach { free($0) }
+            }
+            var pid: pid_t = 0
+            let result = posix_spawn(&pid, argv[0], &actions, nil, cArguments, cEnvironment)
+            if let inPipe { close(inPipe[0]) }
+            close(outPipe[1])
+            close(errPipe[1])
+            guard result == 0 else {
+                for fd in [inPipe?[1], outPipe[0], errPipe[0]].compactMap({ $0 }) { close(fd) }
+                throw RawConnection.Failure(description: "posix_spawn \(argv[0]): \(String(cString: strerror(result)))")
+            }
+            return (pid, inPipe?[1], outPipe[0], errPipe[0])
+        }
+        self.pid = pid
+        self.input = inWrite
+        let (lines, continuation) = AsyncStream.makeStream(of: String.self)
+        self.lines = lines
+        Thread {
+            var pending: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(outRead, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { break }
+                pending += chunk[..<count]
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    continuation.yield(String(decoding: pending[..<newline], as: UTF8.self))
+                    pending.removeSubrange(...newline)
+                }
+            }
+            close(outRead)
+            continuation.finish()
+        }.start()
+        let errorText = self.errorText
+        let errorDone = self.errorDone
+        Thread {
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(errRead, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { break }
+                errorText.append(chunk[..<count])
+            }
+            close(errRead)
+            errorDone.signal()
+        }.start()
+    }
+
+    /// Writes one line to the child's stdin.
+    func send(_ line: String) {
+        guard let input else { return }
+        let bytes = Array((line + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
+    }
+
+    /// Closes the child's stdin (end of input).
+    func closeInput() {
+        if let input { close(input) }
+    }
+
+    /// Waits (off the cooperative pool) for the child to exit: its exit status and everything it
+    /// wrote on stderr.
+    func wait() async -> (status: Int32, stderr: String) {
+        let pid = self.pid
+        let status: Int32 = await withCheckedContinuation { continuation in
+            Thread {
+                var raw: Int32 = 0
+                while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
+                continuation.resume(returning: raw & 0x7F == 0 ? (raw >> 8) & 0xFF : 128 + (raw & 0x7F))
+            }.start()
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = errorDone
+            Thread {
+                done.wait()
+                continuation.resume()
+            }.start()
+        }
+        return (status, errorText.text)
+    }
+
+    /// Ends the child at once (a test that failed half-way); `wait` still reaps it.
+    func kill() {
+        _ = Glibc.kill(pid, SIGKILL)
+    }
+
+    private final class LockedBytes: @unchecked Sendable {
+        private let lock = NSLock()
+        private var bytes: [UInt8] = []
+        func append(_ more: ArraySlice<UInt8>) { lock.withLock { bytes += more } }
+        var text: String { lock.withLock { String(decoding: bytes, as: UTF8.self) } }
+    }
+}
