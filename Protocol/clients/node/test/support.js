@@ -97,8 +97,9 @@ async function startScenario(name) {
 }
 
 /** Starts keyholed_harness.py ($KEYHOLED) and resolves with its info line and its commands. */
-async function startHarness() {
-  const child = spawn('python3', [HARNESS], { stdio: ['pipe', 'pipe', 'pipe'] });
+async function startHarness({ configExtra } = {}) {
+  const args = configExtra ? [HARNESS, '--config-extra', configExtra] : [HARNESS];
+  const child = spawn('python3', args, { stdio: ['pipe', 'pipe', 'pipe'] });
   const stderr = collect(child.stderr);
   const lines = new Lines(child.stdout, 'keyholed_harness');
   let info;
