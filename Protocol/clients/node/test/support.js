@@ -126,3 +126,29 @@ async function startHarness({ configExtra } = {}) {
 module.exports = {
   PROTOCOL, OPS, SCENARIOS, Lines, exited, collect, freshSocketPath, loadScenarios, startScenario, startHarness,
 };
+
+/** One HTTP request to 127.0.0.1:port; resolves with {status, headers, body}. */
+function request(port, { method = 'GET', path: target = '/', headers = {}, body } = {}) {
+  const http = require('node:http');
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path: target, headers, agent: false }, (res) => {
+      const parts = [];
+      res.on('data', (chunk) => parts.push(chunk));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(parts).toString('utf8') }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** Listens on 127.0.0.1 at any port; resolves with the port. */
+function listen(server) {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(server.address().port));
+  });
+}
+
+module.exports.request = request;
+module.exports.listen = listen;
