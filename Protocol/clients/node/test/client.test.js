@@ -147,3 +147,15 @@ test('an idle client does not keep the process alive', async () => {
     await server.close();
   }
 });
+
+test('import works as well as require (named exports of the CommonJS entry)', async () => {
+  const entry = path.join(__dirname, '..', 'index.js');
+  const script = `import { Client, KeyholeError, middleware } from ${JSON.stringify(entry)};
+    import keyhole from ${JSON.stringify(entry)};
+    console.log([typeof Client, typeof KeyholeError, typeof middleware, keyhole.Client === Client].join(' '));`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stdout = collect(child.stdout);
+  const stderr = collect(child.stderr);
+  assert.equal(await exited(child, 5000), 0, stderr());
+  assert.equal(stdout().trim(), 'function function function true');
+});
