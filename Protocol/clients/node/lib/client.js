@@ -57,14 +57,18 @@ class Client {
     if (typeof op !== 'string' || op === '') return Promise.reject(new TypeError('op must be a non-empty string'));
     if (args === null || args === undefined) args = {};
     if (typeof args !== 'object' || Array.isArray(args)) return Promise.reject(new TypeError('args must be an object'));
+    let argsJson;
     try {
-      JSON.stringify(args);
+      argsJson = JSON.stringify(args);
     } catch (e) {
       return Promise.reject(new TypeError(`args cannot be sent as JSON: ${e.message}`));
     }
+    if (typeof argsJson !== 'string' || argsJson[0] !== '{') {
+      return Promise.reject(new TypeError('args must encode as a JSON object'));
+    }
     return new Promise((resolve, reject) => {
       const call = {
-        op, args, resolve, reject,
+        op, argsJson, resolve, reject,
         safe: safeToRepeat(op),
         deadline: Date.now() + this.timeoutMs,
         resent: false, everWritten: false, finished: false,
@@ -119,7 +123,7 @@ class Client {
     call.written = 'pending';
     call.decideOnWrite = false;
     connection.pending.set(id, call);
-    connection.write(encodeFrame({ v: 1, id, op: call.op, args: call.args }), (error) => {
+    connection.write(encodeFrame(id, call.op, call.argsJson), (error) => {
       if (call.connection !== connection || call.id !== id) return;
       call.written = error ? 'failed' : 'done';
       if (!error) call.everWritten = true;

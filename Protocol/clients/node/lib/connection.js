@@ -8,9 +8,12 @@ const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
-/** One request frame: 4-byte big-endian length, then the JSON payload. */
-function encodeFrame(message) {
-  const json = JSON.stringify(message);
+/**
+ * One request frame: 4-byte big-endian length, then `{"v":1,"id":id,"op":op,"args":args}`, with
+ * `argsJson` the args already encoded (once per call: a re-send only changes the id).
+ */
+function encodeFrame(id, op, argsJson) {
+  const json = `{"v":1,"id":${id},"op":${JSON.stringify(op)},"args":${argsJson}}`;
   const length = Buffer.byteLength(json);
   const frame = Buffer.allocUnsafe(4 + length);
   frame.writeUInt32BE(length, 0);

@@ -106,6 +106,7 @@ test('bad arguments reject with a TypeError and send nothing', async () => {
     const cyclic = {};
     cyclic.self = cyclic;
     await assert.rejects(client.call('debug.echo', cyclic), TypeError);
+    await assert.rejects(client.call('debug.echo', new Date()), TypeError);
     assert.deepStrictEqual(await client.call('ping'), { echo: 'ping' });
     assert.deepStrictEqual(server.seen.map((r) => [r.v, r.op, r.args]), [[1, 'ping', {}]]);
     assert.throws(() => new Client({ timeoutMs: 0 }), TypeError);
