@@ -64,8 +64,15 @@ function collect(stream) {
   return () => Buffer.concat(parts).toString('utf8');
 }
 
+const madeDirs = [];
+process.on('exit', () => {
+  for (const dir of madeDirs) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+/** A socket path in a fresh directory under /tmp (short, as socket paths must be), removed at exit. */
 function freshSocketPath(tag) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `khn-${tag}-`));
+  madeDirs.push(dir);
   return { dir, socket: path.join(dir, 's.sock') };
 }
 
