@@ -1,0 +1,103 @@
+'use strict';
+
+// What an app pays per auth check from Node: one process, one connection, depth 1.
+// session.get through this client against keyholed, and GET of a 300-byte value through
+// node-redis (Debian's, v4) against redis-server, in alternating rounds of the same length.
+//
+//   NODE_PATH=/usr/share/nodejs node bench/bench.js --keyhole SOCKET --redis-socket PATH --seconds S
+//
+// Prints one JSON line: {"client": "node", "keyhole_session_get_us", "redis_get_us", "calls"}
+// (median microseconds per call over the rounds; calls: session.get calls timed).
+
+const { Client } = require('..');
+
+function options(argv) {
+  const given = {};
+  for (let i = 0; i < argv.length; i += 2) {
+    const name = argv[i];
+    if (!['--keyhole', '--redis-socket', '--seconds'].includes(name) || i + 1 >= argv.length) {
+      throw new Error('usage: bench.js --keyhole SOCKET --redis-socket PATH --seconds S');
+    }
+    given[name.slice(2)] = argv[i + 1];
+  }
+  const seconds = Number(given.seconds || 10);
+  if (!given.keyhole || !given['redis-socket'] || !(seconds > 0)) {
+    throw new Error('usage: bench.js --keyhole SOCKET --redis-socket PATH --seconds S');
+  }
+  return { keyhole: given.keyhole, redis: given['redis-socket'], seconds };
+}
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+/** Calls `once` one at a time for `ms`; resolves with [calls, µs per call]. */
+async function round(once, ms) {
+  let calls = 0;
+  const start = process.hrtime.bigint();
+  const end = start + BigInt(Math.round(ms * 1e6));
+  let now = start;
+  while (now < end) {
+    await once();
+    calls += 1;
+    if ((calls & 15) === 0) now = process.hrtime.bigint();
+  }
+  now = process.hrtime.bigint();
+  return [calls, Number(now - start) / 1000 / calls];
+}
+
+async function main() {
+  const { keyhole: keyholeSocket, redis: redisSocket, seconds } = options(process.argv.slice(2));
+  const { createClient } = require('redis');
+
+  const keyhole = new Client({ socketPath: keyholeSocket });
+  const redis = createClient({ socket: { path: redisSocket } });
+  redis.on('error', (error) => { throw error; });
+  await redis.connect();
+
+  const { session } = await keyhole.createSession(`bench-node-${process.pid}`);
+  const key = `keyhole-bench:node:${process.pid}`;
+  await redis.set(key, 'v'.repeat(300));
+
+  const keyholeGet = async () => {
+    const result = await keyhole.getSession(session);
+    if (!result.id) throw new Error('session.get answered no session');
+  };
+  const redisGet = async () => {
+    const value = await redis.get(key);
+    if (value === null || value.length !== 300) throw new Error('GET answered no 300-byte value');
+  };
+
+  const warmup = Math.min(1000, seconds * 100);
+  await round(keyholeGet, warmup);
+  await round(redisGet, warmup);
+
+  const rounds = Math.max(5, Math.round(seconds * 2)) | 1;
+  const roundMs = (seconds * 1000) / (2 * rounds);
+  const keyholeUs = [];
+  const redisUs = [];
+  let calls = 0;
+  for (let n = 0; n < rounds; n++) {
+    const [made, us] = await round(keyholeGet, roundMs);
+    calls += made;
+    keyholeUs.push(us);
+    redisUs.push((await round(redisGet, roundMs))[1]);
+  }
+
+  await keyhole.revokeSession(session);
+  await redis.del(key);
+  await redis.quit();
+  await keyhole.close();
+
+  const fixed = (us) => Math.round(us * 10) / 10;
+  process.stdout.write(JSON.stringify({
+    client: 'node', keyhole_session_get_us: fixed(median(keyholeUs)), redis_get_us: fixed(median(redisUs)), calls,
+  }) + '\n');
+}
+
+main().catch((error) => {
+  process.stderr.write(`bench: ${error.stack || error}\n`);
+  process.exit(1);
+});

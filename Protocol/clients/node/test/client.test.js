@@ -1,0 +1,162 @@
+'use strict';
+
+// Client behaviour the scripted scenarios do not reach: the deadline covering reconnection,
+// close(), bad arguments, and a process that is not held open by an idle client.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const net = require('node:net');
+const { spawn } = require('node:child_process');
+const path = require('node:path');
+const { Client, KeyholeError } = require('..');
+const { freshSocketPath, exited, collect } = require('./support');
+
+/** A server answering every request with {"echo": op}, its requests recorded in `seen`. */
+function answeringServer(socketPath) {
+  const seen = [];
+  const sockets = new Set();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    let buffer = Buffer.alloc(0);
+    socket.on('data', (chunk) => {
+      buffer = Buffer.concat([buffer, chunk]);
+      while (buffer.length >= 4 && buffer.length >= 4 + buffer.readUInt32BE(0)) {
+        const length = buffer.readUInt32BE(0);
+        const request = JSON.parse(buffer.subarray(4, 4 + length).toString('utf8'));
+        buffer = buffer.subarray(4 + length);
+        seen.push(request);
+        if (request.op === 'hold') continue; // never answered
+        const payload = Buffer.from(JSON.stringify({ id: request.id, ok: true, result: { echo: request.op } }));
+        const header = Buffer.alloc(4);
+        header.writeUInt32BE(payload.length);
+        socket.write(Buffer.concat([header, payload]));
+      }
+    });
+  });
+  return new Promise((resolve) => server.listen(socketPath, () => resolve({
+    seen,
+    close() {
+      for (const socket of sockets) socket.destroy();
+      return new Promise((done) => server.close(done));
+    },
+  })));
+}
+
+test('a call waits for the socket to appear, within its deadline, backing off between attempts', async () => {
+  const { socket } = freshSocketPath('late');
+  const client = new Client({ socketPath: socket, timeoutMs: 3000 });
+  const started = Date.now();
+  const answer = client.call('ping', {});
+  let server;
+  await new Promise((resolve) => setTimeout(resolve, 150)); // the outage under test
+  server = await answeringServer(socket);
+  try {
+    assert.deepStrictEqual(await answer, { echo: 'ping' });
+    assert.ok(Date.now() - started < 1000, 'reconnection waited more than the backoff cap allows');
+    assert.equal(server.seen.length, 1);
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('nothing listening: unavailable at the deadline, naming the socket', async () => {
+  const { socket } = freshSocketPath('none');
+  const client = new Client({ socketPath: socket, timeoutMs: 250 });
+  const started = Date.now();
+  await assert.rejects(client.ping(), (error) => {
+    assert.ok(error instanceof KeyholeError);
+    assert.equal(error.code, 'unavailable');
+    assert.ok(error.message.includes(socket), error.message);
+    assert.equal(error.retryAfterMs, null);
+    return true;
+  });
+  const took = Date.now() - started;
+  assert.ok(took >= 240 && took < 1000, `took ${took} ms`);
+});
+
+test('close() fails the calls in flight with connection_lost, and later calls with unavailable', async () => {
+  const { socket } = freshSocketPath('close');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket });
+  try {
+    assert.deepStrictEqual(await client.call('first', {}), { echo: 'first' });
+    const held = client.call('hold', {}).then(() => null, (error) => error);
+    while (server.seen.length < 2) await new Promise((resolve) => setImmediate(resolve));
+    await client.close();
+    const error = await held;
+    assert.ok(error instanceof KeyholeError);
+    assert.equal(error.code, 'connection_lost');
+    await assert.rejects(client.ping(), { code: 'unavailable' });
+    await client.close(); // twice is fine
+  } finally {
+    await server.close();
+  }
+});
+
+test('bad arguments reject with a TypeError and send nothing', async () => {
+  const { socket } = freshSocketPath('args');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket });
+  try {
+    await assert.rejects(client.call('ping', [1, 2]), TypeError);
+    await assert.rejects(client.call('', {}), TypeError);
+    await assert.rejects(client.call('debug.echo', { n: 1n }), TypeError);
+    const cyclic = {};
+    cyclic.self = cyclic;
+    await assert.rejects(client.call('debug.echo', cyclic), TypeError);
+    await assert.rejects(client.call('debug.echo', new Date()), TypeError);
+    assert.deepStrictEqual(await client.call('ping'), { echo: 'ping' });
+    assert.deepStrictEqual(server.seen.map((r) => [r.v, r.op, r.args]), [[1, 'ping', {}]]);
+    assert.throws(() => new Client({ timeoutMs: 0 }), TypeError);
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('every request has a fresh integer id, and v 1', async () => {
+  const { socket } = freshSocketPath('ids');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket });
+  try {
+    await Promise.all([client.ping(), client.ping(), client.stats()]);
+    await client.ping();
+    const ids = server.seen.map((r) => r.id);
+    assert.ok(ids.every(Number.isInteger));
+    assert.equal(new Set(ids).size, ids.length);
+    assert.ok(server.seen.every((r) => r.v === 1));
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('an idle client does not keep the process alive', async () => {
+  const { socket } = freshSocketPath('idle');
+  const server = await answeringServer(socket);
+  const script = `const { Client } = require(${JSON.stringify(path.join(__dirname, '..'))});
+    new Client({ socketPath: ${JSON.stringify(socket)} }).ping().then((r) => console.log(JSON.stringify(r)));`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stdout = collect(child.stdout);
+  try {
+    assert.equal(await exited(child, 5000), 0);
+    assert.equal(stdout().trim(), '{"echo":"ping"}');
+  } finally {
+    if (child.exitCode === null) child.kill();
+    await server.close();
+  }
+});
+
+test('import works as well as require (named exports of the CommonJS entry)', async () => {
+  const entry = path.join(__dirname, '..', 'index.js');
+  const script = `import { Client, KeyholeError, middleware } from ${JSON.stringify(entry)};
+    import keyhole from ${JSON.stringify(entry)};
+    console.log([typeof Client, typeof KeyholeError, typeof middleware, keyhole.Client === Client].join(' '));`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stdout = collect(child.stdout);
+  const stderr = collect(child.stderr);
+  assert.equal(await exited(child, 5000), 0, stderr());
+  assert.equal(stdout().trim(), 'function function function true');
+});

@@ -1,0 +1,36 @@
+// Type-checks index.d.ts as an app would use it: tsc -p test/types (Debian: node-typescript).
+import { Client, KeyholeError, middleware, tokenFromRequest, OPERATIONS, Session } from '../..';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
+async function main(): Promise<void> {
+  const client = new Client({ socketPath: '/run/keyhole/keyhole.sock', timeoutMs: 2000, retryOverloaded: true });
+  const created = await client.createSession('alice', { ttlSeconds: 3600, data: { theme: 'dark' } });
+  const session: Session = await client.getSession(created.session);
+  const sub: string = session.sub;
+  const email: string | undefined = session.user?.email;
+  await client.revokeSession({ id: session.id });
+  await client.updateUser(sub, { email: null });
+  const verified = await client.verifyToken('x', { audience: 'a' });
+  const raw = await client.call('debug.echo', { n: 1 });
+  console.log(sub, email, verified.issuer, raw, OPERATIONS['ping'].safeToRepeat);
+  try {
+    await client.ping();
+  } catch (e) {
+    if (e instanceof KeyholeError && e.code === 'overloaded') console.log(e.retryAfterMs, e.appleError);
+  }
+  await client.close();
+}
+
+const mw = middleware({ required: true, cookieName: 'sid' });
+declare const req: IncomingMessage;
+declare const res: ServerResponse;
+mw(req, res, () => {
+  const who: string | undefined = req.keyhole?.session?.sub;
+  console.log(who, tokenFromRequest(req));
+});
+// @ts-expect-error: an unknown option
+new Client({ socket: 'x' });
+// @ts-expect-error: sessions are created for a sub
+client2().createSession(42);
+function client2(): Client { return new Client(); }
+main();
