@@ -93,7 +93,7 @@ test-python: build-debug
 test-clients: test-node test-php test-ruby test-go
 
 test-node: build-debug deps-clients
-	KEYHOLED=$(KEYHOLED_DEBUG) NODE_PATH=/usr/share/nodejs node --test Protocol/clients/node/test/
+	KEYHOLED=$(KEYHOLED_DEBUG) NODE_PATH=/usr/share/nodejs node --test Protocol/clients/node/test/*.test.js
 
 test-php: build-debug deps-clients
 	KEYHOLED=$(KEYHOLED_DEBUG) phpunit -c Protocol/clients/php/phpunit.xml

@@ -82,18 +82,7 @@ struct HarnessTests {
         }
         let outcome = await chaos
         #expect(outcome?["chaos"] == "done", "\(String(describing: outcome))")
-        // Known, and reported with issue 27: a bounce closes the listening socket while a re-send can
-        // wait in its backlog (the client reconnects as soon as keyholed closed its connection, before
-        // the harness unbinds), so a session.get's one re-send (section 8, rule 2) is lost too and the
-        // call is connection_lost. Restarts alone never fail (measured: 0 in 3 runs; bounces alone: 2
-        // in 3). Any other failure is not this and fails the test.
-        let lost = failures.filter { $0.hasPrefix("connection_lost") }
-        #expect(lost.count == failures.count, "\(failures.count) of \(calls) session.get failed: \(failures.prefix(5))")
-        if !lost.isEmpty {
-            withKnownIssue("a re-send lost in the backlog of a bounced socket (see the comment)", isIntermittent: true) {
-                Issue.record("\(lost.count) of \(calls) session.get were connection_lost")
-            }
-        }
+        #expect(failures.isEmpty, "\(failures.count) of \(calls) session.get failed: \(failures.prefix(5))")
         #expect(calls > 6, "calls during the chaos: \(calls)")
         try await client.close()
         let (status, stderr) = await harness.stop()
