@@ -14,9 +14,11 @@ Steps (each a JSON object):
 - {"read": [op, ...], "same_args_as": i?}: read that many request frames from the current connection,
   each with that op, and record them (requests are numbered across connections from 0). With
   same_args_as, each must carry the same args as request i (a re-send).
+- {"read_any": [op, ...]}: as read, but the ops may come in any order (pipelined calls).
 - {"reply": [answer, ...], "write": "whole"|"together"|"bytewise"}: send answers. An answer's
   "to": i is replaced by "id": request i's id (answers may also give "id" directly), and
-  "echo": true by "result": request i's args (debug.echo). "whole": one write per answer;
+  "echo": true by "result": request i's args (debug.echo); "to_op": op names the first request read
+  with that op instead of i. "whole": one write per answer;
   "together": all in one write; "bytewise": one byte per write, 1 ms apart.
 - {"pad_reply": {"to": i, "payload_bytes": n}}: an ok answer whose payload is exactly n bytes.
 - {"raw": hex}: write these bytes as they are.
@@ -88,10 +90,19 @@ class Player:
                         raise Failure(f"re-sent {op} has args {request.get('args')!r}, "
                                       f"the first had {first.get('args')!r}")
                 self.requests.append(request)
+        elif "read_any" in step:
+            wanted = sorted(step["read_any"])
+            got = [self.read_request() for _ in wanted]
+            if sorted(r.get("op") for r in got) != wanted:
+                raise Failure(f"expected requests {wanted} in any order, got {got!r}")
+            self.requests.extend(got)
         elif "reply" in step:
             frames = []
             for answer in step["reply"]:
                 answer = dict(answer)
+                if "to_op" in answer:
+                    op = answer.pop("to_op")
+                    answer["to"] = next(i for i, r in enumerate(self.requests) if r.get("op") == op)
                 if "to" in answer:
                     request = self.requests[answer.pop("to")]
                     answer = {"id": request.get("id"), **answer}

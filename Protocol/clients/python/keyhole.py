@@ -106,7 +106,10 @@ def _reject_constant(name):
 
 def decode_response(payload):
     """Parse one response payload (bytes) and check its shape; raise ValueError if it is invalid."""
-    msg = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+    try:
+        msg = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("response is nested too deeply") from None
     if not isinstance(msg, dict):
         raise ValueError("response is not a JSON object")
     if type(msg.get("id")) not in (int, str, type(None)):
@@ -242,7 +245,11 @@ class _Connection:
         """Write the whole frame, or raise: nothing of a frame that was not written whole can have
         reached keyholed as a request, so every failure here is _NotSent (or a timeout)."""
         sent, view = 0, memoryview(frame)
-        with self.send_lock:
+        if not self.send_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            with self.cond:
+                self.pending.pop(rid, None)
+            raise KeyholeConnectionError("timeout", "no turn to send to keyholed within the deadline")
+        try:
             try:
                 while sent < len(frame):  # not sendall(): on failure we must know how much went out
                     try:
@@ -254,6 +261,13 @@ class _Connection:
                 return
             except OSError as e:
                 error = e
+        finally:
+            self.send_lock.release()
+        if sent == 0 and isinstance(error, socket.timeout):
+            # Nothing went out: the connection is as good as it was; only this call is over.
+            with self.cond:
+                self.pending.pop(rid, None)
+            raise KeyholeConnectionError("timeout", str(error))
         with self.cond:
             self.pending.pop(rid, None)
             if sent == 0 and isinstance(error, (BrokenPipeError, ConnectionResetError)):
@@ -306,13 +320,17 @@ class _Connection:
             failure = KeyholeConnectionError("protocol_error", f"invalid answer from keyholed: {e}")
         except OSError as e:
             failure = _Lost(f"connection to keyholed lost: {e}")
-        with self.cond:
-            self.reading = False
-            if failure is not None or self.error is not None:
-                self._fail(failure)
-                if self.sock.fileno() >= 0:
-                    self.sock.close()
-            self.cond.notify_all()
+        except BaseException as e:  # noqa: BLE001 - whatever it is, the connection must not stay unread
+            failure = KeyholeConnectionError("protocol_error", f"reading keyholed's answer failed: {e!r}")
+            raise
+        finally:
+            with self.cond:
+                self.reading = False
+                if failure is not None or self.error is not None:
+                    self._fail(failure)
+                    if self.sock.fileno() >= 0:
+                        self.sock.close()
+                self.cond.notify_all()
 
     def _dispatch(self):
         """Under cond: hand every whole frame in the buffer to its slot."""
@@ -394,6 +412,12 @@ class Client:
                 rid = next(self._ids)
             try:
                 response = conn.request(rid, encode_frame({"id": rid, "op": op, "args": args, "v": 1}), deadline)
+            except KeyholeConnectionError:
+                raise
+            except KeyholeError as e:  # keyholed's, about the connection (overloaded on connect)
+                if self._wait_overloaded(e, deadline):
+                    continue
+                raise
             except _NotSent:
                 backoff = self._pause(backoff, deadline)  # reconnect; never reached keyholed
                 continue
@@ -411,11 +435,17 @@ class Client:
                 if safe and not resent:
                     resent = True
                     continue
-            elif (error.code == "overloaded" and self.retry_overloaded and error.retry_after_ms is not None
-                  and time.monotonic() + error.retry_after_ms / 1000 < deadline):
-                time.sleep(error.retry_after_ms / 1000)  # the caller asked for it
+            elif self._wait_overloaded(error, deadline):
                 continue
             raise error
+
+    def _wait_overloaded(self, error, deadline):
+        """With retry_overloaded, wait out an overloaded answer if that ends before the deadline."""
+        if (error.code == "overloaded" and self.retry_overloaded and error.retry_after_ms is not None
+                and time.monotonic() + error.retry_after_ms / 1000 < deadline):
+            time.sleep(error.retry_after_ms / 1000)  # the caller asked for it
+            return True
+        return False
 
     def _pause(self, backoff, deadline):
         """Wait before another attempt at connecting; raise unavailable past the deadline."""
@@ -545,7 +575,9 @@ class Client:
             self._closed = True
             conn, self._conn = self._conn, None
         if conn is not None:
-            conn.shut(KeyholeConnectionError("unavailable", "client closed"))
+            # Calls in flight are then lost as with any connection that ends: a change written is
+            # connection_lost (it may have been applied), never "unavailable".
+            conn.shut(_Lost("client closed"))
 
     def __enter__(self):
         return self
@@ -556,13 +588,23 @@ class Client:
     def _connection(self, deadline):
         """The open connection, else a new one: connecting again, with waits between attempts,
         until the deadline (then KeyholeConnectionError "unavailable")."""
-        with self._connect_lock:  # one thread connects; the others wait for its connection
+        with self._lock:
+            if self._closed:
+                raise KeyholeConnectionError("unavailable", "client is closed")
+            if self._conn is not None and self._conn.usable():
+                return self._conn
+        # One thread connects; the others wait for its connection, but not past their own deadline.
+        if not self._connect_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise KeyholeConnectionError("unavailable", f"cannot reach keyholed at {self.path} within the deadline")
+        try:
             with self._lock:
                 if self._closed:
                     raise KeyholeConnectionError("unavailable", "client is closed")
                 if self._conn is not None and self._conn.usable():
                     return self._conn
             return self._connect(deadline)
+        finally:
+            self._connect_lock.release()
 
     def _connect(self, deadline):
         backoff = _BACKOFF_FIRST
