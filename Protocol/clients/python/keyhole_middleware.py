@@ -8,7 +8,8 @@ hands the session and its user to the application:
 - WSGI: environ["keyhole.session"] and environ["keyhole.user"];
 - ASGI: scope["keyhole.session"] and scope["keyhole.user"] (Starlette and FastAPI: request.scope).
 
-Both are None for an anonymous request (no credential, or keyholed does not know the session). With
+Both are None for an anonymous request (no credential, a value that is not a token's shape, or
+keyholed does not know the session). With
 required=True an anonymous request is answered 401 (`WWW-Authenticate: Bearer realm="keyhole"`) and
 never reaches the application. Any other failure (keyholed unreachable or past the deadline, storage
 unavailable, overloaded, permission denied...) is answered 503: fail closed, never signed in.
@@ -22,32 +23,39 @@ unavailable, overloaded, permission denied...) is answered 503: fail closed, nev
 """
 
 import asyncio
-from http.cookies import CookieError, SimpleCookie
+import re
 
 import keyhole
 
 __all__ = ["KeyholeWSGI", "KeyholeASGI", "session_token", "DEFAULT_COOKIE"]
 
 DEFAULT_COOKIE = "kh_session"
+_TOKEN = re.compile(r"kh_[A-Za-z0-9_-]{43}")
 _UNAUTHORIZED = (b"401 Unauthorized", b"session required\n")
 _UNAVAILABLE = (b"503 Service Unavailable", b"authentication is unavailable\n")
 
 
 def session_token(authorization, cookie_header, cookie_name=DEFAULT_COOKIE):
-    """The session token a request carries: a Bearer kh_ token, else the named cookie, else None."""
+    """The session token a request carries, or None.
+
+    A Bearer credential starting kh_ wins; else the first cookie named cookie_name. Either must have
+    a token's shape (kh_ and 43 base64url characters), or the request has no session: a junk or
+    oversized value never reaches keyholed. The cookie header is read in one pass, by hand: other
+    cookies, however malformed, do not hide this one (http.cookies gives up on the whole header).
+    """
     if authorization:
         scheme, _, value = authorization.strip().partition(" ")
-        if scheme.lower() == "bearer" and value.strip().startswith("kh_"):
-            return value.strip()
+        value = value.strip()
+        if scheme.lower() == "bearer" and value.startswith("kh_"):
+            return value if _TOKEN.fullmatch(value) else None
     if cookie_header:
-        cookies = SimpleCookie()
-        try:
-            cookies.load(cookie_header)
-        except CookieError:
-            return None
-        morsel = cookies.get(cookie_name)
-        if morsel is not None and morsel.value:
-            return morsel.value
+        for pair in cookie_header.split(";"):
+            name, eq, value = pair.partition("=")
+            if eq and name.strip() == cookie_name:
+                value = value.strip()
+                if len(value) >= 2 and value[0] == value[-1] == '"':
+                    value = value[1:-1]
+                return value if _TOKEN.fullmatch(value) else None
     return None
 
 
@@ -84,7 +92,7 @@ class KeyholeWSGI:
                               self.options.cookie_name)
         try:
             session, user = _lookup(self.options.client, token)
-        except keyhole.KeyholeError:
+        except Exception:  # noqa: BLE001 - whatever failed, nobody is signed in: fail closed
             return _wsgi_answer(start_response, _UNAVAILABLE)
         if session is None and self.options.required:
             return _wsgi_answer(start_response, _UNAUTHORIZED)
@@ -123,7 +131,7 @@ class KeyholeASGI:
         try:
             session, user = await asyncio.get_running_loop().run_in_executor(
                 None, _lookup, self.options.client, token)
-        except keyhole.KeyholeError:
+        except Exception:  # noqa: BLE001 - whatever failed, nobody is signed in: fail closed
             return await _asgi_answer(scope, send, _UNAVAILABLE)
         if session is None and self.options.required:
             return await _asgi_answer(scope, send, _UNAUTHORIZED)

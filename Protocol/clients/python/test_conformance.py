@@ -9,6 +9,8 @@ Run from the repository root (the restart tests need $KEYHOLED or .build/debug/k
 import json
 import os
 import select
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -129,6 +131,96 @@ def _scenario_test(scenario):
 
 for _scenario in SCENARIOS["scenarios"]:
     setattr(ScenarioTests, "test_" + _scenario["name"].replace("-", "_"), _scenario_test(_scenario))
+
+
+class InlineServer:
+    """A Unix socket whose connections, in turn, are served by `handlers` (each `handle(conn,
+    read_request)`) in a thread, for cases the scenarios do not play. read_request() reads one
+    request frame and returns it as a dict."""
+
+    def __init__(self, *handlers):
+        self.dir = tempfile.mkdtemp(prefix="khi", dir="/tmp")
+        self.path = os.path.join(self.dir, "i.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self.read = threading.Event()  # set by handlers once they have read what they wait for
+        self.thread = threading.Thread(target=self._serve, args=(handlers,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, handlers):
+        for handle in handlers:
+            conn, _ = self.listener.accept()
+            conn.settimeout(10)
+            self._one(conn, handle)
+
+    def _one(self, conn, handle):
+
+        def read_request():
+            header = conn.recv(4, socket.MSG_WAITALL)
+            (length,) = struct.unpack(">I", header)
+            return json.loads(conn.recv(length, socket.MSG_WAITALL))
+        try:
+            handle(conn, read_request)
+        finally:
+            conn.close()
+
+    def close(self):
+        self.thread.join(10)
+        self.listener.close()
+        os.unlink(self.path)
+        os.rmdir(self.dir)
+        self.assert_done()
+
+    def assert_done(self):
+        if self.thread.is_alive():
+            raise AssertionError("the inline server is still waiting for the client")
+
+
+def _frame(message):
+    payload = json.dumps(message).encode()
+    return struct.pack(">I", len(payload)) + payload
+
+
+class ClientEdgeTests(unittest.TestCase):
+    def test_close_with_a_change_in_flight_is_connection_lost(self):
+        """A written change is never reported as "unavailable" (never sent) when the client closes."""
+        def handle(conn, read_request):
+            self.assertEqual(read_request()["op"], "session.create")
+            server.read.set()
+            conn.recv(1)  # until the client closes
+        server = InlineServer(handle)
+        self.addCleanup(server.close)
+        client = keyhole.Client(server.path, timeout=5)
+        outcome = []
+        caller = threading.Thread(target=lambda: outcome.append(_perform(client, {"op": "session.create",
+                                                                                  "args": {"sub": "a"}})))
+        caller.start()
+        self.assertTrue(server.read.wait(10))
+        client.close()
+        caller.join(10)
+        kind, error = outcome[0]
+        self.assertEqual((kind, error.code), ("error", "connection_lost"), str(error))
+
+    def test_deeply_nested_answer_is_protocol_error_and_the_client_recovers(self):
+        def handle(conn, read_request):
+            request = read_request()
+            nested = "[" * 100000 + "]" * 100000
+            payload = ('{"id":%d,"ok":true,"result":{"x":%s}}' % (request["id"], nested)).encode()
+            conn.sendall(struct.pack(">I", len(payload)) + payload)
+            conn.recv(1)
+        def answer_ping(conn, read_request):
+            request = read_request()
+            conn.sendall(_frame({"id": request["id"], "ok": True, "result": {"op": request["op"]}}))
+        server = InlineServer(handle, answer_ping)
+        self.addCleanup(server.close)
+        client = keyhole.Client(server.path, timeout=2)
+        self.addCleanup(client.close)
+        with self.assertRaises(keyhole.KeyholeConnectionError) as caught:
+            client.call("debug.echo", {})
+        self.assertEqual(caught.exception.code, "protocol_error")
+        # The connection was closed and not left unread: the next call goes out on a new one.
+        self.assertEqual(client.call("ping"), {"op": "ping"})
 
 
 class Harness:

@@ -16,7 +16,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import keyhole  # noqa: E402
 from keyhole_middleware import KeyholeASGI, KeyholeWSGI, session_token  # noqa: E402
-from test_conformance import Harness  # noqa: E402
+from test_conformance import TESTING, Harness  # noqa: E402
+
+
+class ScriptedServer:
+    """Protocol/testing/scenario_server.py playing one scenario; must exit 0 once the client is done."""
+
+    def __init__(self, scenario):
+        self.dir = tempfile.mkdtemp(prefix="khm", dir="/tmp")
+        self.path = os.path.join(self.dir, "s.sock")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(TESTING, "scenario_server.py"), self.path,
+                                      scenario], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise AssertionError(f"scenario server: {self.proc.stderr.read()}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        status = self.proc.wait(15)
+        stderr = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        os.rmdir(self.dir)
+        if exc_info[0] is None and status != 0:
+            raise AssertionError(f"scenario server: {stderr}")
 
 
 def wsgi_app(environ, start_response):
@@ -63,14 +87,36 @@ def call_asgi(app, headers):
             "body": b"".join(m.get("body", b"") for m in sent[1:]).decode()}
 
 
+A = "kh_" + "A" * 43
+B = "kh_" + "b-_9" * 10 + "xyz"
+
+
 class TokenTests(unittest.TestCase):
     def test_bearer_then_cookie_never_query(self):
-        self.assertEqual(session_token("Bearer kh_abc", "kh_session=kh_def"), "kh_abc")
-        self.assertEqual(session_token("Basic dXNlcjpwYXNz", "kh_session=kh_def"), "kh_def")
-        self.assertEqual(session_token(None, "other=1; kh_session=kh_def"), "kh_def")
-        self.assertEqual(session_token(None, "mine=kh_x", cookie_name="mine"), "kh_x")
+        self.assertEqual(session_token(f"Bearer {A}", f"kh_session={B}"), A)
+        self.assertEqual(session_token("Basic dXNlcjpwYXNz", f"kh_session={B}"), B)
+        self.assertEqual(session_token(None, f"other=1; kh_session={B}"), B)
+        self.assertEqual(session_token(None, f'kh_session="{B}"'), B)
+        self.assertEqual(session_token(None, f"mine={A}", cookie_name="mine"), A)
         self.assertIsNone(session_token(None, None))
-        self.assertIsNone(session_token("Bearer not-a-keyhole-token", None))
+        self.assertEqual(session_token("Bearer not-a-keyhole-token", f"kh_session={B}"), B)
+
+    def test_only_a_token_shape_is_a_session(self):
+        for junk in ("kh_short", "kh_" + "A" * 44, "kh_" + "A" * 42 + "=", "kh_" + '"' * 33000,
+                     "kh_" + "A" * 1022, "kh_" + "A" * 70000, "kh_" + "A" * 42 + "é"):
+            self.assertIsNone(session_token(f"Bearer {junk}", None), junk[:20])
+            self.assertIsNone(session_token(None, f"kh_session={junk}"), junk[:20])
+
+    def test_first_cookie_wins_and_malformed_neighbours_do_not_hide_it(self):
+        self.assertEqual(session_token(None, f"kh_session={A}; kh_session={B}"), A)
+        for neighbour in ("a=b c", "a=é", 'a={"j":1}', "novalue", "=", ";;", 'x="unterminated'):
+            self.assertEqual(session_token(None, f"{neighbour}; kh_session={A}"), A, neighbour)
+            self.assertEqual(session_token(None, f"kh_session={A}; {neighbour}"), A, neighbour)
+
+    def test_cookie_parsing_is_linear(self):
+        # http.cookies unquotes backslashes in quadratic time (CVE-2024-7592): 40 KB took seconds.
+        header = 'a="' + "\\" * 20000 + '"; kh_session=' + A
+        self.assertEqual(session_token(None, header), A)
 
 
 class MiddlewareTests(unittest.TestCase):
@@ -107,6 +153,29 @@ class MiddlewareTests(unittest.TestCase):
 
     def test_asgi(self):
         self.check(call_asgi, lambda required: KeyholeASGI(asgi_app, client=self.client, required=required))
+
+    def session_gets(self):
+        return self.client.stats()["requests"].get("session.get", 0)
+
+    def test_junk_credentials_never_reach_keyholed(self):
+        before = self.session_gets()
+        for junk in ("kh_" + "A" * 70000, "kh_" + "A" * 1022, "kh_short"):
+            for call, app in ((call_wsgi, KeyholeWSGI(wsgi_app, client=self.client)),
+                              (call_asgi, KeyholeASGI(asgi_app, client=self.client))):
+                self.assertEqual(call(app, {"Cookie": f"kh_session={junk}"})["body"], "anonymous")
+                self.assertEqual(call(app, {"Authorization": f"Bearer {junk}"})["body"], "anonymous")
+            required = KeyholeWSGI(wsgi_app, client=self.client, required=True)
+            self.assertEqual(call_wsgi(required, {"Cookie": f"kh_session={junk}"})["status"], 401)
+        self.assertEqual(self.session_gets(), before)
+
+    def test_keyholed_errors_are_503(self):
+        """storage_unavailable and a code from a newer keyholed (internal), from the scripted server."""
+        for scenario in ("known-error-code", "unknown-error-code"):
+            with ScriptedServer(scenario) as server:
+                scripted = keyhole.Client(server.path, timeout=2)
+                answer = call_wsgi(KeyholeWSGI(wsgi_app, client=scripted), {"Cookie": f"kh_session={A}"})
+                scripted.close()
+                self.assertEqual(answer["status"], 503, scenario)
 
     def test_unreachable_keyholed_is_503_never_signed_in(self):
         missing = keyhole.Client(os.path.join(tempfile.gettempdir(), "kh-nobody-listens.sock"), timeout=0.2)

@@ -22,6 +22,7 @@ import keyhole  # noqa: E402
 from keyhole_middleware import DEFAULT_COOKIE, KeyholeWSGI, session_token  # noqa: E402
 
 MAX_FORM = 64 * 1024
+MAX_ID_TOKEN = 16 * 1024  # keyholed refuses longer tokens anyway (token_malformed): not worth asking
 client = keyhole.Client()
 
 
@@ -46,17 +47,19 @@ def cookie(value, max_age=None):
     return ("Set-Cookie", attributes + (f"; Max-Age={max_age}" if max_age is not None else ""))
 
 
+def page(environ, start_response):
+    """GET /: behind the middleware with required=True, so only signed-in users get here."""
+    session = environ["keyhole.session"]
+    body = f"<p>Signed in as {html.escape(session['sub'])} ({html.escape(session['issuer'])}).</p>\n"
+    return respond(start_response, "200 OK", body.encode())
+
+
 def app(environ, start_response):
     method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "/")
-    session = environ.get("keyhole.session")
-    if path == "/" and method in ("GET", "HEAD"):
-        if session is None:
-            return respond(start_response, "401 Unauthorized", b"<p>Please sign in.</p>\n",
-                           [("WWW-Authenticate", 'Bearer realm="keyhole"')])
-        body = f"<p>Signed in as {html.escape(session['sub'])} ({html.escape(session['issuer'])}).</p>\n"
-        return respond(start_response, "200 OK", body.encode())
     if path == "/signin" and method == "POST":
         id_token = read_form(environ).get("id_token", "")
+        if not id_token or len(id_token) > MAX_ID_TOKEN:
+            return respond(start_response, "401 Unauthorized", b"<p>That sign-in did not verify.</p>\n")
         try:
             verified = client.verify_token(id_token)
             created = client.create_session(verified["sub"], issuer=verified["issuer"])
@@ -83,8 +86,18 @@ class QuietHandler(WSGIRequestHandler):
         pass
 
 
+def site(signed_in_page, rest):
+    """Routes GET / to the page that needs a session, everything else to the rest."""
+    def route(environ, start_response):
+        if environ.get("PATH_INFO", "/") == "/" and environ["REQUEST_METHOD"] in ("GET", "HEAD"):
+            return signed_in_page(environ, start_response)
+        return rest(environ, start_response)
+    return route
+
+
 def main():
-    server = make_server("127.0.0.1", int(os.environ.get("PORT", "8000")), KeyholeWSGI(app, client=client),
+    application = site(KeyholeWSGI(page, client=client, required=True), app)
+    server = make_server("127.0.0.1", int(os.environ.get("PORT", "8000")), application,
                          handler_class=QuietHandler)
     print(f"listening {server.server_port}", flush=True)
     try:
