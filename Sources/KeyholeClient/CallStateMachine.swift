@@ -44,6 +44,9 @@ struct CallStateMachine {
     private var lastFailure: String?
     /// Whether the one re-send of a written request has been used.
     private var resent = false
+    /// Whether a request of this call was written (so it may have taken effect): such a call never
+    /// ends `unavailable`, which says it was never sent.
+    private var written = false
 
     /// A call of `op` that must end by `deadline` (`nil`: no deadline).
     init(op: String, deadline: ContinuousClock.Instant?, configuration: Configuration = .init()) {
@@ -83,6 +86,7 @@ struct CallStateMachine {
             guard case .failure(let error) = response.outcome else { return finish(.success(response)) }
             if error.code == .shuttingDown, safeToRepeat, !resent {
                 resent = true
+                written = true
                 return .connect
             }
             if error.code == .overloaded, let wait = overloadWait(error, now: now) { return .wait(until: wait) }
@@ -92,6 +96,7 @@ struct CallStateMachine {
             return backOff(now: now)
         case .lost:
             failures = 0
+            written = true
             guard safeToRepeat, !resent else { return finish(.failure(.connectionLost)) }
             resent = true
             return passed(now) ? finish(.failure(.timeout)) : .connect
@@ -103,6 +108,12 @@ struct CallStateMachine {
         case .timedOut:
             return finish(.failure(.timeout))
         }
+    }
+
+    /// The task making the call was cancelled while it waited to connect again: the call ends, as
+    /// `unavailable` if nothing of it was written, else `connection_lost`.
+    mutating func cancelled() -> Action {
+        finish(.failure(written ? .connectionLost : .unavailable("the call was cancelled before its request was sent")))
     }
 
     /// The wait before the next connection attempt, doubling from `firstBackoff` to `maximumBackoff`.
@@ -129,8 +140,11 @@ struct CallStateMachine {
         return until
     }
 
+    /// What a call that found no connection before its deadline ends with: `unavailable` (never
+    /// sent), or `connection_lost` when a request of it was written before (a re-send that could not go out).
     private var unavailable: KeyholeClientError {
-        .unavailable((lastFailure ?? "keyholed could not be reached") + "; no connection before the deadline")
+        if written { return .connectionLost }
+        return .unavailable((lastFailure ?? "keyholed could not be reached") + "; no connection before the deadline")
     }
 
     private func passed(_ now: ContinuousClock.Instant) -> Bool {

@@ -40,7 +40,9 @@ final class ClientHandler: ChannelDuplexHandler {
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let outbound = unwrapOutboundIn(data)
-        if ended {
+        if ended || !status.isUsable {
+            // Ended, or retired (shutting_down, a null-id error): it goes on a new connection, or
+            // fails with the connection's error (rule 4).
             outbound.promise.succeed(status.unwrittenOutcome)
             promise?.succeed(())
             return
@@ -104,17 +106,17 @@ final class ClientHandler: ChannelDuplexHandler {
             }
             waiting.promise.succeed(.answered(response))
         } else if response.id == nil, case .failure(let error) = response.outcome {
-            // An error without an id concerns the connection (overloaded, a framing error): it ends every request.
+            // An error without an id concerns the connection (overloaded, a framing error): nothing
+            // more goes on it, but keyholed still answers the requests it had read before it closes
+            // it; the calls still waiting then fail with this error (PROTOCOL.md section 8, rule 4).
             status.refuse(error)
-            endAll(with: .connectionRefused(error))
-            context.close(promise: nil)
         }
         // Anything else answers a request nobody waits for (a call that timed out): dropped.
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         status.retire()
-        endAll(with: .lost)
+        endAll(with: status.endOutcome)
         context.fireChannelInactive()
     }
 
@@ -129,8 +131,9 @@ final class ClientHandler: ChannelDuplexHandler {
         ended = true
         let waiting = pending
         pending.removeAll()
+        if case .connectionRefused = outcome, !waiting.isEmpty { status.refusalTold() }
         for request in waiting.values {
-            request.promise.succeed(request.written || outcome != .lost ? outcome : status.unwrittenOutcome)
+            request.promise.succeed(request.written || outcome != .lost ? outcome : .notWritten)
         }
     }
 }

@@ -7,6 +7,8 @@ final class ConnectionStatus: Sendable {
     private struct State {
         var usable = true
         var refusal: ProtocolError?
+        /// Whether a call has been told of `refusal` (it failed with it).
+        var refusalTold = false
     }
 
     private let state = Mutex(State())
@@ -19,6 +21,29 @@ final class ConnectionStatus: Sendable {
     /// ended it (the call fails with it, rule 4), else `notWritten` (it is sent on a new connection).
     var unwrittenOutcome: SendOutcome {
         state.withLock { $0.refusal.map(SendOutcome.connectionRefused) ?? .notWritten }
+    }
+
+    /// What the calls still waiting when the connection ends come to: the null-id error keyholed
+    /// sent before closing it (rule 4), else `lost`.
+    var endOutcome: SendOutcome {
+        state.withLock { $0.refusal.map(SendOutcome.connectionRefused) ?? .lost }
+    }
+
+    /// The null-id error keyholed ended this connection with, if no call has been told of it yet;
+    /// marks it told. A refusal that came while no call waited (`overloaded` on connect, read
+    /// before the first request went out) goes to the next call, rather than being lost in a
+    /// reconnection that keyholed would most likely refuse again.
+    func takeUntoldRefusal() -> ProtocolError? {
+        state.withLock { state in
+            guard let refusal = state.refusal, !state.refusalTold else { return nil }
+            state.refusalTold = true
+            return refusal
+        }
+    }
+
+    /// Calls were told of the refusal (they were waiting on the connection when it ended).
+    func refusalTold() {
+        state.withLock { $0.refusalTold = true }
     }
 
     /// Nothing more is to be sent on this connection.

@@ -8,8 +8,9 @@ import Glibc
 import Darwin
 #endif
 
-/// Keeps the client's one connection: hands out the open one while it is usable, and opens a new
-/// one on the next need after it ended. Calls that need a connection while one is being opened wait
+/// Keeps the client's one connection: hands out the open one while it is usable (or once more, when
+/// keyholed refused it before any call waited on it), and opens a new one on the next need after it
+/// ended. Calls that need a connection while one is being opened wait
 /// for that one instead of opening their own.
 final class Connector: Sendable {
     private enum State {
@@ -46,6 +47,10 @@ final class Connector: Sendable {
             switch state {
             case .open(let connection) where connection.isUsable:
                 return .use(connection)
+            case .open(let connection) where connection.status.takeUntoldRefusal() != nil:
+                // Refused before any call waited on it: the next call goes there, and fails with
+                // the refusal (rule 4) instead of reconnecting to be refused again.
+                return .use(connection)
             case .connecting(let future):
                 return .wait(future)
             case .closed:
@@ -74,6 +79,14 @@ final class Connector: Sendable {
             return .failure(failure)
         } catch {
             return .failure(.cannotConnect("cannot connect to \(socketPath): \(error)"))
+        }
+    }
+
+    /// The connection kept now, usable or not (for tests: unlike `connection`, it changes nothing).
+    var current: Connection? {
+        state.withLock { state in
+            if case .open(let connection) = state { return connection }
+            return nil
         }
     }
 

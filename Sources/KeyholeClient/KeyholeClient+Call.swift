@@ -34,6 +34,10 @@ extension KeyholeClient {
             while true {
                 switch action {
                 case .connect:
+                    if Task.isCancelled {
+                        action = machine.cancelled()
+                        continue
+                    }
                     switch await client.connector.connection(timeout: timeLeft) {
                     case .success(let open):
                         connection = open
@@ -48,8 +52,12 @@ extension KeyholeClient {
                     let outcome = await connection.send(id: client.makeID(), op: op, args: args, deadline: deadline)
                     action = machine.sent(outcome, now: clock.now)
                 case .wait(let until):
-                    try? await clock.sleep(until: until)
-                    action = machine.waited(now: clock.now)
+                    do {
+                        try await clock.sleep(until: until)
+                        action = machine.waited(now: clock.now)
+                    } catch {
+                        action = machine.cancelled()  // without this, a cancelled call would spin until its deadline
+                    }
                 case .finish(let result):
                     return try result.get()
                 }

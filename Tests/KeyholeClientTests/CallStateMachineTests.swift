@@ -51,6 +51,33 @@ struct CallStateMachineTests {
         #expect(now == 2000, "the last wait ends at the deadline")
     }
 
+    @Test("a safe request lost, whose re-send finds no connection before the deadline, is connection_lost, never unavailable")
+    func resendWithoutConnection() {
+        var call = machine("session.revoke", deadlineMs: 100)
+        _ = call.start()
+        #expect(call.connected(now: at(0)) == .send)
+        #expect(call.sent(.lost, now: at(1)) == .connect)
+        var action = call.connectFailed("cannot connect to /x: No such file or directory", now: at(2))
+        while case .wait(let until) = action {
+            let next = call.waited(now: until)
+            action = next == .connect ? call.connectFailed("cannot connect to /x", now: until) : next
+        }
+        #expect(action == .finish(.failure(.connectionLost)))
+    }
+
+    @Test("a call cancelled while waiting to reconnect ends: unavailable if never written, else connection_lost")
+    func cancelled() {
+        var never = machine("session.create")
+        _ = never.start()
+        #expect(never.connectFailed("cannot connect to /x", now: at(0)) != .connect)
+        #expect(never.cancelled() == .finish(.failure(.unavailable(""))))
+        var lost = machine("session.get")
+        _ = lost.start()
+        _ = lost.connected(now: at(0))
+        #expect(lost.sent(.lost, now: at(1)) == .connect)
+        #expect(lost.cancelled() == .finish(.failure(.connectionLost)))
+    }
+
     @Test("the backoff is capped and never zero", arguments: [1, 2, 6, 7, 8, 100, 10_000])
     func backoffCap(failures: Int) {
         let wait = CallStateMachine.backoff(afterFailures: failures, configuration: .init())

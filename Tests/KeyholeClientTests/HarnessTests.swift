@@ -115,6 +115,7 @@ struct HarnessTests {
         #expect(outcome?["chaos"] == "done", "\(String(describing: outcome))")
         #expect(other.isEmpty, "creates that failed otherwise than connection_lost: \(other.prefix(5))")
         #expect(n >= 1, "creates during the chaos: \(n)")
+        #expect(!created.isEmpty, "no create succeeded during the chaos (\(lost.count) connection_lost)")
         for (sub, id) in created {
             let sessions = try await client.listSessions(sub: sub, issuer: harness.issuer)
             #expect(sessions.map { $0["id"]?.stringValue } == [id], "\(sub)")

@@ -133,6 +133,17 @@ struct KeyholeClientTests {
         #expect(ContinuousClock.now - started >= .milliseconds(300), "it tried until the deadline")
     }
 
+    @Test("a call without a deadline, waiting for a socket that is not there, ends when its task is cancelled", .timeLimit(.minutes(1)))
+    func cancelledWhileReconnecting() async throws {
+        let path = "/tmp/keyhole-test-no-such-\(UInt32.random(in: 0...UInt32.max)).sock"
+        let client = KeyholeClient(socketPath: path, configuration: .init(deadline: nil))
+        let call = Task { try await client.call("session.create", args: ["sub": "a"]) }
+        // Whether the cancellation finds it connecting or waiting, it must end (a call that spun on
+        // would never end: the time limit fails the test).
+        call.cancel()
+        await #expect(throws: KeyholeClientError.unavailable("")) { try await call.value }
+    }
+
     @Test("after the server has gone (socket removed), a call tries to reconnect until its deadline, then is unavailable")
     func serverShutdown() async throws {
         var client: KeyholeClient?

@@ -1,5 +1,5 @@
 import Foundation
-import KeyholeClient
+@testable import KeyholeClient
 import KeyholeProtocol
 import NIOCore
 import Testing
@@ -53,6 +53,35 @@ struct ScenarioTests {
         }
         for (index, (call, outcome)) in zip(calls, outcomes).enumerated() {
             Self.check(outcome, against: try #require(call["expect"]), call: "\(name) call \(index)")
+        }
+        try await client.close()
+        let (status, stderr) = await server.wait()
+        #expect(status == 0, "scenario_server: \(stderr)")
+    }
+
+    @Test("refused-at-connect, with the connection opened before the call: the refusal read while no call waited goes to the next call, which does not reconnect")
+    func refusalBeforeTheFirstCall() async throws {
+        let socket = "/tmp/khs-\(UInt32.random(in: 0...UInt32.max)).sock"
+        let server = try ScriptProcess.python("scenario_server.py", [socket, "refused-at-connect"])
+        var lines = server.lines.makeAsyncIterator()
+        #expect(await lines.next() == "ready")
+        let client = try await KeyholeClient.connect(socketPath: socket, requestTimeout: .seconds(2))
+        // The refusal has been read once the connection is no longer usable (keyholed, here the
+        // script, ends its side right after it).
+        let connection = try #require(client.connector.current)
+        var waited = 0
+        while connection.isUsable && waited < 2000 {
+            try await Task.sleep(for: .milliseconds(10))
+            waited += 10
+        }
+        #expect(!connection.isUsable)
+        await #expect(throws: ProtocolError.self) {
+            do {
+                _ = try await client.call("ping")
+            } catch let error as ProtocolError {
+                #expect(error.code == .overloaded && error.retryAfterMs == 1000)
+                throw error
+            }
         }
         try await client.close()
         let (status, stderr) = await server.wait()
