@@ -152,6 +152,11 @@ export interface MiddlewareOptions {
   cookieName?: string;
   /** Answer 401 (WWW-Authenticate: Bearer realm="keyhole") when there is no session. Default false. */
   required?: boolean;
+  /**
+   * Told of an exception thrown by the handler after the middleware (which is answered 500 if it
+   * had not answered). Default: logged with console.error.
+   */
+  onError?: (error: unknown, req: IncomingMessage, res: ServerResponse) => void;
 }
 
 export type KeyholeRequest = IncomingMessage & { keyhole?: KeyholeRequestState };
@@ -160,8 +165,14 @@ export type KeyholeRequest = IncomingMessage & { keyhole?: KeyholeRequestState }
 export function middleware(options?: MiddlewareOptions):
   (req: IncomingMessage, res: ServerResponse, next: (error?: unknown) => void) => void;
 
-/** The session token of a request: Authorization Bearer kh_..., else the cookie. Never the query. */
+/**
+ * The session token of a request: Authorization Bearer kh_..., else the (first) cookie; never the
+ * query. null when none, or when the value is not a token's shape.
+ */
 export function tokenFromRequest(req: IncomingMessage, options?: { cookieName?: string }): string | null;
+
+/** Whether a value has a session token's shape: `kh_` and 43 base64url characters. */
+export function isSessionToken(value: unknown): value is string;
 
 export interface OperationInfo { group: string | null; safeToRepeat: boolean; debug: boolean }
 export const OPERATIONS: Readonly<Record<string, OperationInfo>>;

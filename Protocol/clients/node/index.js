@@ -12,7 +12,7 @@ const { Client, resolveSocketPath, DEFAULT_SOCKET, DEFAULT_TIMEOUT_MS } = requir
 const { HELPER_OPS } = require('./lib/helpers');
 const { KeyholeError, SERVER_CODES, CLIENT_CODES } = require('./lib/errors');
 const { OPERATIONS, safeToRepeat } = require('./lib/operations');
-const { middleware, tokenFromRequest, DEFAULT_COOKIE } = require('./lib/middleware');
+const { middleware, tokenFromRequest, isSessionToken, DEFAULT_COOKIE } = require('./lib/middleware');
 const { MAX_RESPONSE_BYTES } = require('./lib/connection');
 
 module.exports = {
@@ -20,6 +20,7 @@ module.exports = {
   KeyholeError,
   middleware,
   tokenFromRequest,
+  isSessionToken,
   OPERATIONS,
   HELPER_OPS,
   SERVER_CODES,

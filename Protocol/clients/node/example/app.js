@@ -18,7 +18,10 @@ const client = new keyhole.Client({
 });
 const app = express();
 
-app.use(express.urlencoded({ extended: false, limit: '32kb' }));
+// An identity token longer than this is refused before keyholed is asked (keyholed's own limit).
+const MAX_ID_TOKEN_BYTES = 16384;
+
+app.use(express.urlencoded({ extended: false, limit: '64kb' }));
 
 function escapeHtml(text) {
   return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -31,11 +34,16 @@ function sessionCookie(value, extra = '') {
 app.post('/signin', async (req, res) => {
   const idToken = req.body && typeof req.body.id_token === 'string' ? req.body.id_token : '';
   if (idToken === '') return res.status(401).type('text').send('No identity token\n');
+  if (Buffer.byteLength(idToken) > MAX_ID_TOKEN_BYTES) {
+    return res.status(401).type('text').send('The identity token is too long\n');
+  }
   let identity;
   try {
     identity = await client.verifyToken(idToken);
   } catch (error) {
-    if (error instanceof keyhole.KeyholeError && error.code.startsWith('token_')) {
+    // token_*: the token does not verify; bad_request: keyholed would not take it as a token.
+    // Either way no session, and the answer is the client's fault (401), not keyholed's (503).
+    if (error instanceof keyhole.KeyholeError && (error.code.startsWith('token_') || error.code === 'bad_request')) {
       return res.status(401).type('text').send(`The identity token does not verify (${error.code})\n`);
     }
     return res.status(503).type('text').send(`Sign-in is unavailable (${error.code || 'internal'})\n`);
@@ -59,6 +67,7 @@ app.get('/', keyhole.middleware({ client, cookieName: COOKIE, required: true }),
 });
 
 app.post('/signout', async (req, res) => {
+  // null unless the cookie has a token's shape: nothing else is sent to keyholed to revoke.
   const token = keyhole.tokenFromRequest(req, { cookieName: COOKIE });
   if (token !== null) {
     try {
@@ -69,6 +78,15 @@ app.post('/signout', async (req, res) => {
   }
   res.setHeader('Set-Cookie', sessionCookie('', '; Max-Age=0'));
   return res.redirect(303, '/');
+});
+
+// A form body past the parser's limit can only hold an identity token far too long: 401 on
+// /signin, as for one past MAX_ID_TOKEN_BYTES. Other errors go to Express's default handler.
+app.use((error, req, res, next) => {
+  if (req.path === '/signin' && error && error.type === 'entity.too.large') {
+    return res.status(401).type('text').send('The identity token is too long\n');
+  }
+  return next(error);
 });
 
 const port = Number(process.env.PORT || 0);

@@ -184,13 +184,13 @@ class Client {
     const id = message.id;
     if (id === undefined || id === null) {
       // Rule 4: an error about the connection (overloaded on connect, bad_frame,
-      // frame_too_large), which keyholed closes: every call waiting on it fails with it.
-      if (message.ok === false) {
-        const error = KeyholeError.fromResponse(message.error);
-        const calls = [...connection.pending.values()];
-        connection.pending.clear();
-        connection.end(null);
-        for (const call of calls) this.answeredWithError(call, error, false);
+      // frame_too_large). keyholed still answers the requests it had read before it closes the
+      // connection, so it goes on being read; nothing more is sent on it, and the calls still
+      // unanswered when it ends fail with this error (onEnd), not sent again.
+      if (message.ok === false && connection.connectionError === null) {
+        connection.connectionError = KeyholeError.fromResponse(message.error);
+        this.retire(connection);
+        if (connection.pending.size === 0) connection.close();
       }
       return;
     }
@@ -240,7 +240,11 @@ class Client {
     const calls = [...connection.pending.values()];
     connection.pending.clear();
     for (const call of calls) {
-      if (error) {
+      if (!error && connection.connectionError !== null) {
+        // Rule 4: unanswered after an error about the connection; it fails with that error.
+        call.connection = null;
+        this.answeredWithError(call, connection.connectionError, false);
+      } else if (error) {
         // protocol_error: the connection is not to be trusted; its calls fail, unsent again.
         call.connection = null;
         this.fail(call, error);

@@ -64,7 +64,8 @@ class Connection {
   constructor(socket, { onResponse, onEnd }) {
     this.socket = socket;
     this.pending = new Map();
-    this.retired = false; // answered shutting_down: nothing more is sent on it
+    this.retired = false; // answered shutting_down or a null-id error: nothing more is sent on it
+    this.connectionError = null; // the null-id error keyholed sent about this connection (rule 4)
     this.answered = false; // whether any frame came in
     this.ended = false;
     this.onResponse = onResponse;

@@ -89,6 +89,21 @@ test('two hundred calls in flight together share one connection, answers matched
   assert.equal((await client.stats()).connections.total, before);
 });
 
+test('a request keyholed read before an oversized frame is answered; only the later calls fail (rule 4)', async () => {
+  await client.ping(); // the connection is up, so both calls go out on it, in order
+  const errorsBefore = (await client.stats()).errors.frame_too_large ?? 0;
+  const [slept, oversized] = await Promise.allSettled([
+    client.call('debug.sleep', { ms: 200 }),
+    client.call('debug.echo', { padding: 'x'.repeat(70000) }),
+  ]);
+  assert.equal(slept.status, 'fulfilled', slept.reason && `${slept.reason.code}: ${slept.reason.message}`);
+  assert.deepStrictEqual(slept.value, { slept_ms: 200 });
+  assert.equal(oversized.status, 'rejected');
+  assert.equal(oversized.reason.code, 'frame_too_large', oversized.reason.message);
+  const stats = await client.stats(); // on a new connection
+  assert.equal(stats.errors.frame_too_large, errorsBefore + 1);
+});
+
 /** Runs `body(n)` in a loop from `chaos 6 200` until the harness says the chaos is done. */
 async function duringChaos(body) {
   harness.command('chaos 6 200');
@@ -129,6 +144,9 @@ test('restart: every session.create succeeds or fails with connection_lost, none
     }
   });
   assert.ok(calls > 0, 'no call during the chaos');
+  // Between restarts keyholed is up: a client that failed every create would be broken.
+  const succeeded = outcomes.filter(({ id }) => id !== null).length;
+  assert.ok(succeeded >= 1, `no session.create succeeded out of ${outcomes.length}`);
   for (const { sub, id } of outcomes) {
     const ids = (await client.listSessions(sub)).sessions.map((s) => s.id);
     if (id !== null) assert.deepStrictEqual(ids, [id], sub);

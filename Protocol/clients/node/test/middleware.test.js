@@ -6,7 +6,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
-const { Client, middleware } = require('..');
+const { Client, middleware, tokenFromRequest } = require('..');
 const { startHarness, startScenario, request, listen, freshSocketPath } = require('./support');
 
 let harness;
@@ -29,7 +29,8 @@ test.after(async () => {
 /** A node:http server behind the middleware; its handler answers what req.keyhole holds. */
 async function plainServer(options) {
   const guard = middleware(options);
-  const server = http.createServer((req, res) => {
+  // Headers up to 256 KiB, so that oversized cookies reach the middleware (node's default is 16 KiB).
+  const server = http.createServer({ maxHeaderSize: 256 * 1024 }, (req, res) => {
     guard(req, res, () => {
       const { session, user } = req.keyhole;
       res.setHeader('Content-Type', 'application/json');
@@ -155,4 +156,82 @@ test('Express: app.use(middleware) and a route that requires a session', async (
   assert.equal(denied.headers['www-authenticate'], 'Bearer realm="keyhole"');
   const allowed = await request(port, { path: '/private', headers: bearer(token) });
   assert.deepStrictEqual(JSON.parse(allowed.body), { user: 'node-mw' });
+});
+
+/** How many session.get keyholed has answered so far. */
+async function sessionGets() {
+  return (await client.stats()).requests['session.get'];
+}
+
+test('a credential not of a token\'s shape is anonymous, and keyholed is not asked', async () => {
+  const open = await plainServer({ client });
+  const closed = await plainServer({ client, required: true });
+  const misshapen = [
+    cookie('x'.repeat(70000)),
+    cookie(`kh_${'A'.repeat(1022)}`), // 1 025 bytes
+    cookie(`${UNKNOWN}A`),
+    cookie(UNKNOWN.slice(0, -1)),
+    cookie(`${UNKNOWN.slice(0, -1)}+`),
+    cookie(`${UNKNOWN.slice(0, -1)}=`),
+    bearer(`kh_${'A'.repeat(1022)}`),
+    { ...bearer(`${token}.`), ...cookie(token) }, // a kh_ Bearer is the credential: no fall back
+  ];
+  const before = await sessionGets();
+  for (const headers of misshapen) {
+    const anonymous = await request(open, { headers });
+    assert.equal(anonymous.status, 200, anonymous.body);
+    assert.deepStrictEqual(JSON.parse(anonymous.body), ANONYMOUS);
+    const denied = await request(closed, { headers });
+    assert.equal(denied.status, 401, denied.body);
+    assert.equal(denied.headers['www-authenticate'], 'Bearer realm="keyhole"');
+  }
+  assert.equal(await sessionGets(), before, 'keyholed was asked about a value that is not a token');
+  // The same servers do ask keyholed about a token's shape.
+  assert.deepStrictEqual(JSON.parse((await request(open, { headers: cookie(token) })).body), SIGNED_IN);
+  assert.equal(await sessionGets(), before + 1);
+});
+
+test('cookies: a malformed neighbour does not hide the session\'s, and the first of the name wins', async () => {
+  const port = await plainServer({ client });
+  const asked = async (header) => JSON.parse((await request(port, { headers: { Cookie: header } })).body);
+  for (const neighbour of ['a=b c', 'a=é', 'a={"j":1}', 'nothing', '=', ';;', 'kh_session', 'a="b;c"']) {
+    assert.deepStrictEqual(await asked(`${neighbour}; kh_session=${token}`), SIGNED_IN, neighbour);
+    assert.deepStrictEqual(await asked(`kh_session=${token}; ${neighbour}`), SIGNED_IN, neighbour);
+  }
+  assert.deepStrictEqual(await asked(`kh_session=${token}; kh_session=${UNKNOWN}`), SIGNED_IN);
+  assert.deepStrictEqual(await asked(`kh_session=${UNKNOWN}; kh_session=${token}`), ANONYMOUS);
+  assert.deepStrictEqual(await asked(`kh_session="${token}"`), SIGNED_IN);
+  assert.deepStrictEqual(await asked(`xkh_session=${UNKNOWN}; kh_session=${token}`), SIGNED_IN);
+});
+
+test('tokenFromRequest reads a long Cookie header of many parts in linear time', () => {
+  const many = `${'a;'.repeat(200000)}${'b=c d;'.repeat(100000)}kh_session=${token}`;
+  const started = process.hrtime.bigint();
+  assert.equal(tokenFromRequest({ headers: { cookie: many } }), token);
+  assert.equal(tokenFromRequest({ headers: { cookie: ';'.repeat(500000) } }), null);
+  // Quadratic work over 1.1 MB would take minutes; linear takes milliseconds.
+  assert.ok(process.hrtime.bigint() - started < 2_000_000_000n);
+});
+
+test('node:http: a handler after the middleware that throws is answered 500, and the server goes on', async () => {
+  const thrown = [];
+  const guard = middleware({ client, onError: (error) => thrown.push(error.message) });
+  const server = http.createServer((req, res) => {
+    guard(req, res, () => {
+      if (req.url === '/throw') throw new Error(`the app failed (${req.keyhole.session ? 'signed in' : 'anonymous'})`);
+      res.end(JSON.stringify({ sub: req.keyhole.session && req.keyhole.session.sub }));
+    });
+  });
+  servers.push(server);
+  const port = await listen(server);
+  for (let round = 0; round < 2; round++) {
+    const signedIn = await request(port, { path: '/throw', headers: cookie(token) });
+    assert.equal(signedIn.status, 500);
+    const anonymous = await request(port, { path: '/throw' });
+    assert.equal(anonymous.status, 500);
+    assert.deepStrictEqual(JSON.parse((await request(port, { headers: cookie(token) })).body), { sub: 'node-mw' });
+  }
+  assert.deepStrictEqual(thrown, [
+    'the app failed (signed in)', 'the app failed (anonymous)', 'the app failed (signed in)', 'the app failed (anonymous)',
+  ]);
 });

@@ -159,3 +159,48 @@ function listen(server) {
 
 module.exports.request = request;
 module.exports.listen = listen;
+
+/**
+ * A scripted keyholed on a real Unix socket: it reads request frames and answers each with
+ * `respond(request)` (the answer's result or error object; the id is the request's). Resolves with
+ * {socket, requests (every request read), close()}.
+ */
+async function scriptedKeyholed(respond) {
+  const net = require('node:net');
+  const { socket: socketPath } = freshSocketPath('fake');
+  const requests = [];
+  const sockets = new Set();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => {});
+    let buffered = Buffer.alloc(0);
+    socket.on('data', (chunk) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      while (buffered.length >= 4 && buffered.length >= 4 + buffered.readUInt32BE(0)) {
+        const length = buffered.readUInt32BE(0);
+        const request = JSON.parse(buffered.subarray(4, 4 + length).toString('utf8'));
+        buffered = buffered.subarray(4 + length);
+        requests.push(request);
+        const json = Buffer.from(JSON.stringify({ v: 1, id: request.id, ...respond(request) }));
+        const header = Buffer.alloc(4);
+        header.writeUInt32BE(json.length, 0);
+        socket.write(Buffer.concat([header, json]));
+      }
+    });
+  });
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, resolve);
+  });
+  return {
+    socket: socketPath,
+    requests,
+    close() {
+      for (const socket of sockets) socket.destroy();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+module.exports.scriptedKeyholed = scriptedKeyholed;

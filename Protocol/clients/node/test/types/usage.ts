@@ -1,5 +1,5 @@
 // Type-checks index.d.ts as an app would use it: tsc -p test/types (Debian: node-typescript).
-import { Client, KeyholeError, middleware, tokenFromRequest, OPERATIONS, Session } from '../..';
+import { Client, KeyholeError, middleware, tokenFromRequest, isSessionToken, OPERATIONS, Session } from '../..';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 async function main(): Promise<void> {
@@ -21,7 +21,9 @@ async function main(): Promise<void> {
   await client.close();
 }
 
-const mw = middleware({ required: true, cookieName: 'sid' });
+const mw = middleware({ required: true, cookieName: 'sid', onError: (error, _req, res) => console.log(error, res.statusCode) });
+const maybe: unknown = 'kh_x';
+if (isSessionToken(maybe)) console.log(maybe.length);
 declare const req: IncomingMessage;
 declare const res: ServerResponse;
 mw(req, res, () => {
