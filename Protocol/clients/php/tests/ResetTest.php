@@ -140,4 +140,21 @@ final class ResetTest extends TestCase
         $later->close();
         $this->assertSame(0, $server->wait(10.0), $server->stderr());
     }
+
+    /**
+     * Rule 4: after an error with a null id keyholed still answers what it had read, then closes:
+     * the call gets that answer, and nothing more goes on the connection.
+     */
+    public function testAnswerAfterAnErrorWithANullIdIsTheCallsAnswer(): void
+    {
+        $socket = Paths::socket('r4');
+        $server = new Process([PHP_BINARY, __DIR__ . '/Support/answer_after_refusal_server.php', $socket]);
+        $this->assertSame('ready', $server->readLine(10.0));
+        $client = new Client($socket);
+        $this->assertSame(['n' => 1], $client->call('debug.echo', ['n' => 1]));
+        $this->assertNull($client->stream(), 'the connection is closed');
+        $this->assertSame(['reconnected' => true], $client->ping());
+        $client->close();
+        $this->assertSame(0, $server->wait(10.0), $server->stderr());
+    }
 }
