@@ -24,7 +24,7 @@ final class Client
     public const DEFAULT_SOCKET = '/run/keyhole/keyhole.sock';
 
     /** The largest response payload a client must accept (PROTOCOL.md section 2). */
-    public const MAX_FRAME_BYTES = 16777216;
+    public const MAX_FRAME_BYTES = Wire::MAX_FRAME_BYTES;
 
     /**
      * Every operation of PROTOCOL.md section 7 and whether it is safe to send again after the
@@ -63,6 +63,9 @@ final class Client
     private const PARTLY_WRITTEN = 2;
     private const BACKOFF_FIRST = 0.010;
     private const BACKOFF_MAX = 0.500;
+    /** PHP's chunk size for a socket stream it has just opened; this client sets CHUNK_SIZE. */
+    private const PHP_CHUNK_SIZE = 8192;
+    private const CHUNK_SIZE = 65536;
 
     private string $path;
     private float $timeout;
@@ -75,6 +78,16 @@ final class Client
     private int $counter = 0;
     /** Bytes of a frame read in part when a call timed out (non-persistent connections only). */
     private string $buffer = '';
+    /**
+     * Whether what is read on the connection is about this Client's requests: it opened the
+     * socket itself, or an answer to one of its ids has come on it. A persistent socket that PHP
+     * hands back (an earlier request's, or another Client's in this process) may hold what was
+     * sent to others before, an error with a null id among it: until then such an error is not
+     * taken as about this call.
+     */
+    private bool $own = false;
+    /** An error with a null id read on this connection (rule 4): nothing more is sent on it. */
+    private ?KeyholeException $refused = null;
 
     /**
      * @param string|null $socket the socket's path; else $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock
@@ -125,6 +138,8 @@ final class Client
             }
         }
         $this->buffer = '';
+        $this->own = false;
+        $this->refused = null;
     }
 
     /**
@@ -142,17 +157,18 @@ final class Client
     {
         $deadline = hrtime(true) + (int)($this->timeout * 1e9);
         $safe = self::SAFE_TO_REPEAT[$op] ?? false;
-        $args = self::objectify($op, $args);
-        $resent = false;
+        $args = Wire::objectify($op, $args);
+        $resent = false;  // the one re-send of a written request has been used
+        $written = false; // an attempt of this call went out: its effect may be unknown
         $unsent = 0;
         while (true) {
-            if ($this->stream === null) {
-                $this->connect($deadline, $op);
+            if (!$this->connected()) {
+                $this->connect($deadline, $op, $written);
             }
             $id = $this->prefix . '.' . (++$this->counter);
-            $frame = self::encode($id, $op, $args);
-            $written = $this->write($frame, $deadline, $op);
-            if ($written === self::UNSENT) {
+            $frame = Wire::encode($id, $op, $args);
+            $state = $this->write($frame, $deadline, $op, $written);
+            if ($state === self::UNSENT) {
                 // Rule 1: nothing of it went out; the connection was closed. Send it on a new
                 // one, unless keyholed said why it closed it (overloaded on connect: rule 4).
                 $refusal = $this->refusal();
@@ -165,7 +181,8 @@ final class Client
                 }
                 $answer = ['ok' => false, 'error' => $refusal, 'connection' => true];
             } else {
-                $answer = $written === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
+                $written = true;
+                $answer = $state === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
             }
             if ($answer === null) {
                 // Rule 2: written, and the connection ended before its answer.
@@ -178,14 +195,14 @@ final class Client
                     ? "the connection to keyholed ended twice before answering $op; it may or may not have taken effect"
                     : "the connection to keyholed ended before answering $op; it may or may not have taken effect");
             }
+            if ($answer['connection'] ?? false) {
+                // Rule 4: an error about the connection (id null); keyholed closes it.
+                $this->close();
+            }
             if ($answer['ok']) {
                 return $answer['result'];
             }
             $error = $answer['error'];
-            if ($answer['connection']) {
-                // Rule 4: an error about the connection (id null); keyholed closes it.
-                $this->close();
-            }
             if ($error->code() === 'shutting_down') {
                 // Rule 3: not completed; nothing more goes on this connection.
                 $this->close();
@@ -209,27 +226,48 @@ final class Client
     /** @return resource|null the connection's stream, for tests and diagnostics */
     public function stream()
     {
-        return $this->stream;
+        return $this->connected() ? $this->stream : null;
     }
 
-    private function connect(int $deadline, string $op): void
+    /**
+     * Whether this Client has a connection. A persistent socket is shared by every Client of the
+     * process on the same path (PHP keys them by address): when another one closed it, the stream
+     * this one holds is no longer a resource, and this Client has no connection either.
+     */
+    private function connected(): bool
+    {
+        if ($this->stream !== null && !is_resource($this->stream)) {
+            $this->stream = null;
+            $this->close();
+        }
+        return $this->stream !== null;
+    }
+
+    private function connect(int $deadline, string $op, bool $written): void
     {
         $delay = self::BACKOFF_FIRST;
         $flags = STREAM_CLIENT_CONNECT | ($this->persistent ? STREAM_CLIENT_PERSISTENT : 0);
         while (true) {
             $remaining = ($deadline - hrtime(true)) / 1e9;
             if ($remaining <= 0) {
-                throw new KeyholeException('unavailable', "keyholed could not be reached at {$this->path} before the deadline"
-                    . (isset($reason) ? " ($reason)" : '') . "; $op was not sent");
+                $why = "keyholed could not be reached at {$this->path} before the deadline" . (isset($reason) ? " ($reason)" : '');
+                if ($written) {
+                    // An attempt went out before (section 8's table: unavailable is never sent).
+                    throw new KeyholeException('connection_lost', "the connection to keyholed ended before answering $op, and $why to send it again; it may or may not have taken effect");
+                }
+                throw new KeyholeException('unavailable', "$why; $op was not sent");
             }
             $errno = 0;
             $errstr = '';
             $stream = @stream_socket_client('unix://' . $this->path, $errno, $errstr, $remaining, $flags);
             if ($stream !== false) {
                 stream_set_write_buffer($stream, 0);
-                stream_set_chunk_size($stream, 65536);
+                // A socket PHP opened just now has its default chunk size; one this client set up
+                // before is a persistent socket PHP handed back, with whatever was left on it.
+                $this->own = stream_set_chunk_size($stream, self::CHUNK_SIZE) === self::PHP_CHUNK_SIZE || !$this->persistent;
                 $this->stream = $stream;
                 $this->buffer = '';
+                $this->refused = null;
                 $this->prefix = bin2hex(random_bytes(6));
                 $this->counter = 0;
                 return;
@@ -266,18 +304,18 @@ final class Client
      * of it went out; PARTLY_WRITTEN when it ended after some. A timeout throws (and closes the
      * connection when part of the frame went out: its framing is lost).
      */
-    private function write(string $frame, int $deadline, string $op): int
+    private function write(string $frame, int $deadline, string $op, bool $written): int
     {
         $total = strlen($frame);
         $done = 0;
         while ($done < $total) {
             if (!$this->arm($deadline)) {
-                return $this->writeTimedOut($done, $op);
+                $this->writeTimedOut($done, $op, $written);
             }
             $n = @fwrite($this->stream, $done === 0 ? $frame : substr($frame, $done));
             if ($n === false || $n === 0) {
                 if (stream_get_meta_data($this->stream)['timed_out']) {
-                    return $this->writeTimedOut($done, $op);
+                    $this->writeTimedOut($done, $op, $written);
                 }
                 return $done === 0 ? self::UNSENT : self::PARTLY_WRITTEN;
             }
@@ -286,43 +324,56 @@ final class Client
         return self::WRITTEN;
     }
 
-    private function writeTimedOut(int $done, string $op): never
+    private function writeTimedOut(int $done, string $op, bool $written): never
     {
         if ($done > 0) {
             $this->close();
         }
-        throw new KeyholeException('timeout', "the deadline passed while $op was being written (keyholed is not reading)");
+        throw new KeyholeException('timeout', "the deadline passed while $op was being written (keyholed is not reading)"
+            . ($written ? '; an earlier attempt of it went out, so it may or may not have taken effect' : ''));
     }
 
     /**
      * Reads frames until the answer with $id. Returns ['ok' => true, 'result' => array] or
      * ['ok' => false, 'error' => KeyholeException, 'connection' => bool], or null when the
      * connection ended first.
+     *
+     * Rule 4: after an error with a null id keyholed still answers the requests it had read, then
+     * closes; the call gets its answer if it comes, else that error when the connection ends.
      */
     private function await(string $id, int $deadline, string $op): ?array
     {
         while (true) {
             $payload = $this->readFrame($deadline, $op);
             if ($payload === null) {
-                return null;
+                return $this->refused === null ? null : ['ok' => false, 'error' => $this->refused, 'connection' => true];
             }
             $answer = $this->decode($payload);
             if ($answer['id'] === $id) {
-                return $answer;
+                $this->own = true;
+                return ['connection' => $this->refused !== null] + $answer;
             }
-            if ($answer['id'] === null && !$answer['ok']) {
-                return ['connection' => true] + $answer;
+            if ($answer['id'] === null && !$answer['ok'] && $this->own) {
+                $this->refused ??= $answer['error'];
             }
-            // An answer to an id this call does not wait for (an earlier call's, late): dropped.
+            // An answer to an id this call does not wait for (an earlier call's, late), or an
+            // error with a null id that may have been about what others sent on a persistent
+            // socket before this Client took it: dropped. The call waits for its answer or the end.
         }
     }
 
     /**
      * On a connection found closed before a request went out: the error with a null id that
-     * keyholed sent before closing it (overloaded on connect), if it is there to read.
+     * keyholed sent before closing it (overloaded on connect), if it is there to read. Only on a
+     * socket this Client opened itself (or has had answers on): on a persistent socket PHP handed
+     * back it may be a stale one, left there for an earlier request, and the request is then
+     * sent on a new connection like any other that was not sent (rule 1).
      */
     private function refusal(): ?KeyholeException
     {
+        if (!$this->own) {
+            return null;
+        }
         $data = $this->buffer;
         stream_set_blocking($this->stream, false);
         while (strlen($data) < 65536 && is_string($chunk = @fread($this->stream, 65536)) && $chunk !== '') {
@@ -334,7 +385,7 @@ final class Client
                 if ($length === 0 || strlen($data) < 4 + $length) {
                     return null;
                 }
-                $answer = $this->decode(substr($data, 4, $length));
+                $answer = Wire::decode(substr($data, 4, $length));
                 if ($answer['id'] === null && !$answer['ok']) {
                     return $answer['error'];
                 }
@@ -392,111 +443,23 @@ final class Client
 
     private function readTimedOut(string $op): never
     {
-        if ($this->buffer !== '' && $this->persistent) {
+        if (($this->buffer !== '' && $this->persistent) || $this->refused !== null) {
             // A persistent socket outlives this object and its buffer: part of a frame left
-            // read would leave the next request reading from mid-frame.
+            // read would leave the next request reading from mid-frame. And after an error with
+            // a null id nothing more is sent on the connection (rule 4).
             $this->close();
         }
         throw new KeyholeException('timeout', "keyholed did not answer $op within the deadline; it may or may not have taken effect");
     }
 
-    /** The answer as ['id' => ..., 'ok' => ..., 'result' | 'error' => ...]; protocol_error if it is not one. */
+    /** Wire::decode, closing the connection on a protocol_error. */
     private function decode(string $payload): array
     {
         try {
-            $message = json_decode($payload, true, 512, JSON_THROW_ON_ERROR);
-        } catch (\JsonException $e) {
-            $this->protocolError('an answer that is not UTF-8 JSON (' . $e->getMessage() . ')');
+            return Wire::decode($payload);
+        } catch (KeyholeException $e) {
+            $this->close();
+            throw $e;
         }
-        if (!is_array($message) || !self::isObject($payload, $message, null)) {
-            $this->protocolError('an answer that is not a JSON object');
-        }
-        $id = $message['id'] ?? null;
-        if ($id !== null && !is_string($id) && !is_int($id)) {
-            $this->protocolError('an answer whose id is neither a string, an integer nor null');
-        }
-        $ok = $message['ok'] ?? null;
-        if ($ok === true) {
-            $result = $message['result'] ?? null;
-            if (!is_array($result) || !self::isObject($payload, $result, 'result')) {
-                $this->protocolError('an ok answer without a result object');
-            }
-            return ['id' => $id, 'ok' => true, 'result' => $result];
-        }
-        if ($ok !== false) {
-            $this->protocolError('an answer whose ok is neither true nor false');
-        }
-        $error = $message['error'] ?? null;
-        if (!is_array($error) || !is_string($error['code'] ?? null)) {
-            $this->protocolError('an error answer without an error object and code');
-        }
-        $code = in_array($error['code'], KeyholeException::SERVER_CODES, true) ? $error['code'] : 'internal';
-        $text = is_string($error['message'] ?? null) ? $error['message'] : '';
-        if ($code !== $error['code']) {
-            $text = "keyholed answered the unknown code '{$error['code']}'" . ($text === '' ? '' : ": $text");
-        }
-        $retry = $error['retry_after_ms'] ?? null;
-        $apple = $error['apple_error'] ?? null;
-        return ['id' => $id, 'ok' => false, 'connection' => false, 'error' => new KeyholeException(
-            $code,
-            $text,
-            is_int($retry) ? $retry : null,
-            is_string($apple) ? $apple : null
-        )];
-    }
-
-    /**
-     * Whether a decoded array was a JSON object. Only an empty or list-shaped array can have been
-     * either; only then is the payload decoded again, as objects, to tell.
-     */
-    private static function isObject(string $payload, array $value, ?string $member): bool
-    {
-        if ($value !== [] && !array_is_list($value)) {
-            return true;
-        }
-        $message = json_decode($payload, false, 512);
-        $object = $member === null ? $message : ($message->$member ?? null);
-        return $object instanceof \stdClass;
-    }
-
-    private function protocolError(string $what): never
-    {
-        $this->close();
-        throw new KeyholeException('protocol_error', "keyholed sent $what; the connection is closed");
-    }
-
-    private static function encode(string $id, string $op, array|\stdClass $args): string
-    {
-        try {
-            $json = json_encode(['v' => 1, 'id' => $id, 'op' => $op, 'args' => $args],
-                JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_PRESERVE_ZERO_FRACTION | JSON_THROW_ON_ERROR);
-        } catch (\JsonException $e) {
-            throw new \InvalidArgumentException("Keyhole\\Client: the arguments of $op cannot be sent as JSON: " . $e->getMessage(), 0, $e);
-        }
-        if (strlen($json) > self::MAX_FRAME_BYTES) {
-            throw new \InvalidArgumentException("Keyhole\\Client: the request for $op is larger than 16 MiB");
-        }
-        return pack('N', strlen($json)) . $json;
-    }
-
-    /** Empty PHP arrays where the protocol takes an object become objects (json_encode([]) is "[]"). */
-    private static function objectify(string $op, array $args): array|\stdClass
-    {
-        if ($args === []) {
-            return new \stdClass();
-        }
-        foreach (['data', 'name', 'user'] as $member) {
-            if (($args[$member] ?? null) === []) {
-                $args[$member] = new \stdClass();
-            }
-        }
-        if ($op === 'apple.sign_in' && is_array($args['session'] ?? null)) {
-            $session = $args['session'];
-            if (($session['data'] ?? null) === []) {
-                $session['data'] = new \stdClass();
-            }
-            $args['session'] = $session === [] ? new \stdClass() : $session;
-        }
-        return $args;
     }
 }

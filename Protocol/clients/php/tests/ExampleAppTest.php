@@ -4,6 +4,7 @@ declare(strict_types=1);
 
 namespace Keyhole\Tests;
 
+use Keyhole\Client;
 use Keyhole\Tests\Support\Harness;
 use Keyhole\Tests\Support\HttpApp;
 use Keyhole\Tests\Support\Paths;
@@ -125,5 +126,79 @@ final class ExampleAppTest extends TestCase
             $app->stop();
         }
         $this->assertSame(0, $server->wait(10.0), $server->stderr());
+    }
+
+    /** keyholed's request counts by operation. */
+    private static function requests(): array
+    {
+        return (new Client(self::$harness->socket))->stats()['requests'];
+    }
+
+    public function testIdTokenLongerThan16KiBIs401WithoutAskingKeyholed(): void
+    {
+        $before = self::requests()['token.verify'];
+        foreach ([16385, 70000] as $length) {
+            $response = self::signIn(str_repeat('a', $length));
+            $this->assertSame(401, $response['status'], "$length bytes: {$response['body']}");
+            $this->assertArrayNotHasKey('set-cookie', $response['headers']);
+        }
+        $this->assertSame($before, self::requests()['token.verify'], 'keyholed was not asked');
+    }
+
+    public function testSignOutRevokesOnlyATokensShape(): void
+    {
+        $before = self::requests()['session.revoke'];
+        foreach (['kh_short', 'kh_' . str_repeat('A', 1022), 'not-a-token'] as $value) {
+            $out = self::$app->request('POST', '/signout', ['Cookie' => "kh_session=$value"], '');
+            $this->assertSame(303, $out['status'], $out['body']);
+            $this->assertStringContainsString('max-age=0', strtolower($out['headers']['set-cookie'][0]));
+        }
+        $this->assertSame($before, self::requests()['session.revoke'], 'keyholed was not asked');
+        // A token's shape is revoked, the first cookie of the name, beside a malformed neighbour.
+        $token = (new Client(self::$harness->socket))->sessionCreate('example-out', 'local')['session'];
+        $out = self::$app->request('POST', '/signout', ['Cookie' => "a=b c; kh.session=x; kh_session=$token; kh_session=kh_other"], '');
+        $this->assertSame(303, $out['status'], $out['body']);
+        $this->assertSame($before + 1, self::requests()['session.revoke']);
+        $this->assertSame(401, self::$app->request('GET', '/', ['Cookie' => "kh_session=$token"])['status'], 'revoked');
+    }
+
+    public function testBadRequestFromTokenVerifyIs401(): void
+    {
+        $socket = Paths::socket('bad');
+        $server = new Process([PHP_BINARY, __DIR__ . '/Support/error_server.php', $socket, 'bad_request']);
+        $this->assertSame('ready', $server->readLine(10.0));
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => $socket]);
+        try {
+            $response = $app->request('POST', '/signin', [], http_build_query(['id_token' => self::$harness->token]));
+            $this->assertSame(401, $response['status'], $response['body']);
+            $this->assertArrayNotHasKey('set-cookie', $response['headers']);
+        } finally {
+            $app->stop();
+            $server->kill();
+        }
+    }
+
+    /** The guard reads the Cookie header itself: neighbours PHP's $_COOKIE would trip on do not hide the session's. */
+    public function testHostileCookieHeaders(): void
+    {
+        $token = (new Client(self::$harness->socket))->sessionCreate(self::$harness->sub, 'local')['session'];
+        $before = self::requests()['session.get'];
+        $neighbours = ['a=b c', 'a=é', 'a={"j":1}', 'junk', 'kh.session=x', 'kh session=x', 'kh_session[x]=y',
+            implode('; ', array_map(fn ($n) => "c$n=1", range(1, 1001)))];
+        foreach ($neighbours as $neighbour) {
+            $page = self::$app->request('GET', '/', ['Cookie' => "$neighbour; kh_session=$token"]);
+            $this->assertSame(200, $page['status'], "beside '" . substr($neighbour, 0, 20) . "': {$page['body']}");
+        }
+        $this->assertSame($before + count($neighbours), self::requests()['session.get']);
+        $first = self::$app->request('GET', '/', ['Cookie' => 'kh_session=kh_' . str_repeat('A', 43) . "; kh_session=$token"]);
+        $this->assertSame(401, $first['status'], 'the first cookie of the name wins');
+        $before = self::requests()['session.get'];
+        foreach ([70000, 1025] as $length) {
+            $page = self::$app->request('GET', '/', ['Cookie' => 'kh_session=kh_' . str_repeat('A', $length - 3)]);
+            $this->assertSame(401, $page['status'], "a $length-byte cookie");
+            $me = self::$app->request('GET', '/me', ['Cookie' => "kh_session=$token" . str_repeat('A', $length - 46)]);
+            $this->assertSame(['session' => null, 'user' => null], json_decode($me['body'], true), "a $length-byte cookie");
+        }
+        $this->assertSame($before, self::requests()['session.get'], 'keyholed was not asked');
     }
 }

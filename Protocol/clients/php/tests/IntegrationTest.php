@@ -204,6 +204,27 @@ final class IntegrationTest extends TestCase
         $second->close();
     }
 
+    /**
+     * PHP keys persistent sockets by address: two persistent Clients of one process on the same
+     * path share one socket. When one closes it (after a refusal, a protocol error, a timeout
+     * mid-frame, or close()), the other has no connection and opens a new one on its next call.
+     */
+    public function testPersistentClientsSharingASocketSurviveTheOtherClosingIt(): void
+    {
+        $one = $this->client(['persistent' => true]);
+        $other = $this->client(['persistent' => true]);
+        $this->assertSame(1, $one->ping()['protocol']);
+        $this->assertSame(1, $other->ping()['protocol']);
+        $this->assertSame($one->stream(), $other->stream(), 'one socket for both');
+        $other->close();
+        $this->assertSame(1, $one->ping()['protocol'], 'a new connection (before: a TypeError from stream_set_timeout)');
+        $this->assertSame(1, $other->ping()['protocol']);
+        $one->close();
+        $this->assertSame(1, $other->ping()['protocol']);
+        $other->close();
+        $this->assertNull($one->stream(), 'closed by the other');
+    }
+
     private static function withPadding(array $result): array
     {
         $result['padding'] = str_repeat('x', strlen($result['padding'] ?? ''));

@@ -148,4 +148,72 @@ final class MiddlewareTest extends TestCase
             $app->stop();
         }
     }
+
+    private static function sessionGets(): int
+    {
+        return (new Client(self::$harness->socket))->stats()['requests']['session.get'];
+    }
+
+    /** A credential without a token's shape is anonymous, and keyholed is not asked. */
+    public function testTokenShapeIsCheckedBeforeAskingKeyholed(): void
+    {
+        $before = self::sessionGets();
+        $credentials = [];
+        foreach ([70000, 1025] as $length) {
+            $credentials[] = ['Cookie' => 'kh_session=kh_' . str_repeat('A', $length - 3)];
+            $credentials[] = ['Cookie' => 'kh_session=' . self::$token . str_repeat('A', $length - 46)];
+            $credentials[] = ['Authorization' => 'Bearer kh_' . str_repeat('A', $length - 3)];
+        }
+        $credentials[] = ['Cookie' => 'kh_session=' . substr(self::$token, 0, 45) . '+'];
+        $credentials[] = ['Cookie' => 'kh_session=' . substr(self::$token, 0, 45)];
+        $credentials[] = ['Cookie' => 'kh_session=%6Bh_' . substr(self::$token, 3)];
+        foreach ($credentials as $n => $headers) {
+            $this->assertSame(401, self::$app->request('GET', '/required', $headers)['status'], "credential $n");
+            $response = self::$app->request('GET', '/', $headers);
+            $this->assertSame(200, $response['status'], "credential $n");
+            $this->assertNull(self::json($response)['session'], "credential $n");
+        }
+        $this->assertSame($before, self::sessionGets(), 'keyholed was not asked');
+        // A Bearer value not starting kh_ falls back to the cookie.
+        $response = self::$app->request('GET', '/required', ['Authorization' => 'Bearer abc', 'Cookie' => 'kh_session=' . self::$token]);
+        $this->assertSame(200, $response['status']);
+    }
+
+    /**
+     * The middleware reads the Cookie header itself (not getCookieParams(), which is PHP's
+     * $_COOKIE here): the first cookie of the name wins, and no neighbour hides it.
+     *
+     * @return array<string, array{string, bool}> a Cookie header (TOKEN: the live session's) and whether it signs in
+     */
+    public function cookieHeaders(): array
+    {
+        $unknown = 'kh_' . str_repeat('B', 43);
+        return [
+            'a=b c' => ['a=b c; kh_session=TOKEN', true],
+            'a=é' => ["a=\u{e9}; kh_session=TOKEN", true],
+            'JSON value' => ['a={"j":1}; kh_session=TOKEN', true],
+            'no =' => ['junk; kh_session=TOKEN', true],
+            'empty pairs' => [';;  ; kh_session=TOKEN;', true],
+            'kh.session' => ['kh.session=x; kh_session=TOKEN', true],
+            'kh session' => ['kh session=x; kh_session=TOKEN', true],
+            'kh_session[x]' => ['kh_session[x]=y; kh_session=TOKEN', true],
+            '1001 neighbours' => [implode('; ', array_map(fn ($n) => "c$n=1", range(1, 1001))) . '; kh_session=TOKEN', true],
+            'quoted' => ['kh_session="TOKEN"', true],
+            'first wins' => ['kh_session=TOKEN; kh_session=' . $unknown, true],
+            'first wins, unknown' => ["kh_session=$unknown; kh_session=TOKEN", false],
+            'first wins, malformed' => ['kh_session=kh_x; kh_session=TOKEN', false],
+            'first wins, empty' => ['kh_session=; kh_session=TOKEN', false],
+            'name is exact' => ['xkh_session=TOKEN; kh_sessionx=TOKEN', false],
+        ];
+    }
+
+    /** @dataProvider cookieHeaders */
+    public function testHostileCookieHeaders(string $header, bool $signsIn): void
+    {
+        $response = self::$app->request('GET', '/required', ['Cookie' => str_replace('TOKEN', self::$token, $header)]);
+        $this->assertSame($signsIn ? 200 : 401, $response['status'], $response['body']);
+        if ($signsIn) {
+            $this->assertSame(self::$sub, self::json($response)['session']['sub']);
+        }
+    }
 }

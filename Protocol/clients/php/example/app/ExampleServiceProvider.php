@@ -8,6 +8,7 @@ use Illuminate\Http\Request;
 use Illuminate\Support\Facades\Auth;
 use Illuminate\Support\ServiceProvider;
 use Keyhole\Client;
+use Keyhole\Http\Authenticator;
 use Keyhole\KeyholeException;
 use Symfony\Component\HttpFoundation\Cookie;
 use Symfony\Component\HttpFoundation\RedirectResponse;
@@ -20,6 +21,8 @@ use Symfony\Component\HttpFoundation\Response;
 final class ExampleServiceProvider extends ServiceProvider
 {
     private const COOKIE = 'kh_session';
+    /** keyholed's own limit on a token's length (longer ones are token_malformed). */
+    private const MAX_ID_TOKEN_BYTES = 16384;
 
     public function boot(): void
     {
@@ -46,15 +49,26 @@ final class ExampleServiceProvider extends ServiceProvider
             if (!is_string($token) || $token === '') {
                 return new Response("id_token is required.\n", 400, ['Content-Type' => 'text/plain; charset=utf-8']);
             }
+            if (strlen($token) > self::MAX_ID_TOKEN_BYTES) {
+                // No identity token is that long: refused without asking keyholed.
+                return new Response("That identity token does not verify.\n", 401, ['Content-Type' => 'text/plain; charset=utf-8']);
+            }
             $keyhole = $this->app->make(Client::class);
+            $unavailable = new Response("Sign-in is unavailable right now.\n", 503, ['Content-Type' => 'text/plain; charset=utf-8']);
             try {
                 $identity = $keyhole->tokenVerify($token);
-                $session = $keyhole->sessionCreate($identity['sub'], $identity['issuer']);
             } catch (KeyholeException $e) {
-                if (str_starts_with($e->code(), 'token_')) {
+                // token_*: it does not verify; bad_request: keyholed would not take it as a token.
+                // Either way the token is at fault, not keyholed: 401, never 503.
+                if (str_starts_with($e->code(), 'token_') || $e->code() === 'bad_request') {
                     return new Response("That identity token does not verify.\n", 401, ['Content-Type' => 'text/plain; charset=utf-8']);
                 }
-                return new Response("Sign-in is unavailable right now.\n", 503, ['Content-Type' => 'text/plain; charset=utf-8']);
+                return $unavailable;
+            }
+            try {
+                $session = $keyhole->sessionCreate($identity['sub'], $identity['issuer']);
+            } catch (KeyholeException) {
+                return $unavailable;
             }
             $response = new RedirectResponse('/', 303);
             $response->headers->setCookie(Cookie::create(self::COOKIE, $session['session'], 0, '/', null, true, true, false, Cookie::SAMESITE_LAX));
@@ -62,16 +76,15 @@ final class ExampleServiceProvider extends ServiceProvider
         });
 
         $router->post('/signout', function (Request $request) {
-            $token = $request->cookies->get(self::COOKIE);
-            if (is_string($token) && $token !== '') {
+            // The cookie as the keyhole middleware reads it; one without a token's shape is no
+            // session, and nothing is revoked.
+            $token = Authenticator::cookie($request->headers->all('cookie'), self::COOKIE);
+            if (Authenticator::isToken($token)) {
                 try {
                     $this->app->make(Client::class)->sessionRevoke($token);
                 } catch (KeyholeException $e) {
-                    // bad_request: the cookie was not a token, so nothing to revoke; anything
-                    // else: the session may still be live, and the user must know.
-                    if ($e->code() !== 'bad_request') {
-                        return new Response("Sign-out is unavailable right now.\n", 503, ['Content-Type' => 'text/plain; charset=utf-8']);
-                    }
+                    // The session may still be live, and the user must know.
+                    return new Response("Sign-out is unavailable right now.\n", 503, ['Content-Type' => 'text/plain; charset=utf-8']);
                 }
             }
             $response = new RedirectResponse('/', 303);

@@ -32,8 +32,11 @@ final class KeyholeGuard implements Guard
     /** The request's authentication (asked of keyholed on first use), without throwing. */
     public function authentication(): Authentication
     {
+        // The Cookie header itself (Authenticator::cookie()), not $request->cookies, which is
+        // PHP's $_COOKIE; those only for a request without a Cookie header.
         return $this->authentication ??= $this->authenticator->authenticateRequest(
             $this->request->headers->get('Authorization'),
+            array_values(array_filter($this->request->headers->all('cookie'), 'is_string')),
             $this->request->cookies->all()
         );
     }

@@ -52,7 +52,10 @@ final class KeyholeMiddleware implements MiddlewareInterface
     public function process(ServerRequestInterface $request, RequestHandlerInterface $handler): ResponseInterface
     {
         $authorization = $request->hasHeader('Authorization') ? $request->getHeaderLine('Authorization') : null;
-        $auth = $this->authenticator->authenticateRequest($authorization, $request->getCookieParams());
+        // The Cookie header itself, parsed by Authenticator::cookie(), not getCookieParams(): those
+        // are PHP's $_COOKIE in most PSR-7 implementations, whose parsing a neighbour cookie can
+        // defeat. getCookieParams() only for a request without a Cookie header.
+        $auth = $this->authenticator->authenticateRequest($authorization, $request->getHeader('Cookie'), $request->getCookieParams());
         if ($auth->hasFailed()) {
             $response = $this->responses->createResponse(503)
                 ->withHeader('Content-Type', 'text/plain; charset=utf-8')

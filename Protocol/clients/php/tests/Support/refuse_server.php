@@ -4,7 +4,10 @@
 // as keyholed's overloaded on connect) and closes it while the client is idle; prints "closed".
 // Then it answers one ping on a new connection with {"reconnected": true}.
 //
-//     php refuse_server.php SOCKET
+//     php refuse_server.php SOCKET [on-cue]
+//
+// With on-cue it sends the refusal only once a line comes on stdin (the client is idle by then:
+// the refusal stays in the kernel's buffer, not in PHP's).
 
 declare(strict_types=1);
 
@@ -26,6 +29,9 @@ echo "ready\n";
 $conn = stream_socket_accept($server, 10);
 $ping = request($conn);
 fwrite($conn, frame(['id' => $ping['id'], 'ok' => true, 'result' => ['first' => true]]));
+if (($argv[2] ?? '') === 'on-cue') {
+    fgets(STDIN);
+}
 fwrite($conn, frame(['id' => null, 'ok' => false, 'error' => ['code' => 'overloaded', 'message' => 'too many connections', 'retry_after_ms' => 1000]]));
 fclose($conn);
 echo "closed\n";
