@@ -15,25 +15,27 @@ require "rack"
 
 module KeyholeExample
   COOKIE = "kh_session"
+  # keyholed refuses longer identity tokens (token_malformed); they are not sent to it at all.
+  MAX_ID_TOKEN_BYTES = 16_384
 
-  # The whole app: Keyhole::Middleware in front of the routes; GET / requires a session.
+  # The whole app.
   def self.app(client)
-    Rack::Builder.new do
-      use Keyhole::Middleware, client: client, required: ->(env) { env["REQUEST_METHOD"] == "GET" && env["PATH_INFO"] == "/" }
-      run Routes.new(client)
-    end.to_app
+    Routes.new(client)
   end
 
-  # The routes behind the middleware.
+  # The routes. GET / is behind Keyhole::Middleware, which requires a session; sign-in and
+  # sign-out look up no session, so that a cookie keyholed cannot answer for never keeps a browser
+  # from signing in or out.
   class Routes
     def initialize(client)
       @client = client
+      @home = Keyhole::Middleware.new(method(:home), client: client, cookie: COOKIE, required: true)
     end
 
     def call(env)
       request = Rack::Request.new(env)
       case [request.request_method, request.path_info]
-      when ["GET", "/"] then home(env)
+      when ["GET", "/"] then @home.call(env)
       when ["POST", "/signin"] then sign_in(request)
       when ["POST", "/signout"] then sign_out(request)
       else [404, { "content-type" => "text/plain" }, ["not found\n"]]
@@ -58,11 +60,18 @@ module KeyholeExample
     def sign_in(request)
       id_token = request.POST["id_token"]
       return text(401, "no identity token\n") unless id_token.is_a?(String) && !id_token.empty?
+      # Not asked about: longer than keyholed takes, or not UTF-8 (it could not be sent as JSON).
+      if id_token.bytesize > MAX_ID_TOKEN_BYTES || !id_token.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+        return text(401, "the identity token does not verify\n")
+      end
+
+      id_token = id_token.dup.force_encoding(Encoding::UTF_8)
 
       begin
         claims = @client.verify_token(id_token)
         session = @client.create_session(claims["sub"], issuer: claims["issuer"])
       rescue Keyhole::Error => e
+        # bad_request: keyholed refused the token as an argument; it is the token's fault, not an outage.
         return text(401, "the identity token does not verify\n") if e.code.start_with?("token_") || e.code == "bad_request"
 
         request.env["rack.errors"].write("example: sign-in failed (#{e.code}): #{e.message}\n")
@@ -72,10 +81,11 @@ module KeyholeExample
       [303, { "location" => "/", "set-cookie" => cookie, "cache-control" => "no-store" }, []]
     end
 
-    # session.revoke of the cookie's session, the cookie cleared.
+    # session.revoke of the cookie's session (only a value of a token's shape is sent), the cookie
+    # cleared.
     def sign_out(request)
-      token = Keyhole::Middleware.cookie_value(request.env["HTTP_COOKIE"], COOKIE)
-      if token && !token.empty?
+      token = Keyhole::Middleware.cookie_token(request.env["HTTP_COOKIE"], COOKIE)
+      if token
         begin
           @client.revoke_session(session: token)
         rescue Keyhole::Error => e

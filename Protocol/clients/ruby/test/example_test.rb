@@ -57,7 +57,77 @@ class ExampleTest < Minitest::Test
     refute_includes response.body, "rb-example-503"
   end
 
+  # An id_token longer than keyholed takes is 401 without asking it (its stats count no
+  # token.verify); one of exactly 16 384 bytes is asked (and refused: 401). Bytes that are not UTF-8
+  # are 401 too, never a 500.
+  def test_overlong_id_token_is_401_without_asking_keyholed
+    port = start_app(harness.socket)
+    stats = Keyhole::Client.new(socket: harness.socket)
+    before = verifies(stats)
+    ["a" * 16_385, "a" * 70_000, "\xff\xfe.a.b".b].each do |id_token|
+      response = post(port, "/signin", "id_token" => id_token)
+      assert_equal "401", response.code
+      assert_nil response["set-cookie"]
+    end
+    assert_equal before, verifies(stats), "keyholed was not asked"
+    assert_equal "401", post(port, "/signin", "id_token" => "a" * 16_384).code
+    assert_equal before + 1, verifies(stats)
+  ensure
+    stats&.close
+  end
+
+  # A cookie that is not a token's shape (1 025 bytes, which keyholed would refuse as bad_request)
+  # neither blocks signing in nor out: keyholed is not asked about it.
+  def test_junk_cookie_does_not_block_sign_in_or_sign_out
+    port = start_app(harness.socket)
+    stats = Keyhole::Client.new(socket: harness.socket)
+    junk = "kh_#{'A' * 1022}"
+    gets_before = stats.stats["requests"]["session.get"]
+    revokes_before = stats.stats["requests"]["session.revoke"]
+    signed_in = post(port, "/signin", { "id_token" => harness.token }, junk)
+    assert_equal "303", signed_in.code
+    assert_match(/\Akh_session=kh_[A-Za-z0-9_-]{43}; /, signed_in["set-cookie"])
+    assert_equal "401", get(port, "/", junk).code
+    signed_out = post(port, "/signout", {}, junk)
+    assert_equal "303", signed_out.code
+    assert_match(/\Akh_session=; Max-Age=0; /, signed_out["set-cookie"])
+    requests = stats.stats["requests"]
+    assert_equal gets_before, requests["session.get"], "no session.get for the junk cookie"
+    assert_equal revokes_before, requests["session.revoke"], "no session.revoke for the junk cookie"
+  ensure
+    stats&.close
+  end
+
+  # token.verify answered bad_request (by a Ruby UNIXServer playing keyholed): 401, never 503, and
+  # no session is created.
+  def test_bad_request_from_token_verify_is_401
+    path = KeyholeTest.socket_path("badreq")
+    server = UNIXServer.new(path)
+    ops = Queue.new
+    thread = Thread.new do
+      conn = server.accept
+      while (request = KeyholeTest.read_frame(conn))
+        ops << request["op"]
+        KeyholeTest.write_frame(conn, { "id" => request["id"], "ok" => false,
+                                        "error" => { "code" => "bad_request", "message" => "'token' is required" } })
+      end
+      conn.close
+    end
+    port = start_app(path)
+    response = post(port, "/signin", "id_token" => "a.b.c")
+    assert_equal "401", response.code
+    assert_nil response["set-cookie"]
+    stop_app
+    thread.join(5)
+    assert_equal ["token.verify"], Array.new(ops.size) { ops.pop }
+  ensure
+    server&.close
+    File.unlink(path) if path && File.exist?(path)
+  end
+
   private
+
+  def verifies(client) = client.stats["requests"]["token.verify"]
 
   def start_app(socket)
     @out_r, out_w = IO.pipe

@@ -117,6 +117,46 @@ class MiddlewareTest < Minitest::Test
     end
   end
 
+  # Credentials that are not a token's shape (kh_ and 43 base64url characters) are anonymous, and
+  # keyholed is not asked: its stats count no session.get for them.
+  def test_credentials_of_another_shape_are_anonymous_without_asking_keyholed
+    open_port = serve(client: @client)
+    required = serve(client: @client, required: true)
+    credentials = [
+      { "Cookie" => "kh_session=kh_#{'A' * 69_997}" },               # 70 000 bytes
+      { "Cookie" => "kh_session=kh_#{'A' * 1022}" },                 # 1 025 bytes
+      { "Cookie" => "kh_session=kh_#{'A' * 42}" },                   # one character short
+      { "Cookie" => "kh_session=kh_#{'A' * 42}." },                  # not base64url
+      { "Cookie" => "kh_session=#{'A' * 46}" },                      # no kh_
+      { "Authorization" => "Bearer kh_#{'A' * 1022}" },
+      { "Authorization" => "Bearer kh_#{'A' * 42}", "Cookie" => "kh_session=#{@token}" } # kh_ Bearer wins
+    ]
+    before = session_gets
+    credentials.each do |headers|
+      response = get(open_port, headers)
+      assert_equal "200", response.code, headers.inspect[0, 80]
+      assert_nil JSON.parse(response.body)["session"], headers.inspect[0, 80]
+      response = get(required, headers)
+      assert_equal "401", response.code, headers.inspect[0, 80]
+      assert_equal 'Bearer realm="keyhole"', response["www-authenticate"]
+    end
+    assert_equal before, session_gets, "keyholed was not asked about any of them"
+    assert_equal @sub, JSON.parse(get(open_port, "Cookie" => "kh_session=#{@token}").body)["session"]["sub"]
+    assert_equal before + 1, session_gets
+  end
+
+  # The first cookie of the name wins; a malformed cookie beside it does not hide it.
+  def test_malformed_neighbour_cookies_do_not_hide_the_session
+    port = serve(client: @client)
+    ["a=b c; kh_session=#{@token}", "a=\u00e9; kh_session=#{@token}", "a={\"j\":1}; kh_session=#{@token}",
+     "novalue; kh_session=#{@token}", "a=\xff\xfe; kh_session=#{@token}".b, "kh_session=\"#{@token}\"",
+     "kh_session=#{@token}; kh_session=kh_#{'B' * 43}", ";;=;kh_session =#{@token};"].each do |cookie|
+      assert_equal @sub, JSON.parse(get(port, "Cookie" => cookie).body).dig("session", "sub"), cookie.inspect
+    end
+    assert_nil JSON.parse(get(port, "Cookie" => "kh_session=kh_#{'B' * 43}; kh_session=#{@token}").body)["session"],
+               "the first cookie of the name wins"
+  end
+
   def test_token_extraction
     token = "kh_#{'C' * 43}"
     assert_equal token, Keyhole::Middleware.token({ "HTTP_AUTHORIZATION" => "bearer #{token}" })
@@ -124,9 +164,14 @@ class MiddlewareTest < Minitest::Test
     assert_nil Keyhole::Middleware.token({ "HTTP_COOKIE" => "xkh_session=#{token}" })
     assert_nil Keyhole::Middleware.token({ "QUERY_STRING" => "kh_session=#{token}" })
     assert_nil Keyhole::Middleware.token({ "HTTP_COOKIE" => "kh_session=\xff\xfe".b })
+    assert_nil Keyhole::Middleware.token({ "HTTP_COOKIE" => "kh_session=#{token}\xff".b })
+    assert_nil Keyhole::Middleware.token({ "HTTP_AUTHORIZATION" => "Bearer kh_short", "HTTP_COOKIE" => "kh_session=#{token}" })
+    assert_equal token, Keyhole::Middleware.token({ "HTTP_AUTHORIZATION" => "Basic a2g6", "HTTP_COOKIE" => "kh_session=#{token}" })
   end
 
   private
+
+  def session_gets = @client.stats["requests"]["session.get"]
 
   def serve(**options)
     app = Rack::Builder.new do

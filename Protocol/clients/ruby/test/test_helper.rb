@@ -27,6 +27,20 @@ module KeyholeTest
     nil
   end
 
+  # One request frame read from +io+ (a Hash), or nil at end of stream: for servers scripted in Ruby.
+  def self.read_frame(io)
+    header = io.read(4)
+    return nil if header.nil? || header.bytesize < 4
+
+    JSON.parse(io.read(header.unpack1("N")))
+  end
+
+  # Writes +object+ to +io+ as one frame.
+  def self.write_frame(io, object)
+    body = JSON.generate(object)
+    io.write([body.bytesize].pack("N") + body)
+  end
+
   # A fresh socket path (short: sun_path holds 107 bytes).
   def self.socket_path(tag)
     @sockets ||= 0

@@ -18,11 +18,14 @@ module Keyhole
   # - [:not_sent, nil]     not a byte of the request went out: the connection was over (rule 1)
   # - [:lost, nil]         written (in part or whole), and the connection ended before its answer
   # - [:failed, error]     the connection failed as a whole: protocol_error, or keyholed's error
-  #                        with a null id about the connection (rule 4)
+  #                        with a null id about the connection (rule 4), for a call it left
+  #                        unanswered (or could not send: refused on connect)
   # - [:timeout, written]  the deadline passed; +written+ tells whether any byte of it went out
   class Connection
     MAX_RESPONSE = 16 * 1024 * 1024
     READ_CHUNK = 64 * 1024
+    # What is read of a connection found closed on a write, for the error keyholed left on it.
+    DRAIN_LIMIT = 1024 * 1024
     EMPTY = "".b.freeze
 
     # One request waiting for its answer. +state+: :pending, :answered, :lost, :failed.
@@ -41,6 +44,7 @@ module Keyhole
       @writing = false
       @over = false     # ended or failed: nothing more is read or written
       @retired = false  # no new requests (shutting_down, a torn write); answers still read
+      @error = nil      # keyholed's error with a null id: the calls it leaves unanswered fail with it
       @buffer = EMPTY.dup
     end
 
@@ -83,27 +87,21 @@ module Keyhole
         end
         raise
       end
+      drain = false
       @mu.synchronize do
         @writing = false
         @cv.broadcast
         case outcome
         when :ok
           nil
-        when :not_sent
+        when :not_sent, :broken
           # The connection is over (EPIPE, ECONNRESET): no new request goes on it.
-          forget(id)
+          @waiters.delete(id)
           @retired = true
-          close_if_idle
-          return [:not_sent, nil]
+          drain = claim_drain(deadline)
         when :timeout_unsent
           forget(id)
           return [:timeout, false]
-        when :broken
-          # Part of the frame went out and the connection broke: written, its answer cannot come.
-          forget(id)
-          @retired = true
-          close_if_idle
-          return [:lost, nil]
         when :timeout_partial
           # The stream now holds part of a frame: no further request can follow it. Requests already
           # written on it may still be answered, so it stays open for them.
@@ -113,6 +111,8 @@ module Keyhole
           return [:timeout, true]
         end
       end
+      return closed_on_write(outcome, drain) unless outcome == :ok
+
       begin
         wait(id, waiter, deadline)
       rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
@@ -149,6 +149,57 @@ module Keyhole
     end
 
     private
+
+    # Called with @mu held, after a write found the connection closed. keyholed may have said why
+    # before it closed it (overloaded on connect): a reader at work reads that, and the end of
+    # stream right after it; with no reader, this thread takes the role to read what is left. True
+    # when it did.
+    def claim_drain(deadline)
+      while @reading && !@over && @error.nil?
+        remaining = deadline - Client.now
+        return false if remaining <= 0
+
+        @cv.wait(@mu, remaining)
+      end
+      return false if @reading || @over || @error
+
+      @reading = true
+    end
+
+    # After a write found the connection closed: once the frames keyholed left are read, its error
+    # with a null id fails this call (rule 4). Otherwise :not_sent (rule 1), or :lost when part of
+    # the frame went out (rule 2).
+    def closed_on_write(outcome, drain)
+      drain_closed if drain
+      @mu.synchronize do
+        @reading = false if drain
+        @cv.broadcast
+        close_if_idle
+        return [:failed, @error] if @error
+      end
+      outcome == :broken ? [:lost, nil] : [:not_sent, nil]
+    end
+
+    # Reads, without waiting, what a peer that closed the connection left on it (at most
+    # DRAIN_LIMIT bytes), and hands out its frames.
+    def drain_closed
+      read = 0
+      while read < DRAIN_LIMIT
+        data = @socket.read_nonblock(READ_CHUNK, exception: false)
+        break if data == :wait_readable
+
+        if data.nil?
+          @mu.synchronize { end_connection(nil) }
+          break
+        end
+        read += data.bytesize
+        @buffer << data
+        take_frames
+        break if @mu.synchronize { @over }
+      end
+    rescue SystemCallError, IOError
+      @mu.synchronize { end_connection(nil) unless @over }
+    end
 
     def wait(id, waiter, deadline)
       loop do
@@ -200,19 +251,14 @@ module Keyhole
       end_connection(nil)
     end
 
-    # Called with @mu held. Fails every waiting request and closes the socket. +how+ tells how a
-    # connection that ended without an error ended: :eof, or :reset (ECONNRESET: keyholed closed it
-    # with bytes of ours unread, or never accepted it).
-    def end_connection(error, how = :eof)
+    # Called with @mu held. Fails every waiting request and closes the socket: with +error+, else
+    # with keyholed's error with a null id if it sent one (rule 4), else as lost.
+    def end_connection(error)
       @over = true
+      error ||= @error
       @waiters.each_value do |w|
-        if error
-          w.state = :failed
-          w.value = error
-        else
-          w.state = :lost
-          w.value = how
-        end
+        w.state = error ? :failed : :lost
+        w.value = error
       end
       @waiters.clear
       @cv.broadcast
@@ -260,10 +306,8 @@ module Keyhole
           take_frames
         end
       end
-    rescue Errno::ECONNRESET
-      @mu.synchronize { end_connection(nil, :reset) unless @over }
     rescue SystemCallError, IOError
-      # Another failure, or the socket closed under us (Client#close): the connection is over.
+      # ECONNRESET, another failure, or the socket closed under us (Client#close): it is over.
       @mu.synchronize { end_connection(nil) unless @over }
     end
 
@@ -307,13 +351,16 @@ module Keyhole
       id = response["id"]
       @mu.synchronize do
         if id.nil?
-          # About the connection (overloaded on connect, bad_frame, frame_too_large): keyholed closes
-          # it; every request waiting on it fails with that error (rule 4). An ok answer with a null
-          # id answers nothing this client sent: dropped.
-          return true if response["ok"]
-
-          end_connection(Error.from_wire(response["error"]))
-          return false
+          # About the connection (overloaded on connect, bad_frame, frame_too_large): nothing more
+          # is sent on it, but keyholed still answers the requests it had read before it closes it;
+          # those it leaves unanswered fail with this error at the close (rule 4). An ok answer
+          # with a null id answers nothing this client sent: dropped.
+          unless response["ok"]
+            @error ||= Error.from_wire(response["error"])
+            @retired = true
+            @cv.broadcast
+          end
+          return true
         end
         waiter = @waiters.delete(id)
         if waiter

@@ -8,7 +8,9 @@ module Keyhole
   #   env["keyhole.user"]     its "user" (a Hash, or nil: no record, or anonymous)
   #
   # The token comes from "Authorization: Bearer kh_..." when the request has one, else from the
-  # cookie (default name kh_session); never from the query string. No token, or session_not_found:
+  # cookie (default name kh_session); never from the query string. A value that is not a token's
+  # shape (kh_ and 43 base64url characters) is no token, and keyholed is not asked. No token, or
+  # session_not_found:
   # anonymous (401 with WWW-Authenticate where a session is required). Any other failure
   # (keyholed unreachable, past the deadline, storage_unavailable, permission_denied, ...): 503,
   # and the app is not called: fail closed, never signed in.
@@ -23,8 +25,9 @@ module Keyhole
     SESSION = "keyhole.session"
     USER = "keyhole.user"
     DEFAULT_COOKIE = "kh_session"
-    MAX_TOKEN_BYTES = 4096
-    BEARER = /\ABearer[ \t]+(kh_[^ \t]*)[ \t]*\z/i.freeze
+    # A session token's shape (PROTOCOL.md section 5): anything else is not asked about.
+    TOKEN = /\Akh_[A-Za-z0-9_-]{43}\z/.freeze
+    TOKEN_BYTES = 46
 
     def initialize(app, client: nil, socket: nil, timeout: 5.0, cookie: DEFAULT_COOKIE, required: false)
       @app = app
@@ -52,29 +55,54 @@ module Keyhole
       @app.call(env)
     end
 
-    # The session token of a Rack request: the Bearer credential starting with kh_, else the
-    # cookie's value; nil when neither is there (or it cannot be a token: not UTF-8, too long).
+    # The session token of a Rack request: the Bearer credential when it starts with kh_, else the
+    # cookie's value; nil when there is none, or when it is not a token's shape.
     def self.token(env, cookie: DEFAULT_COOKIE)
-      auth = env["HTTP_AUTHORIZATION"]
-      bearer = BEARER.match(auth.b) if auth.is_a?(String)
-      token = bearer && bearer[1]
-      token ||= cookie_value(env["HTTP_COOKIE"], cookie)
-      return nil if token.nil? || token.empty? || token.bytesize > MAX_TOKEN_BYTES
+      bearer = bearer_value(env["HTTP_AUTHORIZATION"])
+      return shaped(bearer) if bearer
 
-      token = token.dup.force_encoding(Encoding::UTF_8)
-      token.valid_encoding? ? token : nil
+      cookie_token(env["HTTP_COOKIE"], cookie)
     end
 
-    # The first cookie of that name in a Cookie header (RFC 6265 section 5.4), or nil.
+    # The session token in a Cookie header's first cookie of that name; nil when there is none, or
+    # when it is not a token's shape.
+    def self.cookie_token(header, name = DEFAULT_COOKIE)
+      shaped(cookie_value(header, name))
+    end
+
+    # +value+ when it has a session token's shape (as a UTF-8 String), else nil.
+    def self.shaped(value)
+      return nil unless value.is_a?(String) && value.bytesize == TOKEN_BYTES
+
+      value = value.b
+      TOKEN.match?(value) ? value.force_encoding(Encoding::UTF_8) : nil
+    end
+
+    # The credential of "Authorization: Bearer <credential>" when it starts with kh_ (another kind
+    # of Bearer credential leaves the cookie to be used), else nil.
+    def self.bearer_value(header)
+      return nil unless header.is_a?(String)
+
+      header = header.b
+      return nil unless header.bytesize > 7 && header.byteslice(0, 6).casecmp?("bearer") && " \t".include?(header.getbyte(6).chr)
+
+      value = header.byteslice(7, header.bytesize - 7).strip
+      value.start_with?("kh_") ? value : nil
+    end
+
+    # The value of the first cookie of that name in a Cookie header (RFC 6265 section 5.4, its
+    # surrounding double quotes removed), or nil. One pass over the header: a malformed cookie
+    # beside it (no "=", spaces, bytes that are not UTF-8) is skipped and does not hide it.
     def self.cookie_value(header, name)
       return nil unless header.is_a?(String)
 
-      header.split(";").each do |pair|
-        key, value = pair.split("=", 2)
-        next if value.nil? || key.strip != name
+      name = name.b
+      header.b.split(";").each do |pair|
+        equals = pair.index("=")
+        next if equals.nil? || pair.byteslice(0, equals).strip != name
 
-        value = value.strip
-        value = value[1..-2] if value.length >= 2 && value.start_with?('"') && value.end_with?('"')
+        value = pair.byteslice(equals + 1, pair.bytesize - equals - 1).strip
+        value = value.byteslice(1, value.bytesize - 2) if value.bytesize >= 2 && value.start_with?('"') && value.end_with?('"')
         return value
       end
       nil
