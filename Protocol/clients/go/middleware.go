@@ -125,10 +125,18 @@ func requestToken(r *http.Request, cookieName string) string {
 			return t
 		}
 	}
-	if v, ok := firstCookie(r.Header["Cookie"], cookieName); ok && IsTokenShape(v) {
-		return v
+	t, _ := SessionCookie(r, cookieName)
+	return t
+}
+
+// SessionCookie returns the session token in the request's first cookie called name, as Middleware
+// reads it, and false when there is no such cookie or its value is not a token's shape (to revoke
+// it at sign-out without sending keyholed what is no token).
+func SessionCookie(r *http.Request, name string) (string, bool) {
+	if v, ok := firstCookie(r.Header["Cookie"], name); ok && IsTokenShape(v) {
+		return v, true
 	}
-	return ""
+	return "", false
 }
 
 // TokenLength is the length of a session token: "kh_" and 43 base64url characters (32 bytes).
