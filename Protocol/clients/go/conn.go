@@ -39,13 +39,15 @@ const (
 // conn is one connection and the goroutine that reads it.
 //
 // Invariants: a call's channel is in pending exactly as long as nothing was sent on it; the reader
-// sends to it and removes it under mu. Once accepting is false no call is added. When the reader
-// stops it closes the socket, then fails every pending call under mu, then closes done.
+// sends to it and removes it under mu. Once accepting is false no call is added, and no frame is
+// written: a writer checks accepting after taking wturn, and a writer that leaves the stream unusable
+// (a frame cut short) stops accepting before it gives wturn back, so no frame follows a torn one.
+// When the reader stops it closes the socket, then fails every pending call under mu, then closes done.
 type conn struct {
-	nc   net.Conn
-	wmu  sync.Mutex // one writer at a time: each frame goes out whole
-	mu   sync.Mutex
-	done chan struct{}
+	nc    net.Conn
+	wturn chan struct{} // one slot: the writer holding it sends one frame whole; waited for under the call's context
+	mu    sync.Mutex
+	done  chan struct{}
 
 	pending   map[uint64]chan outcome
 	accepting bool
@@ -55,7 +57,7 @@ type conn struct {
 }
 
 func newConn(nc net.Conn, written func()) *conn {
-	c := &conn{nc: nc, done: make(chan struct{}), pending: make(map[uint64]chan outcome), accepting: true, written: written}
+	c := &conn{nc: nc, wturn: make(chan struct{}, 1), done: make(chan struct{}), pending: make(map[uint64]chan outcome), accepting: true, written: written}
 	go c.readLoop()
 	return c
 }
@@ -90,46 +92,62 @@ func (c *conn) forget(id uint64) bool {
 
 // send writes one request frame and waits for its answer until ctx ends.
 func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outcome) {
+	// The turn to write is waited for under ctx: a call must not wait past its own deadline behind
+	// another's write that keyholed is slow to read.
+	select {
+	case c.wturn <- struct{}{}:
+	case <-ctx.Done():
+		return timedOut, outcome{}
+	}
 	ch := make(chan outcome, 1)
 	c.mu.Lock()
 	if !c.accepting {
 		err := c.connErr
 		c.mu.Unlock()
+		<-c.wturn
 		return notWritten, outcome{err: err}
 	}
 	c.pending[id] = ch
 	c.mu.Unlock()
 
-	c.wmu.Lock()
 	deadline, _ := ctx.Deadline()
 	c.nc.SetWriteDeadline(deadline)
 	n, werr := c.nc.Write(frame)
-	c.wmu.Unlock()
 	if werr != nil {
 		c.forget(id)
 		var ne net.Error
 		timeout := errors.As(werr, &ne) && ne.Timeout()
 		if n == 0 && timeout {
+			// Nothing went out: the stream is as good as it was; only this call is over.
+			<-c.wturn
 			return timedOut, outcome{}
 		}
-		c.close() // the stream is unusable (closed by keyholed, or cut inside a frame)
 		if n > 0 {
+			// A frame cut short: nothing may follow it. Closed before the turn is given back.
+			c.close()
+			<-c.wturn
 			if timeout {
 				return timedOut, outcome{}
 			}
 			return lost, outcome{lost: werr}
 		}
-		// Not a byte went out. keyholed may have said why it closed (overloaded on connect): the
-		// reader takes that in before it stops.
+		// Not a byte went out (EPIPE, ECONNRESET): keyholed closed the connection, and may have said
+		// why first (overloaded on connect). Send nothing more on it, but leave the reader to take in
+		// what is there up to the end of the stream (rule 4), as long as ctx allows.
+		c.stopAccepting()
+		<-c.wturn
 		select {
 		case <-c.done:
 		case <-ctx.Done():
+			c.close()
+			<-c.done
 		}
 		c.mu.Lock()
 		err := c.connErr
 		c.mu.Unlock()
 		return notWritten, outcome{err: err, lost: werr}
 	}
+	<-c.wturn
 	if c.written != nil {
 		c.written()
 	}

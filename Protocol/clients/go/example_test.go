@@ -138,3 +138,49 @@ func TestExampleApp(t *testing.T) {
 		t.Errorf("signin with keyholed unreachable: %d", resp.StatusCode)
 	}
 }
+
+// The example app asks keyholed nothing about what cannot be a token (an id_token over 16 384 bytes,
+// a session cookie not of a token's shape), and a bad_request from token.verify is 401, never 503.
+// A scripted keyholed answers token.verify with bad_request and records what it is asked.
+func TestExampleAppRefusesWithoutAsking(t *testing.T) {
+	s := newScriptedKeyholed(t, func(op string) string {
+		switch op {
+		case "token.verify":
+			return `"ok":false,"error":{"code":"bad_request","message":"args.token: not acceptable"}`
+		case "session.revoke":
+			return `"ok":true,"result":{"revoked":true}`
+		}
+		return `"ok":false,"error":{"code":"internal","message":"not scripted"}`
+	})
+	base := startExample(t, buildExample(t), s.Socket)
+
+	if resp, _ := do(t, "POST", base+"/signin", "", url.Values{"id_token": {strings.Repeat("A", 16385)}}); resp.StatusCode != 401 {
+		t.Errorf("signin with a 16 385-byte id_token: %d, want 401", resp.StatusCode)
+	}
+	if resp, _ := do(t, "POST", base+"/signin", "", url.Values{"id_token": {strings.Repeat("A", 70000)}}); resp.StatusCode != 401 {
+		t.Errorf("signin with a 70 000-byte id_token: %d, want 401", resp.StatusCode)
+	}
+	if ops := s.Ops(); len(ops) != 0 {
+		t.Fatalf("keyholed was asked %v", ops)
+	}
+	if resp, _ := do(t, "POST", base+"/signin", "", url.Values{"id_token": {strings.Repeat("A", 16384)}}); resp.StatusCode != 401 || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("signin answered bad_request: %d %q, want 401 without a cookie", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	if ops := s.Ops(); len(ops) != 1 || ops[0] != "token.verify" {
+		t.Fatalf("keyholed was asked %v, want one token.verify", ops)
+	}
+
+	for _, cookie := range []string{strings.Repeat("A", 70000), "kh_" + strings.Repeat("A", 1022), "kh_short", "kh_" + strings.Repeat("+", 43)} {
+		resp, _ := do(t, "POST", base+"/signout", cookie, url.Values{})
+		if resp.StatusCode != 303 || !strings.Contains(resp.Header.Get("Set-Cookie"), "Max-Age=0") {
+			t.Errorf("signout with a %d-byte malformed cookie: %d %q", len(cookie), resp.StatusCode, resp.Header.Get("Set-Cookie"))
+		}
+	}
+	if ops := s.Ops(); len(ops) != 1 {
+		t.Fatalf("signout of malformed cookies asked keyholed %v", ops[1:])
+	}
+	resp, _ := do(t, "POST", base+"/signout", "kh_"+strings.Repeat("A", 43), url.Values{})
+	if ops := s.Ops(); resp.StatusCode != 303 || len(ops) != 2 || ops[1] != "session.revoke" {
+		t.Errorf("signout of a token: %d, asked %v", resp.StatusCode, ops)
+	}
+}

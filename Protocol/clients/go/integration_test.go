@@ -194,11 +194,18 @@ func TestIntegrationContextDeadline(t *testing.T) {
 	if _, err := short.Call(context.Background(), "debug.sleep", map[string]any{"ms": 2000}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("client timeout: %v", err)
 	}
-	// A canceled context ends the call too.
+	// A canceled context ends the call too: canceled once its request is written (a client of its
+	// own, whose only call is this one, signals the write).
 	cctx, ccancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(50 * time.Millisecond); ccancel() }()
-	if _, err := c.Call(cctx, "debug.sleep", map[string]any{"ms": 2000}); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrTimeout) {
+	defer ccancel()
+	canceling := dialHarness(t, h)
+	canceling.written = ccancel
+	start = time.Now()
+	if _, err := canceling.Call(cctx, "debug.sleep", map[string]any{"ms": 2000}); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrTimeout) {
 		t.Errorf("canceled: %v", err)
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("the canceled call took %v", elapsed)
 	}
 }
 

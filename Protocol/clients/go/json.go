@@ -2,6 +2,7 @@ package keyhole
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -43,7 +44,10 @@ func topLevelMembers(b []byte) (map[string][]byte, error) {
 			if err := s.str(); err != nil {
 				return nil, err
 			}
-			name, ok := plainString(b[start:s.i])
+			name, known, err := memberName(b[start:s.i])
+			if err != nil {
+				return nil, err
+			}
 			s.space()
 			if s.peek() != ':' {
 				return nil, s.fail("':'")
@@ -54,9 +58,9 @@ func topLevelMembers(b []byte) (map[string][]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			if ok {
+			if known {
 				members[name] = raw
-			} // a name with escapes is none of the members we read
+			}
 			s.space()
 			if c := s.peek(); c == ',' {
 				s.i++
@@ -75,14 +79,27 @@ func topLevelMembers(b []byte) (map[string][]byte, error) {
 	return members, nil
 }
 
-// plainString returns a quoted string's text when it has no escapes.
-func plainString(q []byte) (string, bool) {
+// memberName returns a quoted member name's text. A name written with escapes ("\u006fk") is the
+// same member as the plain one, as encoding/json reads it, so it is decoded; known is false only
+// for an escaped name too long to be any member a response has (these are a few letters), which
+// is skipped rather than decoded by encoding/json's slower reader.
+func memberName(q []byte) (name string, known bool, err error) {
 	inner := q[1 : len(q)-1]
-	if bytes.IndexByte(inner, '\\') >= 0 {
-		return "", false
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner), true, nil
 	}
-	return string(inner), true
+	if len(inner) > maxEscapedName {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(q, &name); err != nil {
+		return "", false, fmt.Errorf("%w: member name: %v", errJSON, err)
+	}
+	return name, true, nil
 }
+
+// maxEscapedName bounds the escaped member names decoded: escapes take at most 6 bytes for each
+// character, and the longest member of a response ("retry_after_ms", in error) has 14.
+const maxEscapedName = 6 * 16
 
 func (s *jsonScanner) peek() byte {
 	if s.i < len(s.b) {

@@ -15,6 +15,8 @@ func TestTopLevelMembersAgreesWithEncodingJSON(t *testing.T) {
 		"{\"a\":\"tab\there\"}", "{\"a\":\"nl\nhere\"}", `{"a":1}x`, `{"a":1}{}`, `{'a':1}`,
 		`{"a":[1,]}`, `{"a":[,1]}`, `{"a" 1}`, `{"a":"x"`, `{"a":"x`, `{"a":[1 2]}`,
 		`{"a":"\/"}`, `{"a":1E5,"b":-0}`, `{"a":-01}`, `{"\u0061":1}`,
+		`{"ok":false,"\u006fk":true}`, `{"\u006fk":true,"ok":false}`, `{"a\"b":1,"\n":2,"\ud83d\ude00":3}`,
+		`{"\ud800":1}`, `{"a\u0000":1}`,
 	}
 	for _, in := range inputs {
 		var m map[string]json.RawMessage
@@ -24,9 +26,15 @@ func TestTopLevelMembersAgreesWithEncodingJSON(t *testing.T) {
 			t.Errorf("%q: scanner says %v (%v), encoding/json says %v", in, err == nil, err, want)
 			continue
 		}
+		if err != nil {
+			continue
+		}
+		if len(got) != len(m) {
+			t.Errorf("%q: scanner read %d members, encoding/json %d", in, len(got), len(m))
+		}
 		for k, v := range m {
-			if k == "a" && in != `{"\u0061":1}` && string(got[k]) != string(v) {
-				t.Errorf("%q: member %s = %q, want %q", in, k, got[k], v)
+			if string(got[k]) != string(v) {
+				t.Errorf("%q: member %q = %q, want %q", in, k, got[k], v)
 			}
 		}
 	}
@@ -52,5 +60,23 @@ func TestHasControl(t *testing.T) {
 				t.Fatalf("byte %#x at %d: %v", i, pos, hasControl(b))
 			}
 		}
+	}
+}
+
+// A member name written with escapes is the same member ("\u006fk" is "ok"): the last one wins, as
+// in encoding/json, so an answer cannot read as a failure to this client and a success to others.
+func TestEscapedMemberNames(t *testing.T) {
+	_, _, o, err := parseResponse([]byte(`{"id":1,"ok":false,"\u006fk":true,"result":{"a":1}}`))
+	if err != nil || o.err != nil || string(o.result) != `{"a":1}` {
+		t.Errorf("escaped ok: %+v %v, want the result", o, err)
+	}
+	id, hasID, _, err := parseResponse([]byte(`{"\u0069d":7,"ok":true,"result":{}}`))
+	if err != nil || !hasID || id != 7 {
+		t.Errorf("escaped id: %d %v %v", id, hasID, err)
+	}
+	// An escaped name too long to be a response's member is skipped, not decoded.
+	long := `{"ok":true,"result":{},"` + repeat(`\u0061`, 1000) + `":1}`
+	if _, _, o, err := parseResponse([]byte(long)); err != nil || string(o.result) != `{}` {
+		t.Errorf("long escaped name: %+v %v", o, err)
 	}
 }

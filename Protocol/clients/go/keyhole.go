@@ -44,6 +44,7 @@ const (
 type Option func(*Client)
 
 // WithTimeout sets the longest a call may take (default 5 s); a context's earlier deadline wins.
+// It must be positive: Dial rejects zero or less (every call would time out at once).
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithWaitOverloaded makes a call answered overloaded with retry_after_ms wait that long and try
@@ -64,12 +65,14 @@ type Client struct {
 	conns  map[*conn]struct{} // every connection whose reader still runs
 	closed bool
 
-	written func() // tests: called when a request is written whole
+	written func()                  // tests: called when a request is written whole
+	wrap    func(net.Conn) net.Conn // tests: wraps each new connection
 }
 
 // Dial makes a client for keyholed's socket at path (empty: $KEYHOLE_SOCKET, else DefaultSocket).
-// It connects lazily, on the first call, so it fails only when ctx has already ended: an
-// unreachable keyholed is reported by each call (unavailable), and the client reconnects by itself.
+// It connects lazily, on the first call, so it fails only when ctx has already ended or an option
+// is invalid (WithTimeout of zero or less): an unreachable keyholed is reported by each call
+// (unavailable), and the client reconnects by itself.
 func Dial(ctx context.Context, path string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -83,6 +86,9 @@ func Dial(ctx context.Context, path string, opts ...Option) (*Client, error) {
 	c := &Client{path: path, timeout: DefaultTimeout, dialing: make(chan struct{}, 1), conns: make(map[*conn]struct{})}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.timeout <= 0 {
+		return nil, fmt.Errorf("keyhole: WithTimeout(%v): the timeout must be positive", c.timeout)
 	}
 	return c, nil
 }
@@ -151,12 +157,16 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 
 	safe := SafeToRepeat(op)
 	resent := false
+	written := false // an attempt was written: from then on the outcome is unknown, never "unavailable"
 	backoff := time.Duration(0)
 	for {
 		id := atomic.AddUint64(&c.nextID, 1)
 		frame := encodeRequest(id, opJSON, argsJSON)
 		cn, err := c.connection(ctx)
 		if err != nil {
+			if written {
+				return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer to %s, and its re-send could not reach keyholed: outcome unknown: %v", op, err), err)
+			}
 			return nil, err
 		}
 		st, o := cn.send(ctx, id, frame)
@@ -168,12 +178,14 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 			switch o.err.Code {
 			case CodeShuttingDown: // rule 3: nothing more on that connection
 				cn.stopAccepting()
+				// keyholed said it did not do it: a re-send that cannot reach keyholed leaves it
+				// undone, so "written" stays as it was.
 				if safe && !resent {
 					resent = true
 					continue
 				}
 			case CodeOverloaded: // rule 5
-				if c.waitOverloaded && o.err.RetryAfterMs > 0 && sleep(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
+				if c.waitOverloaded && o.err.RetryAfterMs > 0 && waitWithin(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
 					continue
 				}
 			}
@@ -181,12 +193,15 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 		case notWritten: // rule 1, unless keyholed said why it closed (rule 4)
 			if o.err != nil {
 				if o.err.Code == CodeOverloaded && c.waitOverloaded && o.err.RetryAfterMs > 0 &&
-					sleep(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
+					waitWithin(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
 					continue
 				}
 				return nil, o.err.clone()
 			}
-			if backoff > 0 && !sleep(ctx, backoff) {
+			if backoff > 0 && !pause(ctx, backoff) {
+				if written {
+					return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer to %s, and its re-send could not be written: outcome unknown: %v", op, o.lost), o.lost)
+				}
 				return nil, clientError(CodeUnavailable, fmt.Sprintf("keyholed at %s kept closing the connection before the request was sent", c.path), o.lost)
 			}
 			backoff = nextBackoff(backoff)
@@ -196,6 +211,7 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 			}
 			if safe && !resent {
 				resent = true
+				written = true
 				continue
 			}
 			why := "operation " + op + " is not safe to repeat"
@@ -219,11 +235,36 @@ func nextBackoff(d time.Duration) time.Duration {
 	return d * 2
 }
 
-// sleep waits d unless that would pass ctx's deadline or ctx ends first; it reports whether it waited.
-func sleep(ctx context.Context, d time.Duration) bool {
+// lastAttemptLead is how long before the deadline the last attempt to connect is made, so that
+// waiting between attempts never gives up while there is still time (section 8: until the deadline).
+const lastAttemptLead = time.Millisecond
+
+// pause waits d before another attempt to connect, or less when the deadline is nearer, so that
+// the last attempt is made just before it; it reports false when no time is left or ctx ended.
+func pause(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl) - lastAttemptLead
+		if left <= 0 {
+			return false
+		}
+		if left < d {
+			d = left
+		}
+	}
+	return sleep(ctx, d)
+}
+
+// waitWithin waits d unless that would pass ctx's deadline or ctx ends first; it reports whether it
+// waited (overloaded's retry_after_ms: a retry after the deadline is of no use).
+func waitWithin(ctx context.Context, d time.Duration) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return false
 	}
+	return sleep(ctx, d)
+}
+
+// sleep waits d unless ctx ends first; it reports whether it waited.
+func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -273,6 +314,9 @@ func (c *Client) connection(ctx context.Context) (*conn, error) {
 		}
 		nc, err := dialer.DialContext(ctx, "unix", c.path)
 		if err == nil {
+			if c.wrap != nil {
+				nc = c.wrap(nc)
+			}
 			cn := newConn(nc, c.written)
 			c.mu.Lock()
 			closed := c.closed
@@ -297,7 +341,7 @@ func (c *Client) connection(ctx context.Context) (*conn, error) {
 		<-c.dialing
 		last = err
 		wait = nextBackoff(wait)
-		if !sleep(ctx, wait) {
+		if !pause(ctx, wait) {
 			return nil, c.unreachable(last, ctx)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,10 @@ func TestMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, _ := c.CreateSession(context.Background(), uniqueSub("mw-other"), SessionOptions{})
+	other, err := c.CreateSession(context.Background(), uniqueSub("mw-other"), SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	open := httptest.NewServer(Middleware(MiddlewareOptions{Client: c})(whoami))
 	defer open.Close()
@@ -79,6 +83,16 @@ func TestMiddleware(t *testing.T) {
 		{"required, other cookie name ignored", required.URL, map[string]string{"Cookie": "kh_session=" + ns.Token}, 401, "sign in required"},
 		{"required, its cookie", required.URL, map[string]string{"Cookie": "sid=" + ns.Token}, 200, "sub=" + sub},
 		{"required, unknown session", required.URL, map[string]string{"Authorization": "Bearer kh_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}, 401, "sign in required"},
+		// Cookie parsing: a malformed neighbour does not hide the session's cookie; the first wins.
+		{"neighbour with a space", open.URL, map[string]string{"Cookie": "a=b c; kh_session=" + ns.Token}, 200, "sub=" + sub},
+		{"neighbour not ASCII", open.URL, map[string]string{"Cookie": "a=\u00e9; kh_session=" + ns.Token + "; z=\u00e9"}, 200, "sub=" + sub},
+		{"neighbour JSON", open.URL, map[string]string{"Cookie": `a={"j":1}; kh_session=` + ns.Token}, 200, "sub=" + sub},
+		{"neighbour without =", open.URL, map[string]string{"Cookie": "junk; kh_session=" + ns.Token}, 200, "sub=" + sub},
+		{"neighbour quoted", open.URL, map[string]string{"Cookie": `a="x;y"; kh_session=` + ns.Token}, 200, "sub=" + sub},
+		{"first of two wins", open.URL, map[string]string{"Cookie": "kh_session=" + ns.Token + "; kh_session=" + other.Token}, 200, "sub=" + sub},
+		{"first of two wins, malformed", open.URL, map[string]string{"Cookie": "kh_session=x y; kh_session=" + ns.Token}, 200, "anonymous"},
+		{"quoted value", open.URL, map[string]string{"Cookie": `kh_session="` + ns.Token + `"`}, 200, "sub=" + sub},
+		{"name is matched whole", open.URL, map[string]string{"Cookie": "xkh_session=" + other.Token + "; kh_session=" + ns.Token}, 200, "sub=" + sub},
 	}
 	for _, tc := range cases {
 		a := get(t, tc.url, tc.header)
@@ -132,5 +146,81 @@ func TestMiddlewareServerError(t *testing.T) {
 	}
 	if err, stderr := wait(); err != nil {
 		t.Errorf("scenario server: %v %s", err, stderr)
+	}
+}
+
+// A credential that is not a token's shape is anonymous and keyholed is not asked: the client here
+// names a socket nobody listens on, so asking would answer 503, as the well-shaped control does.
+func TestMiddlewareMalformedCredentials(t *testing.T) {
+	c, err := Dial(context.Background(), filepath.Join(t.TempDir(), "nobody.sock"), WithTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	open := httptest.NewServer(Middleware(MiddlewareOptions{Client: c})(whoami))
+	defer open.Close()
+	required := httptest.NewServer(Middleware(MiddlewareOptions{Client: c, Required: true})(whoami))
+	defer required.Close()
+
+	good := "kh_" + strings.Repeat("A", 43)
+	cases := map[string]map[string]string{
+		"70 000-byte cookie":       {"Cookie": "kh_session=kh_" + strings.Repeat("A", 70000-3)},
+		"1 025-byte cookie":        {"Cookie": "kh_session=kh_" + strings.Repeat("A", 1025-3)},
+		"70 000-byte bearer":       {"Authorization": "Bearer kh_" + strings.Repeat("A", 70000-3)},
+		"one character short":      {"Cookie": "kh_session=kh_" + strings.Repeat("A", 42)},
+		"one character long":       {"Cookie": "kh_session=kh_" + strings.Repeat("A", 44)},
+		"not base64url":            {"Cookie": "kh_session=kh_" + strings.Repeat("A", 42) + "+"},
+		"padding":                  {"Cookie": "kh_session=kh_" + strings.Repeat("A", 42) + "="},
+		"wrong prefix":             {"Cookie": "kh_session=KH_" + strings.Repeat("A", 43)},
+		"bearer kh_ malformed":     {"Authorization": "Bearer kh_x", "Cookie": "kh_session=kh_x"},
+		"other bearer, bad cookie": {"Authorization": "Bearer eyJhbGciOi", "Cookie": "kh_session=" + strings.Repeat("A", 2000)},
+		"token in a neighbour":     {"Cookie": "other=" + good + "; kh_session=kh_x"},
+	}
+	for name, header := range cases {
+		if a := get(t, open.URL, header); a.status != 200 || a.body != "anonymous" {
+			t.Errorf("%s: %d %q, want 200 anonymous (keyholed not asked)", name, a.status, a.body)
+		}
+		if a := get(t, required.URL, header); a.status != 401 {
+			t.Errorf("%s, required: %d %q, want 401", name, a.status, a.body)
+		}
+	}
+	// The control: a credential of the right shape is asked about, and keyholed is unreachable.
+	for _, header := range []map[string]string{{"Cookie": "kh_session=" + good}, {"Authorization": "Bearer " + good}, {"Authorization": "Bearer eyJ", "Cookie": "a=b c; kh_session=" + good}} {
+		if a := get(t, open.URL, header); a.status != 503 {
+			t.Errorf("%v: %d %q, want 503", header, a.status, a.body)
+		}
+	}
+}
+
+func TestFirstCookie(t *testing.T) {
+	cases := []struct {
+		lines []string
+		want  string
+		ok    bool
+	}{
+		{nil, "", false},
+		{[]string{"a=1"}, "", false},
+		{[]string{"kh_session=v"}, "v", true},
+		{[]string{" kh_session = v ;b=2"}, "v", true},
+		{[]string{"a=1", "kh_session=v2; kh_session=v3"}, "v2", true},
+		{[]string{"kh_session=v1", "kh_session=v2"}, "v1", true},
+		{[]string{"kh_session"}, "", false},
+		{[]string{"kh_session=a=b"}, "a=b", true},
+		{[]string{`kh_session="q"`}, "q", true},
+		{[]string{";;;=;kh_session=v"}, "v", true},
+	}
+	for _, tc := range cases {
+		if v, ok := firstCookie(tc.lines, "kh_session"); v != tc.want || ok != tc.ok {
+			t.Errorf("%q: %q %v, want %q %v", tc.lines, v, ok, tc.want, tc.ok)
+		}
+	}
+	// One pass: a header of 200 000 pairs without the cookie takes linear time.
+	big := strings.Repeat("a=b;", 200000)
+	start := time.Now()
+	if _, ok := firstCookie([]string{big}, "kh_session"); ok {
+		t.Error("found a cookie that is not there")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("800 kB of cookies took %v", d)
 	}
 }

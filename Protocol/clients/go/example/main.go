@@ -1,9 +1,11 @@
 // Command example is a small web app that signs users in with Keyhole, using net/http only.
 //
 //	POST /signin   form field id_token: token.verify, then session.create; sets the kh_session
-//	               cookie and redirects to / (401 for a token that does not verify)
+//	               cookie and redirects to / (401 for a token that does not verify, or longer
+//	               than 16 384 bytes, which keyholed is not asked about)
 //	GET  /         the signed-in user's page (401 when not signed in, 503 when keyholed is unreachable)
-//	POST /signout  session.revoke of the cookie's session, clears the cookie, redirects to /
+//	POST /signout  session.revoke of the cookie's session (only a value of a token's shape is sent),
+//	               clears the cookie, redirects to /
 //
 // It listens on 127.0.0.1:$PORT (0: any free port) and prints "listening <port>"; keyholed's socket
 // is $KEYHOLE_SOCKET (else /run/keyhole/keyhole.sock); $KEYHOLE_TIMEOUT_MS sets the calls' deadline
@@ -82,9 +84,17 @@ func signIn(kh *keyhole.Client) http.HandlerFunc {
 			http.Error(w, "id_token is required", http.StatusBadRequest)
 			return
 		}
+		if len(idToken) > maxIDToken {
+			// keyholed would refuse it anyway; a large one would not even fit in its frame, and that
+			// closes the connection every request of this process shares.
+			http.Error(w, "the identity token does not verify", http.StatusUnauthorized)
+			return
+		}
 		v, err := kh.VerifyToken(r.Context(), idToken, keyhole.VerifyOptions{})
 		if err != nil {
-			if keyhole.IsTokenError(err) {
+			// bad_request: keyholed refused the token as an argument; the user's token, not keyholed's
+			// health, is at fault.
+			if keyhole.IsTokenError(err) || errors.Is(err, keyhole.ErrBadRequest) {
 				http.Error(w, "the identity token does not verify", http.StatusUnauthorized)
 			} else {
 				unavailable(w, err)
@@ -109,8 +119,9 @@ func signOut(kh *keyhole.Client) http.HandlerFunc {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
-		if c, err := r.Cookie(keyhole.DefaultCookieName); err == nil && c.Value != "" {
-			if _, err := kh.RevokeSession(r.Context(), c.Value); err != nil && !errors.Is(err, keyhole.ErrBadRequest) {
+		// Only a token of the right shape is revoked: anything else is no session, and is not sent.
+		if token, ok := keyhole.SessionCookie(r, keyhole.DefaultCookieName); ok {
+			if _, err := kh.RevokeSession(r.Context(), token); err != nil && !errors.Is(err, keyhole.ErrBadRequest) {
 				unavailable(w, err) // the session may still be live: keep the cookie, let the user retry
 				return
 			}
@@ -120,6 +131,9 @@ func signOut(kh *keyhole.Client) http.HandlerFunc {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	}
 }
+
+// maxIDToken is token.verify's limit on a token (PROTOCOL.md section 7: at most 16 KiB).
+const maxIDToken = 16384
 
 func unavailable(w http.ResponseWriter, err error) {
 	log.Printf("keyhole: %v", err) // codes and messages only: never a token
