@@ -85,8 +85,9 @@ struct CallStateMachine {
             failures = 0
             guard case .failure(let error) = response.outcome else { return finish(.success(response)) }
             if error.code == .shuttingDown, safeToRepeat, !resent {
+                // keyholed said it did not complete it: if the re-send finds no connection, the
+                // call is unavailable (no effect), not connection_lost.
                 resent = true
-                written = true
                 return .connect
             }
             if error.code == .overloaded, let wait = overloadWait(error, now: now) { return .wait(until: wait) }

@@ -1,7 +1,8 @@
 """Python client for keyholed, Keyhole's local auth daemon (Python 3.9+, standard library only).
 
 keyholed listens on a Unix domain socket and speaks the protocol of Protocol/PROTOCOL.md: each
-message is a 4-byte big-endian length and one UTF-8 JSON object. Copy this file into your project.
+message is a 4-byte big-endian length and one UTF-8 JSON object. Copy this file and
+keyhole_operations.py (the typed helpers) into your project.
 
     import keyhole
 
@@ -38,6 +39,11 @@ import struct
 import threading
 import time
 
+try:  # the typed helpers, one per operation, live beside this file
+    from .keyhole_operations import Operations
+except ImportError:
+    from keyhole_operations import Operations
+
 __all__ = ["Client", "KeyholeError", "KeyholeConnectionError", "DEFAULT_SOCKET", "ERROR_CODES",
            "CLIENT_CODES", "SAFE_TO_REPEAT", "OPERATIONS", "MAX_FRAME_BYTES", "encode_frame",
            "decode_response"]
@@ -55,11 +61,6 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
                          "config_invalid"})
 CLIENT_CODES = frozenset({"unavailable", "connection_lost", "timeout", "protocol_error"})
 _HEADER = struct.Struct(">I")
-
-
-def _args(**members):
-    """The members that are not None."""
-    return {name: value for name, value in members.items() if value is not None}
 
 
 class KeyholeError(Exception):
@@ -369,7 +370,7 @@ def _fresh(error):
     return KeyholeError(error.code, error.message, error.retry_after_ms, error.apple_error, error.received_code)
 
 
-class Client:
+class Client(Operations):
     """A thread-safe connection to keyholed.
 
     path: the socket; default $KEYHOLE_SOCKET, else /run/keyhole/keyhole.sock.
@@ -448,123 +449,13 @@ class Client:
         return False
 
     def _pause(self, backoff, deadline):
-        """Wait before another attempt at connecting; raise unavailable past the deadline."""
-        if time.monotonic() + backoff >= deadline:
+        """Wait before another attempt (at most until just before the deadline, so that a last
+        attempt is made then); raise unavailable once the deadline has passed."""
+        left = deadline - time.monotonic()
+        if left <= 0.001:
             raise KeyholeConnectionError("unavailable", f"cannot reach keyholed at {self.path} within the deadline")
-        time.sleep(backoff)
+        time.sleep(min(backoff, left - 0.001))
         return min(backoff * 2, _BACKOFF_MAX)
-
-    def ping(self):
-        """Return {"protocol": 1, "version": ..., "uptime_ms": ...}."""
-        return self.call("ping")
-
-    def stats(self):
-        """Return keyholed's counters (connections, requests, in_flight, errors, bytes, uptime_ms, store)."""
-        return self.call("stats")
-
-    def verify_token(self, token, issuer=None, audience=None, nonce=None):
-        """Verify an identity token (a JWT); return {issuer, sub, aud, exp, iat, claims, ...}.
-
-        Raises KeyholeError with a token_* code (or keys_unavailable) when it does not verify.
-        """
-        args = {"token": token}
-        for name, value in (("issuer", issuer), ("audience", audience), ("nonce", nonce)):
-            if value is not None:
-                args[name] = value
-        return self.call("token.verify", args)
-
-    def jwks_status(self, issuer=None):
-        """Return each issuer's key-set status: kids, fetched_at, expires_at, last_error, counts."""
-        return self.call("jwks.status", {} if issuer is None else {"issuer": issuer})
-
-    def jwks_refresh(self, issuer=None):
-        """Fetch the issuers' key sets now (under keyholed's refetch cool-down); return the outcomes."""
-        return self.call("jwks.refresh", {} if issuer is None else {"issuer": issuer})
-
-    def create_session(self, sub, issuer=None, ttl_s=None, idle_s=None, data=None):
-        """Create a session; return {"session": token, "id", "expires_at"}. The token is shown only here."""
-        return self.call("session.create", _args(sub=sub, issuer=issuer, ttl_s=ttl_s, idle_s=idle_s, data=data))
-
-    def get_session(self, session):
-        """The live session `session` (a token) names, with its user; KeyholeError session_not_found if none."""
-        return self.call("session.get", {"session": session})
-
-    def revoke_session(self, session=None, id=None):
-        """Revoke a session by token or by id; return whether a live one was revoked."""
-        if (session is None) == (id is None):
-            raise ValueError("give exactly one of session and id")
-        args = {"session": session} if session is not None else {"id": id}
-        return self.call("session.revoke", args)["revoked"]
-
-    def revoke_all_sessions(self, sub, issuer=None):
-        """Revoke every session of a user; return how many were live."""
-        return self.call("session.revoke_all", _args(sub=sub, issuer=issuer))["revoked"]
-
-    def list_sessions(self, sub, issuer=None):
-        """A user's live sessions (ids and times, never tokens), oldest first."""
-        return self.call("session.list", _args(sub=sub, issuer=issuer))["sessions"]
-
-    def get_user(self, sub, issuer=None):
-        """A user's record; KeyholeError user_not_found if none."""
-        return self.call("user.get", _args(sub=sub, issuer=issuer))
-
-    def update_user(self, sub, issuer=None, **changes):
-        """Set `email` and/or `name` ({"given", "family"}); None removes. Returns {"user", "created"}."""
-        unknown = set(changes) - {"email", "name"}
-        if unknown:
-            raise TypeError("unknown user fields: %s" % ", ".join(sorted(unknown)))
-        args = _args(sub=sub, issuer=issuer)
-        args.update(changes)
-        return self.call("user.update", args)
-
-    def delete_user(self, sub, issuer=None):
-        """Delete a user's record and every session of theirs; return {"deleted", "sessions_revoked"}."""
-        return self.call("user.delete", _args(sub=sub, issuer=issuer))
-
-    def admin_snapshot(self):
-        """Snapshot the users and sessions now; return its figures once it is durable.
-
-        The result is {"start_lsn", "sessions", "users", "bytes", "wal_bytes_removed", "created_at",
-        "ms", "longest_pause_us"}; the log segments the snapshot covers are deleted by then. A snapshot already being
-        taken is waited for, then a fresh one is taken. Raises KeyholeError storage_unavailable
-        (retry after retry_after_ms) when storage is failing, keyholed is stopping, or the snapshot
-        cannot be written.
-        """
-        return self.call("admin.snapshot")
-
-    def admin_reload(self):
-        """Read keyholed's configuration file again; return {"applied": [...], "needs_restart": [...]}."""
-        return self.call("admin.reload")
-
-    def apple_sign_in(self, identity_token, authorization_code=None, client_id=None, nonce=None,
-                      user=None, session=None):
-        """Sign in with Apple: verify the token, exchange the code, upsert the user, create a session.
-
-        Returns {"created", "user", "session": {"session", "id", "expires_at"}}. Not sent again
-        after a lost connection: its code is single use.
-        """
-        return self.call("apple.sign_in", _args(identity_token=identity_token, authorization_code=authorization_code,
-                                                client_id=client_id, nonce=nonce, user=user, session=session))
-
-    def apple_notification(self, payload):
-        """Apply a server-to-server notification (the JWT Apple POSTed); return {type, sub, applied, duplicate}."""
-        return self.call("apple.notification", {"payload": payload})
-
-    def apple_refresh_check(self, sub):
-        """Check a user's stored refresh token at Apple now; return {"result": ...}."""
-        return self.call("apple.refresh_check", {"sub": sub})
-
-    def apple_transfer_export(self, sub, target_team_id, client_id=None):
-        """The transfer identifier for moving a user to another team; return {"transfer_sub"}."""
-        return self.call("apple.transfer.export", _args(sub=sub, target_team_id=target_team_id, client_id=client_id))
-
-    def apple_transfer_import(self, transfer_sub, client_id=None):
-        """Move a transferred user to their new sub; return {"sub", "moved", "sessions_moved", ...}."""
-        return self.call("apple.transfer.import", _args(transfer_sub=transfer_sub, client_id=client_id))
-
-    def apple_pending(self):
-        """The revocations at Apple still owed for deleted users: {"count", "pending": [...]}."""
-        return self.call("apple.pending")
 
     def close(self):
         """Close the connection; calls in flight and later calls raise KeyholeConnectionError.
@@ -619,10 +510,11 @@ class Client:
                 if isinstance(e, socket.timeout) or e.errno not in _RETRYABLE_CONNECT:
                     raise KeyholeConnectionError("unavailable", f"cannot connect to keyholed at {self.path}: {e}") from e
                 why = e
-            if time.monotonic() + backoff >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0.001:
                 raise KeyholeConnectionError(
                     "unavailable", f"cannot connect to keyholed at {self.path} within the deadline: {why}")
-            time.sleep(backoff)
+            time.sleep(min(backoff, left - 0.001))  # the last attempt comes just before the deadline
             backoff = min(backoff * 2, _BACKOFF_MAX)
         conn = _Connection(sock)
         with self._lock:
