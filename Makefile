@@ -107,8 +107,12 @@ test-go: build-debug deps-clients
 	cd Protocol/clients/go && KEYHOLED=$(KEYHOLED_DEBUG) $(GO_ENV) go test -count=1 ./...
 	cd Protocol/clients/go && KEYHOLED=$(KEYHOLED_DEBUG) $(GO_ENV) go test -count=1 -race ./...
 
+# In two runs: the client's suites (deadlines of a few seconds, restart loops) apart from the rest,
+# some of whose end-to-end tests block Swift's cooperative threads (two on a 2-core machine) for
+# seconds at a time, which stalls every async test running beside them.
 test-swift: build-debug
-	$(SWIFT) test --skip-build
+	$(SWIFT) test --skip-build --skip '^KeyholeClientTests\.'
+	$(SWIFT) test --skip-build --filter '^KeyholeClientTests\.'
 
 ## bench: release build, then keyholed next to Redis (appendfsync always), PyJWT and OpenSSL through one
 ## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Then each language

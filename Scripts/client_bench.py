@@ -8,7 +8,9 @@ redis-server on a Unix socket, in the same process and the same run: redis-py (P
 php-redis and ruby-redis (Debian), and for Go a plain RESP GET over net.Conn. Each client's
 bench script (Protocol/clients/<lang>/bench/) prints the median over rounds of µs per call; this
 runs them --rounds times, alternating, and reports the median of each. Goal (issue 27): every
-Keyhole client's call costs at most 1.0x its Redis client's GET.
+Keyhole client's call costs at most 1.0x its Redis client's GET. Each round also measures the raw
+floor: the same two round trips with no client library (a Python socket and hand-made frames), so
+that a client's own cost shows apart from the servers'.
 
 Appends a "Clients" section to BENCHMARKS.md and a "clients" member to BENCHMARKS.json (run after
 Scripts/bench.py, which writes both anew), or writes --out alone.
@@ -38,6 +40,59 @@ def commands(keyhole, redis, seconds):
         "ruby": (["ruby", os.path.join(CLIENTS, "ruby", "bench", "bench.rb"), *common], None, {}),
         "go": (["go", "run", "./bench", *common], os.path.join(CLIENTS, "go"), GO_ENV),
     }
+
+
+def raw_floor(keyhole_socket, redis_socket, seconds):
+    """µs per round trip with no client library at all, from Python: one frame of session.get to
+    keyholed, one RESP GET of the 300-byte value to Redis, read whole, at depth 1. What the servers
+    themselves (and the machine's wakeups) cost, under every client's figure."""
+    import socket
+    import struct
+    import time
+    kh = socket.socket(socket.AF_UNIX)
+    kh.connect(keyhole_socket)
+
+    def exchange(frame):
+        kh.sendall(frame)
+        (n,) = struct.unpack(">I", kh.recv(4, socket.MSG_WAITALL))
+        return json.loads(kh.recv(n, socket.MSG_WAITALL))
+    payload = json.dumps({"id": 1, "op": "session.create", "args": {"sub": "bench-raw"}}).encode()
+    token = exchange(struct.pack(">I", len(payload)) + payload)["result"]["session"]
+    payload = json.dumps({"id": 1, "op": "session.get", "args": {"session": token}}).encode()
+    get_frame = struct.pack(">I", len(payload)) + payload
+    rd = socket.socket(socket.AF_UNIX)
+    rd.connect(redis_socket)
+    rd.sendall(b"*3\r\n$3\r\nSET\r\n$9\r\nbench:raw\r\n$300\r\n" + b"v" * 300 + b"\r\n")
+    rd.recv(64)
+    get_command = b"*2\r\n$3\r\nGET\r\n$9\r\nbench:raw\r\n"
+
+    def redis_get():
+        rd.sendall(get_command)
+        got = 0
+        while got < 307:
+            got += len(rd.recv(4096))
+
+    def keyhole_get():
+        kh.sendall(get_frame)
+        (n,) = struct.unpack(">I", kh.recv(4, socket.MSG_WAITALL))
+        kh.recv(n, socket.MSG_WAITALL)
+
+    def median_us(call):
+        for _ in range(200):
+            call()
+        slices = []
+        for _ in range(5):
+            n, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds / 5:
+                for _ in range(50):
+                    call()
+                n += 50
+            slices.append((time.perf_counter() - start) * 1e6 / n)
+        return statistics.median(slices)
+    figures = {"keyhole_session_get_us": median_us(keyhole_get), "redis_get_us": median_us(redis_get)}
+    kh.close()
+    rd.close()
+    return figures
 
 
 def run_client(name, argv, cwd, env):
@@ -73,7 +128,10 @@ def main():
                 break
         table = commands(info["socket"], redis_socket, options.seconds)
         samples = {name: [] for name in names}
+        floors = []
         for n in range(options.rounds):
+            floors.append(raw_floor(info["socket"], redis_socket, options.seconds))
+            print(f"client_bench: round {n + 1}: raw floor {floors[-1]}", file=sys.stderr)
             order = names if n % 2 == 0 else list(reversed(names))
             for name in order:
                 argv, cwd, env = table[name]
@@ -100,11 +158,20 @@ def main():
              f"slices of {options.seconds:g} s. Goal: the Keyhole client's call at most 1.0x its Redis client's GET.", "",
              "| client | Redis client | Keyhole session.get µs/call | Redis GET µs/call | ratio | goal met |",
              "|---|---|---:|---:|---:|---|"]
-    redis_clients = {"python": "redis-py", "node": "node-redis", "php": "php-redis", "ruby": "ruby-redis",
+    floor_keyhole = statistics.median(f["keyhole_session_get_us"] for f in floors)
+    floor_redis = statistics.median(f["redis_get_us"] for f in floors)
+    results["raw floor"] = {"keyhole_session_get_us": round(floor_keyhole, 1), "redis_get_us": round(floor_redis, 1),
+                            "ratio": round(floor_keyhole / floor_redis, 2), "rounds": floors}
+    redis_clients = {"raw floor": "none: one frame, or one RESP command, over a Python socket", "python": "redis-py", "node": "node-redis", "php": "php-redis", "ruby": "ruby-redis",
                      "go": "RESP over net.Conn"}
-    for name, r in results.items():
+    for name in ["raw floor"] + names:
+        r = results[name]
+        met = "(reference)" if name == "raw floor" else ("yes" if r["ratio"] <= 1.0 else "no")
         lines.append(f"| {name} | {redis_clients[name]} | {r['keyhole_session_get_us']} | {r['redis_get_us']} | "
-                     f"{r['ratio']:.2f}x | {'yes' if r['ratio'] <= 1.0 else 'no'} |")
+                     f"{r['ratio']:.2f}x | {met} |")
+    lines += ["", "The raw floor is the servers' own round trip at depth 1, with no client library: what is left "
+              "of a client's figure above it is the client's cost. A client cannot go below the floor's ratio until "
+              "keyholed's own per-request latency does (issue 31)."]
     section = "\n".join(lines) + "\n"
     if options.out:
         with open(options.out, "w", encoding="utf-8") as f:
