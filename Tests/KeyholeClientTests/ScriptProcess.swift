@@ -1,9 +1,8 @@
 import Foundation
 import KeyholeTestSupport
 
-/// A Python script of Protocol/testing as a child process: its stdout as lines, its stdin to write
-/// commands to, its stderr kept for the failure message. Spawned under ChildProcess's spawn lock with
-/// every other descriptor closed, as ChildProcess does (which offers no stdin pipe).
+/// A Python script of Protocol/testing as a child process (spawned by ChildProcess): its stdout as
+/// lines, its stdin to write commands to, its stderr kept for the failure message.
 final class ScriptProcess: @unchecked Sendable {
     let pid: pid_t
     private let input: Int32?
@@ -22,53 +21,8 @@ final class ScriptProcess: @unchecked Sendable {
         return try ScriptProcess(["/usr/bin/python3", "-u", path] + arguments, environment: environment, stdin: stdin)
     }
 
-    private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-
     init(_ argv: [String], environment: [String: String], stdin: Bool) throws {
-        func makePipe() throws -> [Int32] {
-            var fds: [Int32] = [-1, -1]
-            guard pipe(&fds) == 0 else { throw RawConnection.Failure(description: "pipe: \(errno)") }
-            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-            return fds
-        }
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
-            throw RawConnection.Failure(description: "glibc 2.34 or later is needed")
-        }
-        let addCloseFrom = unsafeBitCast(symbol, to: AddCloseFrom.self)
-        let (pid, inWrite, outRead, errRead): (pid_t, Int32?, Int32, Int32) = try ChildProcess.withoutSpawning {
-            let inPipe = stdin ? try makePipe() : nil
-            let outPipe = try makePipe()
-            let errPipe = try makePipe()
-            var actions = posix_spawn_file_actions_t()
-            posix_spawn_file_actions_init(&actions)
-            defer { posix_spawn_file_actions_destroy(&actions) }
-            if let inPipe {
-                posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
-            } else {
-                posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-            }
-            posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-            posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
-            guard addCloseFrom(&actions, 3) == 0 else { throw RawConnection.Failure(description: "addclosefrom: \(errno)") }
-            var env = ProcessInfo.processInfo.environment
-            env.merge(environment) { _, new in new }
-            let cArguments = argv.map { strdup($0) } + [nil]
-            let cEnvironment = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-            defer {
-                cArguments.forEach { free($0) }
-                cEnvironment.forEach { free($0) }
-            }
-            var pid: pid_t = 0
-            let result = posix_spawn(&pid, argv[0], &actions, nil, cArguments, cEnvironment)
-            if let inPipe { close(inPipe[0]) }
-            close(outPipe[1])
-            close(errPipe[1])
-            guard result == 0 else {
-                for fd in [inPipe?[1], outPipe[0], errPipe[0]].compactMap({ $0 }) { close(fd) }
-                throw RawConnection.Failure(description: "posix_spawn \(argv[0]): \(String(cString: strerror(result)))")
-            }
-            return (pid, inPipe?[1], outPipe[0], errPipe[0])
-        }
+        let (pid, inWrite, outRead, errRead) = try ChildProcess.spawnPiped(argv, environment: environment, stdin: stdin)
         self.pid = pid
         self.input = inWrite
         let (lines, continuation) = AsyncStream.makeStream(of: String.self)

@@ -48,6 +48,22 @@ package enum ChildProcess {
     package static func spawn(_ argv: [String], environment: [String: String] = [:], captureStdout: Bool, passing: Int32? = nil)
         throws -> (pid: pid_t, stdout: Int32?, stderr: Int32)
     {
+        let spawned = try spawn(argv, environment: environment, stdin: false, captureStdout: captureStdout, passing: passing)
+        return (spawned.pid, spawned.stdout, spawned.stderr)
+    }
+
+    /// As `spawn`, with stdout captured and, when `stdin` is true, a pipe to the child's stdin: returns
+    /// its write end too (a script the test talks to, such as Protocol/testing/keyholed_harness.py).
+    package static func spawnPiped(_ argv: [String], environment: [String: String] = [:], stdin: Bool)
+        throws -> (pid: pid_t, stdin: Int32?, stdout: Int32, stderr: Int32)
+    {
+        let spawned = try spawn(argv, environment: environment, stdin: stdin, captureStdout: true, passing: nil)
+        return (spawned.pid, spawned.stdin, spawned.stdout!, spawned.stderr)
+    }
+
+    private static func spawn(_ argv: [String], environment: [String: String], stdin: Bool, captureStdout: Bool, passing: Int32?)
+        throws -> (pid: pid_t, stdin: Int32?, stdout: Int32?, stderr: Int32)
+    {
         spawnLock.lock()
         defer { spawnLock.unlock() }
         func makePipe() throws -> [Int32] {
@@ -58,10 +74,15 @@ package enum ChildProcess {
         }
         let errPipe = try makePipe()
         let outPipe = captureStdout ? try makePipe() : nil
+        let inPipe = stdin ? try makePipe() : nil
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if let inPipe {
+            posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
         if let outPipe {
             posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
         } else {
@@ -93,12 +114,14 @@ package enum ChildProcess {
         let result = posix_spawn(&pid, argv[0], &actions, nil, cArguments, cEnvironment)
         close(errPipe[1])
         if let outPipe { close(outPipe[1]) }
+        if let inPipe { close(inPipe[0]) }
         guard result == 0 else {
             close(errPipe[0])
             if let outPipe { close(outPipe[0]) }
+            if let inPipe { close(inPipe[1]) }
             throw RawConnection.Failure(description: "posix_spawn \(argv[0]): \(String(cString: strerror(result)))")
         }
-        return (pid, outPipe?[0], errPipe[0])
+        return (pid, inPipe?[1], outPipe?[0], errPipe[0])
     }
 
     /// What a finished command printed and its exit status.

@@ -7,21 +7,9 @@
 
 declare(strict_types=1);
 
-function frame(array $message): string
-{
-    $json = json_encode($message);
-    return pack('N', strlen($json)) . $json;
-}
+require __DIR__ . '/scripted.php';
 
-function request($conn): array
-{
-    $length = unpack('N', fread($conn, 4))[1];
-    return json_decode(fread($conn, $length), true);
-}
-
-@unlink($argv[1]);
-$server = stream_socket_server("unix://{$argv[1]}");
-echo "ready\n";
+$server = listen_on($argv[1]);
 $conn = stream_socket_accept($server, 10);
 $echo = request($conn);
 fwrite($conn, frame(['id' => null, 'ok' => false, 'error' => ['code' => 'frame_too_large', 'message' => 'frame of 70000 bytes']]));

@@ -8,14 +8,10 @@
 
 declare(strict_types=1);
 
+require __DIR__ . '/scripted.php';
+
 [$_, $path, $code] = $argv;
-@unlink($path);
-$server = stream_socket_server("unix://$path", $errno, $errstr);
-if ($server === false) {
-    fwrite(STDERR, "cannot listen: $errstr\n");
-    exit(1);
-}
-echo "ready\n";
+$server = listen_on($path);
 while (true) {
     $conn = @stream_socket_accept($server, -1);
     if ($conn === false) {

@@ -10,14 +10,10 @@
 
 declare(strict_types=1);
 
+require __DIR__ . '/scripted.php';
+
 [$_, $path, $resets] = $argv;
-@unlink($path);
-$server = stream_socket_server("unix://$path", $errno, $errstr);
-if ($server === false) {
-    fwrite(STDERR, "cannot listen: $errstr\n");
-    exit(1);
-}
-echo "ready\n";
+$server = listen_on($path);
 for ($n = 0; $n < (int)$resets; $n++) {
     $conn = stream_socket_accept($server, 10);
     $read = [$conn];

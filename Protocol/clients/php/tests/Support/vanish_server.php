@@ -10,19 +10,11 @@
 
 declare(strict_types=1);
 
+require __DIR__ . '/scripted.php';
+
 [$_, $path, $mode] = $argv;
-@unlink($path);
-$server = stream_socket_server("unix://$path", $errno, $errstr);
-if ($server === false) {
-    fwrite(STDERR, "cannot listen: $errstr\n");
-    exit(1);
-}
-echo "ready\n";
-$conn = stream_socket_accept($server, 10);
-if ($conn === false) {
-    fwrite(STDERR, "no connection\n");
-    exit(1);
-}
+$server = listen_on($path);
+$conn = accept_one($server);
 $length = unpack('N', fread($conn, 4))[1];
 $request = json_decode(fread($conn, $length), true);
 // Gone first, so that the client's re-send finds nobody listening.
