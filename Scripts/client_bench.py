@@ -17,6 +17,7 @@ Scripts/bench.py, which writes both anew), or writes --out alone.
 """
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -151,7 +152,7 @@ def main():
         results[name] = {"keyhole_session_get_us": round(keyhole, 1), "redis_get_us": round(redis_us, 1),
                          "ratio": round(keyhole / redis_us, 2), "rounds": samples[name]}
     lines = ["", "## Clients (issue 27)", "",
-             "Written by Scripts/client_bench.py: per language, one process, one connection, depth 1: "
+             f"Written by Scripts/client_bench.py on {datetime.date.today().isoformat()}: per language, one process, one connection, depth 1: "
              "session.get through the Keyhole client against keyholed (release build) and GET of a "
              "300-byte value through the language's most used Redis client against redis-server (Unix "
              f"socket), in the same process; median of {options.rounds} rounds, each the median of 5 "
