@@ -101,6 +101,22 @@ def encode_frame(message):
     return _HEADER.pack(len(payload)) + payload
 
 
+def _request_body(op, args):
+    """A request's JSON after its id, ready for _request_frame."""
+    body = ('"op":%s,"args":%s,"v":1}' % (
+        json.dumps(op, ensure_ascii=False),
+        json.dumps(args, separators=(",", ":"), ensure_ascii=False, allow_nan=False))).encode("utf-8")
+    if len(body) + 32 > MAX_FRAME_BYTES:
+        raise ValueError(f"request of {len(body)} bytes is larger than a frame may be")
+    return body
+
+
+def _request_frame(rid, body):
+    """The frame of a request with id rid: the same bytes encode_frame makes of it."""
+    payload = b'{"id":%d,' % rid + body
+    return _HEADER.pack(len(payload)) + payload
+
+
 def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
@@ -404,7 +420,8 @@ class Client(Operations):
             args = {}
         elif not isinstance(args, dict):
             raise TypeError(f"args must be a dict, not {type(args).__name__}")
-        encode_frame({"id": 0, "op": op, "args": args, "v": 1})  # fail early on what cannot be sent
+        # Encoded once (it fails here on what cannot be sent); each attempt only puts its id in front.
+        body = _request_body(op, args)
         deadline = time.monotonic() + self.timeout
         safe, resent, backoff = op in SAFE_TO_REPEAT, False, _BACKOFF_FIRST
         while True:
@@ -412,7 +429,7 @@ class Client(Operations):
             with self._lock:
                 rid = next(self._ids)
             try:
-                response = conn.request(rid, encode_frame({"id": rid, "op": op, "args": args, "v": 1}), deadline)
+                response = conn.request(rid, _request_frame(rid, body), deadline)
             except KeyholeConnectionError:
                 raise
             except KeyholeError as e:  # keyholed's, about the connection (overloaded on connect)
