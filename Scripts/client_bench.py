@@ -12,8 +12,9 @@ Keyhole client's call costs at most 1.0x its Redis client's GET. Each round also
 floor: the same two round trips with no client library (a Python socket and hand-made frames), so
 that a client's own cost shows apart from the servers'.
 
-Appends a "Clients" section to BENCHMARKS.md and a "clients" member to BENCHMARKS.json (run after
-Scripts/bench.py, which writes both anew), or writes --out alone.
+Appends a "Clients" section to BENCHMARKS.md (replacing one an earlier run of this script left) and
+a "clients" member to BENCHMARKS.json (run after Scripts/bench.py, which writes both anew), or
+writes --out alone.
 """
 
 import argparse
@@ -178,8 +179,16 @@ def main():
         with open(options.out, "w", encoding="utf-8") as f:
             f.write(section)
     else:
-        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a", encoding="utf-8") as f:
-            f.write(section)
+        path = os.path.join(ROOT, "BENCHMARKS.md")
+        with open(path, encoding="utf-8") as f:
+            report = f.read()
+        # A section from an earlier run of this script is replaced, not repeated.
+        start = report.find("\n## Clients (issue 27)\n")
+        if start >= 0:
+            end = report.find("\n## ", start + 1)
+            report = report[:start] + (report[end:] if end >= 0 else "\n")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(report.rstrip("\n") + "\n" + section)
         path = os.path.join(ROOT, "BENCHMARKS.json")
         with open(path, encoding="utf-8") as f:
             everything = json.load(f)
