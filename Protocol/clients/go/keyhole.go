@@ -152,9 +152,8 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 	if len(argsJSON)+len(opJSON)+64 > MaxFrameBytes {
 		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, len(argsJSON))
 	}
-	cc := newCallCtx(ctx, c.timeout)
-	defer cc.release()
-	ctx = cc
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 
 	safe := SafeToRepeat(op)
 	resent := false
@@ -170,7 +169,7 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 			}
 			return nil, err
 		}
-		st, o := cn.send(cc, id, frame)
+		st, o := cn.send(ctx, id, frame)
 		switch st {
 		case answered:
 			if o.err == nil {
