@@ -3,7 +3,9 @@ package keyhole
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -312,4 +314,103 @@ func TestDialRejectsANonPositiveTimeout(t *testing.T) {
 	if c, err := Dial(context.Background(), "/tmp/x.sock", WithTimeout(time.Nanosecond)); err != nil || c == nil {
 		t.Errorf("WithTimeout(1ns): %v", err)
 	}
+}
+
+// A reader that got its answer hands the role to a waiting call, never to one blocked writing: keyholed
+// may not read that write until its answers are read (section 5), so nobody would read them, and a
+// third call's answer would sit unread until that call's deadline. Repeated, as the reader's role
+// goes to either waiting call in map order.
+func TestRoleNeverGoesToACallBlockedWriting(t *testing.T) {
+	for round := 0; round < 12; round++ {
+		socket := filepath.Join(t.TempDir(), "k.sock")
+		ln, err := net.Listen("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readBoth := make(chan []uint64, 1)
+		answerFirst := make(chan struct{})
+		firstDone := make(chan struct{})
+		finish := make(chan struct{})
+		serverDone := make(chan struct{})
+		go func() {
+			defer close(serverDone)
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer nc.Close()
+			var ids []uint64
+			for len(ids) < 2 {
+				var header [4]byte
+				if _, err := io.ReadFull(nc, header[:]); err != nil {
+					return
+				}
+				body := make([]byte, binary.BigEndian.Uint32(header[:]))
+				if _, err := io.ReadFull(nc, body); err != nil {
+					return
+				}
+				var request struct{ ID uint64 }
+				if err := json.Unmarshal(body, &request); err != nil {
+					return
+				}
+				ids = append(ids, request.ID)
+			}
+			readBoth <- ids
+			answer := func(id uint64) {
+				payload := []byte(fmt.Sprintf(`{"id":%d,"ok":true,"result":{"n":%d}}`, id, id))
+				frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
+				nc.Write(frame)
+			}
+			<-answerFirst
+			answer(ids[0])
+			<-firstDone
+			answer(ids[1]) // by now the first answer's reader has handed the role on
+			// Open until the test is done: a close would fail the third call's write, which closes
+			// the connection, maybe before the second answer is read from it.
+			<-finish
+		}()
+
+		c, err := Dial(context.Background(), socket, WithTimeout(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bigWrite := make(chan struct{}, 1)
+		c.wrap = func(nc net.Conn) net.Conn { return &signalBigWrite{Conn: nc, started: bigWrite} }
+		results := make(chan error, 2)
+		for i := 0; i < 2; i++ {
+			go func() { _, err := c.Call(context.Background(), "ping", nil); results <- err }()
+		}
+		<-readBoth
+		// A third call writes a frame larger than the socket's buffers, which the server never reads.
+		go c.Call(context.Background(), "debug.echo", bigEcho)
+		<-bigWrite
+		close(answerFirst)
+		if err := <-results; err != nil {
+			t.Fatalf("round %d: the first call: %v", round, err)
+		}
+		close(firstDone)
+		if err := <-results; err != nil {
+			t.Fatalf("round %d: the second call, answered while a third was writing: %v", round, err)
+		}
+		close(finish)
+		c.Close()
+		ln.Close()
+		<-serverDone
+	}
+}
+
+// signalBigWrite says when a write of more than 1 MiB starts.
+type signalBigWrite struct {
+	net.Conn
+	started chan struct{}
+}
+
+func (s *signalBigWrite) Write(b []byte) (int, error) {
+	if len(b) > 1<<20 {
+		select {
+		case s.started <- struct{}{}:
+		default:
+		}
+	}
+	return s.Conn.Write(b)
 }
