@@ -1,9 +1,7 @@
 package keyhole
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -12,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -19,11 +18,12 @@ import (
 const MaxFrameBytes = 16 << 20
 
 // outcome is what a call waiting on a connection learns: an answer (result or err), or that the
-// connection ended before it (lost, the cause).
+// connection ended before it (lost, the cause); or, with lead, that it is now the one to read.
 type outcome struct {
 	result json.RawMessage
 	err    *Error
 	lost   error
+	lead   bool
 }
 
 // status says how a send ended.
@@ -36,13 +36,20 @@ const (
 	timedOut                 // the deadline passed or the context ended
 )
 
-// conn is one connection and the goroutine that reads it.
+// conn is one connection. There is no reader goroutine: a call that has written its request and
+// finds nobody reading becomes the reader, reads frames and hands each answer to the call waiting
+// for its id (over its channel) until its own is in, or its context ends; it then hands the role to
+// another waiting call, if any. At depth 1 a call is thus a write and a read in the caller's own
+// goroutine, with no switch to another goroutine (nor a wake of another thread) per call.
 //
-// Invariants: a call's channel is in pending exactly as long as nothing was sent on it; the reader
-// sends to it and removes it under mu. Once accepting is false no call is added, and no frame is
-// written: a writer checks accepting after taking wturn, and a writer that leaves the stream unusable
-// (a frame cut short) stops accepting before it gives wturn back, so no frame follows a torn one.
-// When the reader stops it closes the socket, then fails every pending call under mu, then closes done.
+// Invariants: a call's channel is in pending exactly as long as no outcome was sent on it; the
+// reader sends to it and removes it under mu. While pending is not empty and the connection is not
+// over, reading is true (a call reads, or was handed the role over its channel, or is about to take
+// it after its write). Once accepting is false no call is added, and no frame is written: a writer
+// checks accepting after taking wturn, and a writer that leaves the stream unusable (a frame cut
+// short) stops accepting before it gives wturn back, so no frame follows a torn one. A connection
+// that no longer accepts and has nobody waiting on it is closed. When the connection ends
+// (over), the socket is closed, every pending call is failed under mu, then done is closed.
 type conn struct {
 	nc    net.Conn
 	wturn chan struct{} // one slot: the writer holding it sends one frame whole; waited for under the call's context
@@ -51,15 +58,20 @@ type conn struct {
 
 	pending   map[uint64]chan outcome
 	accepting bool
-	connErr   *Error // keyholed's error with a null id: about the connection, which it then closes
+	connErr   *Error        // keyholed's error with a null id: about the connection, which it then closes
+	reading   bool          // a call has the reader's role
+	over      bool          // the connection ended: done is closed
+	leadStop  chan struct{} // the reading call's watch on a cancellable context; nil: none
+
+	buf []byte    // read and not yet dispatched (part of a frame); only the reader touches it
+	rdl time.Time // the socket's read deadline (only the reader touches it)
+	wdl time.Time // the socket's write deadline (only the writer holding wturn touches it)
 
 	written func() // tests: called when a request is written whole
 }
 
 func newConn(nc net.Conn, written func()) *conn {
-	c := &conn{nc: nc, wturn: make(chan struct{}, 1), done: make(chan struct{}), pending: make(map[uint64]chan outcome), accepting: true, written: written}
-	go c.readLoop()
-	return c
+	return &conn{nc: nc, wturn: make(chan struct{}, 1), done: make(chan struct{}), pending: make(map[uint64]chan outcome), accepting: true, written: written}
 }
 
 func (c *conn) isAccepting() bool {
@@ -72,34 +84,94 @@ func (c *conn) isAccepting() bool {
 func (c *conn) stopAccepting() {
 	c.mu.Lock()
 	c.accepting = false
+	c.closeIfIdle()
 	c.mu.Unlock()
 }
 
-// close shuts the connection now; the reader fails the calls on it (lost).
+// close shuts the connection now; the calls on it fail (lost).
 func (c *conn) close() {
-	c.stopAccepting()
-	c.nc.Close()
+	c.mu.Lock()
+	c.accepting = false
+	if !c.reading && !c.over {
+		c.end(nil, fmt.Errorf("read: %w", net.ErrClosed))
+	}
+	c.mu.Unlock()
+	c.nc.Close() // a reader at work sees its read fail, and ends the connection
 }
 
-// forget removes a call; it reports false if the reader had already sent it an outcome.
-func (c *conn) forget(id uint64) bool {
+// closeIfIdle ends a connection that no longer accepts and has nobody waiting (mu held).
+func (c *conn) closeIfIdle() {
+	if !c.accepting && !c.over && !c.reading && len(c.pending) == 0 {
+		c.end(nil, io.EOF)
+	}
+}
+
+// end ends the connection (mu held): closes the socket, fails every pending call with fail (nil:
+// keyholed's null-id error if it sent one, else lost with cause), and closes done.
+func (c *conn) end(fail *Error, cause error) {
+	c.nc.Close()
+	c.accepting = false
+	c.over = true
+	if fail == nil && c.connErr != nil {
+		fail = c.connErr
+	}
+	for id, ch := range c.pending {
+		if fail != nil {
+			ch <- outcome{err: fail.clone()}
+		} else {
+			ch <- outcome{lost: cause}
+		}
+		delete(c.pending, id)
+	}
+	close(c.done)
+}
+
+// handOver gives the reader's role to a waiting call, if any (mu held, the role released).
+func (c *conn) handOver() {
+	c.reading = false
+	if c.over {
+		return
+	}
+	for _, ch := range c.pending {
+		c.reading = true
+		ch <- outcome{lead: true}
+		return
+	}
+	c.closeIfIdle()
+}
+
+// forget removes a call; it reports false if an outcome had already been sent to it. A role of
+// reader handed to it and not taken up is handed on.
+func (c *conn) forget(id uint64, ch chan outcome) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.pending[id]
 	delete(c.pending, id)
+	if ok {
+		select {
+		case <-ch: // only ever the role: no answer is sent while the call is pending
+			c.handOver()
+		default:
+		}
+	}
+	c.closeIfIdle()
 	return ok
 }
 
 // send writes one request frame and waits for its answer until ctx ends.
-func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outcome) {
+func (c *conn) send(ctx *callCtx, id uint64, frame []byte) (status, outcome) {
 	// The turn to write is waited for under ctx: a call must not wait past its own deadline behind
 	// another's write that keyholed is slow to read.
 	select {
 	case c.wturn <- struct{}{}:
-	case <-ctx.Done():
-		return timedOut, outcome{}
+	default:
+		select {
+		case c.wturn <- struct{}{}:
+		case <-ctx.Done():
+			return timedOut, outcome{}
+		}
 	}
-	ch := make(chan outcome, 1)
+	ch := make(chan outcome, 2) // the role of reader, then an outcome at the end of the connection
 	c.mu.Lock()
 	if !c.accepting {
 		err := c.connErr
@@ -110,20 +182,19 @@ func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outco
 	c.pending[id] = ch
 	c.mu.Unlock()
 
-	deadline, _ := ctx.Deadline()
-	c.nc.SetWriteDeadline(deadline)
-	n, werr := c.nc.Write(frame)
+	n, werr := c.write(frame, ctx.deadline)
 	if werr != nil {
-		c.forget(id)
 		var ne net.Error
 		timeout := errors.As(werr, &ne) && ne.Timeout()
 		if n == 0 && timeout {
 			// Nothing went out: the stream is as good as it was; only this call is over.
+			c.forget(id, ch)
 			<-c.wturn
 			return timedOut, outcome{}
 		}
 		if n > 0 {
 			// A frame cut short: nothing may follow it. Closed before the turn is given back.
+			c.forget(id, ch)
 			c.close()
 			<-c.wturn
 			if timeout {
@@ -132,13 +203,12 @@ func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outco
 			return lost, outcome{lost: werr}
 		}
 		// Not a byte went out (EPIPE, ECONNRESET): keyholed closed the connection, and may have said
-		// why first (overloaded on connect). Send nothing more on it, but leave the reader to take in
-		// what is there up to the end of the stream (rule 4), as long as ctx allows.
+		// why first (overloaded on connect). Send nothing more on it, but read what is there up to
+		// the end of the stream (rule 4), as long as ctx allows: the call stays pending (its id was
+		// never sent, so no answer has it) until the connection ends.
 		c.stopAccepting()
 		<-c.wturn
-		select {
-		case <-c.done:
-		case <-ctx.Done():
+		if st, _ := c.wait(ctx, id, ch); st == timedOut {
 			c.close()
 			<-c.done
 		}
@@ -151,15 +221,48 @@ func (c *conn) send(ctx context.Context, id uint64, frame []byte) (status, outco
 	if c.written != nil {
 		c.written()
 	}
+	return c.wait(ctx, id, ch)
+}
 
-	select {
-	case o := <-ch:
-		return classify(o)
-	case <-ctx.Done():
-		if c.forget(id) {
-			return timedOut, outcome{}
+// wait waits for call id's outcome on ch, reading the connection itself when nobody else does.
+func (c *conn) wait(ctx *callCtx, id uint64, ch chan outcome) (status, outcome) {
+	c.mu.Lock()
+	lead := !c.reading && !c.over
+	if lead {
+		c.reading = true
+	}
+	c.mu.Unlock()
+	for {
+		if lead {
+			if o, ok := c.lead(ctx, ch); ok {
+				return classify(o)
+			}
+			// ctx ended while reading: the role is handed on.
+			if c.forget(id, ch) {
+				return timedOut, outcome{}
+			}
+			return classify(<-ch)
 		}
-		return classify(<-ch) // answered just now: take it
+		select {
+		case o := <-ch:
+			if !o.lead {
+				return classify(o)
+			}
+			lead = true
+		case <-ctx.Done():
+			if c.forget(id, ch) {
+				return timedOut, outcome{}
+			}
+			o := <-ch
+			if o.lead {
+				// Handed the role just as it timed out; its outcome came with the end of the connection.
+				c.mu.Lock()
+				c.handOver()
+				c.mu.Unlock()
+				o = <-ch
+			}
+			return classify(o)
+		}
 	}
 }
 
@@ -170,33 +273,159 @@ func classify(o outcome) (status, outcome) {
 	return answered, o
 }
 
-func (c *conn) readLoop() {
-	br := bufio.NewReaderSize(c.nc, 64<<10)
-	var header [4]byte
-	var fail *Error // a final error for the calls left waiting; nil: lost
-	var cause error
+// Deadlines are set on the socket only when they must change: each set adds or moves a runtime
+// timer, and doing that per call costs more than the call's own work. A deadline left by an earlier
+// call that is no later than this call's can stay: a read or write that reaches it early is
+// resumed with this call's deadline. A later one must be brought forward.
+
+// readBy makes a read return by deadline (the reader only).
+func (c *conn) readBy(deadline time.Time) {
+	if c.rdl.IsZero() || c.rdl.After(deadline) {
+		c.setReadDeadline(deadline)
+	}
+}
+
+func (c *conn) setReadDeadline(deadline time.Time) {
+	c.rdl = deadline
+	c.nc.SetReadDeadline(deadline)
+}
+
+// write writes frame whole, or until deadline (the writer only, holding wturn).
+func (c *conn) write(frame []byte, deadline time.Time) (int, error) {
+	if c.wdl.IsZero() || c.wdl.After(deadline) {
+		c.wdl = deadline
+		c.nc.SetWriteDeadline(deadline)
+	}
+	n := 0
 	for {
-		if _, err := io.ReadFull(br, header[:]); err != nil {
-			cause = err
-			if err == io.ErrUnexpectedEOF {
-				cause = errors.New("connection closed inside a frame header")
+		m, err := c.nc.Write(frame[n:])
+		n += m
+		var ne net.Error
+		if err != nil && errors.As(err, &ne) && ne.Timeout() && time.Now().Before(deadline) {
+			// An earlier call's deadline: this call's is later.
+			c.wdl = deadline
+			c.nc.SetWriteDeadline(deadline)
+			continue
+		}
+		return n, err
+	}
+}
+
+// aLongTimeAgo is a read deadline that makes a read at work return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// lead reads as the reader until ch has this call's outcome (ok) or ctx ends (not ok); either way
+// it hands the role on before it returns.
+func (c *conn) lead(ctx *callCtx, ch chan outcome) (outcome, bool) {
+	var stop chan struct{}
+	if cancelled := ctx.cancelled(); cancelled != nil {
+		// A read does not watch ctx: a goroutine cuts it short when ctx ends before its deadline.
+		stop = make(chan struct{})
+		c.mu.Lock()
+		c.leadStop = stop
+		c.mu.Unlock()
+		go func() {
+			select {
+			case <-cancelled:
+				c.mu.Lock()
+				if c.leadStop == stop {
+					c.nc.SetReadDeadline(aLongTimeAgo) // rdl is left as it is: the reader sets it again after the timeout
+				}
+				c.mu.Unlock()
+			case <-stop:
 			}
-			break
+		}()
+	}
+	o, ok := c.readUntil(ctx, ch)
+	c.mu.Lock()
+	if stop != nil {
+		c.leadStop = nil
+		close(stop)
+	}
+	c.handOver()
+	c.mu.Unlock()
+	return o, ok
+}
+
+func (c *conn) readUntil(ctx *callCtx, ch chan outcome) (outcome, bool) {
+	c.readBy(ctx.deadline)
+	for {
+		select {
+		case o := <-ch: // only an answer, or the end of the connection: the role is ours
+			return o, true
+		default:
 		}
-		n := binary.BigEndian.Uint32(header[:])
+		c.mu.Lock()
+		over := c.over
+		c.mu.Unlock()
+		if over {
+			return <-ch, true
+		}
+		if len(c.buf) == cap(c.buf) {
+			c.grow()
+		}
+		n, err := c.nc.Read(c.buf[len(c.buf):cap(c.buf)])
+		c.buf = c.buf[:len(c.buf)+n]
+		if n > 0 {
+			c.dispatch()
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				if ctx.Err() != nil {
+					return outcome{}, false
+				}
+				c.setReadDeadline(ctx.deadline) // an earlier call's deadline, or a cut short by a cancelled call's watch
+				continue
+			}
+			c.mu.Lock()
+			if !c.over {
+				cause := err
+				if len(c.buf) > 0 && len(c.buf) < 4 {
+					cause = errors.New("connection closed inside a frame header")
+				} else if len(c.buf) >= 4 {
+					cause = fmt.Errorf("connection closed inside a frame: %w", io.ErrUnexpectedEOF)
+				}
+				c.end(nil, cause)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// grow makes room to read into: the whole of a frame whose length is known, else 64 KiB.
+func (c *conn) grow() {
+	want := 64 << 10
+	if len(c.buf) >= 4 {
+		if n := 4 + int(binary.BigEndian.Uint32(c.buf)); n > len(c.buf) && n-len(c.buf) > want {
+			want = n - len(c.buf)
+		}
+	}
+	b := make([]byte, len(c.buf), len(c.buf)+want)
+	copy(b, c.buf)
+	c.buf = b
+}
+
+// dispatch hands out every whole frame in buf. A frame's length is checked as soon as its four
+// bytes are in, before more of it is read.
+func (c *conn) dispatch() {
+	b := c.buf
+	for len(b) >= 4 {
+		n := binary.BigEndian.Uint32(b)
 		if n == 0 || n > MaxFrameBytes {
-			fail = clientError(CodeProtocolError, fmt.Sprintf("keyholed sent a frame length of %d (allowed: 1 to %d)", n, MaxFrameBytes), nil)
+			c.fail(clientError(CodeProtocolError, fmt.Sprintf("keyholed sent a frame length of %d (allowed: 1 to %d)", n, MaxFrameBytes), nil))
+			return
+		}
+		if uint64(len(b)-4) < uint64(n) {
 			break
 		}
-		body := make([]byte, n)
-		if _, err := io.ReadFull(br, body); err != nil {
-			cause = fmt.Errorf("connection closed inside a frame: %w", err)
-			break
-		}
+		body := make([]byte, n) // the result outlives the buffer
+		copy(body, b[4:4+n])
+		b = b[4+n:]
 		id, hasID, o, err := parseResponse(body)
 		if err != nil {
-			fail = clientError(CodeProtocolError, "keyholed sent an invalid response: "+err.Error(), nil)
-			break
+			c.fail(clientError(CodeProtocolError, "keyholed sent an invalid response: "+err.Error(), nil))
+			return
 		}
 		c.mu.Lock()
 		if !hasID {
@@ -214,22 +443,25 @@ func (c *conn) readLoop() {
 		} // else: nobody waits for it (timed out, or not ours): dropped
 		c.mu.Unlock()
 	}
-	c.nc.Close()
-	c.mu.Lock()
-	c.accepting = false
-	if fail == nil && c.connErr != nil {
-		fail = c.connErr
-	}
-	for id, ch := range c.pending {
-		if fail != nil {
-			ch <- outcome{err: fail.clone()}
-		} else {
-			ch <- outcome{lost: cause}
+	// Keep what is left (part of a frame) at the start of the buffer.
+	if len(b) == 0 {
+		c.buf = c.buf[:0]
+		if cap(c.buf) > 64<<10 {
+			c.buf = nil // not kept after a large answer
 		}
-		delete(c.pending, id)
+	} else if len(b) < len(c.buf) {
+		c.buf = c.buf[:copy(c.buf, b)]
+	}
+}
+
+// fail ends the connection with a final error for every call on it (protocol_error).
+func (c *conn) fail(e *Error) {
+	c.buf = c.buf[:0]
+	c.mu.Lock()
+	if !c.over {
+		c.end(e, nil)
 	}
 	c.mu.Unlock()
-	close(c.done)
 }
 
 func (e *Error) clone() *Error {

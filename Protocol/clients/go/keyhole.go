@@ -152,8 +152,9 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 	if len(argsJSON)+len(opJSON)+64 > MaxFrameBytes {
 		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, len(argsJSON))
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	cc := newCallCtx(ctx, c.timeout)
+	defer cc.release()
+	ctx = cc
 
 	safe := SafeToRepeat(op)
 	resent := false
@@ -169,7 +170,7 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 			}
 			return nil, err
 		}
-		st, o := cn.send(ctx, id, frame)
+		st, o := cn.send(cc, id, frame)
 		switch st {
 		case answered:
 			if o.err == nil {
