@@ -45,7 +45,9 @@ const (
 // Invariants: a call's channel is in pending exactly as long as no outcome was sent on it; the
 // reader sends to it and removes it under mu. While pending is not empty and the connection is not
 // over, reading is true (a call reads, or was handed the role over its channel, or is about to take
-// it after its write). Once accepting is false no call is added, and no frame is written: a writer
+// it after its write), unless the one pending call is the writer: a call is never handed the role
+// while it writes, since its write may wait for keyholed, which may wait for its answers to be read;
+// it takes the role itself after the write. Once accepting is false no call is added, and no frame is written: a writer
 // checks accepting after taking wturn, and a writer that leaves the stream unusable (a frame cut
 // short) stops accepting before it gives wturn back, so no frame follows a torn one. A connection
 // that no longer accepts and has nobody waiting on it is closed. When the connection ends
@@ -60,6 +62,7 @@ type conn struct {
 	accepting bool
 	connErr   *Error        // keyholed's error with a null id: about the connection, which it then closes
 	reading   bool          // a call has the reader's role
+	writing   uint64        // the call between joining pending and the end of its write (0: none): never handed the role
 	over      bool          // the connection ended: done is closed
 	leadStop  chan struct{} // the reading call's watch on a cancellable context; nil: none
 
@@ -132,7 +135,13 @@ func (c *conn) handOver() {
 	if c.over {
 		return
 	}
-	for _, ch := range c.pending {
+	for id, ch := range c.pending {
+		if id == c.writing {
+			// Blocked, maybe, in a write keyholed will not read until its answers are read: a
+			// reader that is writing would leave every answer unread. It takes the role itself
+			// after its write, if nobody has it then.
+			continue
+		}
 		c.reading = true
 		ch <- outcome{lead: true}
 		return
@@ -180,9 +189,13 @@ func (c *conn) send(ctx *callCtx, id uint64, frame []byte) (status, outcome) {
 		return notWritten, outcome{err: err}
 	}
 	c.pending[id] = ch
+	c.writing = id
 	c.mu.Unlock()
 
 	n, werr := c.write(frame, ctx.deadline)
+	c.mu.Lock()
+	c.writing = 0
+	c.mu.Unlock()
 	if werr != nil {
 		var ne net.Error
 		timeout := errors.As(werr, &ne) && ne.Timeout()
@@ -360,6 +373,11 @@ func (c *conn) readUntil(ctx *callCtx, ch chan outcome) (outcome, bool) {
 		c.mu.Unlock()
 		if over {
 			return <-ch, true
+		}
+		if ctx.Err() != nil {
+			// Cancelled (or past the deadline) before the read: a watch that cut the read short may
+			// have been undone by a deadline set since.
+			return outcome{}, false
 		}
 		if len(c.buf) == cap(c.buf) {
 			c.grow()
