@@ -22,10 +22,13 @@ import datetime
 import json
 import os
 import shutil
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENTS = os.path.join(ROOT, "Protocol", "clients")
@@ -48,9 +51,6 @@ def raw_floor(keyhole_socket, redis_socket, seconds):
     """µs per round trip with no client library at all, from Python: one frame of session.get to
     keyholed, one RESP GET of the 300-byte value to Redis, read whole, at depth 1. What the servers
     themselves (and the machine's wakeups) cost, under every client's figure."""
-    import socket
-    import struct
-    import time
     kh = socket.socket(socket.AF_UNIX)
     kh.connect(keyhole_socket)
 

@@ -81,7 +81,7 @@ class Harness:
         self.listener = None
         self.proc = None
         self.failed_exits = []
-        self.lock = threading.Lock()  # one restart at a time; stdout lines whole
+        self.lock = threading.Lock()  # whole stdout lines: chaos reports from its own thread
 
     def say(self, message):
         with self.lock:

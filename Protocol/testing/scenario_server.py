@@ -121,7 +121,7 @@ class Player:
             self.write([bytes.fromhex(step["raw"])], "whole")
         elif step.get("close"):
             self.conn.shutdown(socket.SHUT_WR)
-            drain = threading.Thread(target=drain_until_closed, args=(self.conn,), daemon=True)
+            drain = threading.Thread(target=read_until_closed, args=(self.conn,), daemon=True)
             drain.start()
             self.ended.append((self.conn, drain))
             self.conn = None
@@ -205,10 +205,6 @@ def read_until_closed(conn):
             return False
         except OSError:
             return True  # reset: closed too
-
-
-def drain_until_closed(conn):
-    read_until_closed(conn)
 
 
 def main(argv):

@@ -373,10 +373,6 @@ class _Connection:
                     self.cond.notify_all()
 
 
-def _lost(message):
-    return _Lost(message)
-
-
 def _fresh(error):
     """A new exception like `error`, for one waiting thread (one exception object each)."""
     if isinstance(error, _Lost):

@@ -9,6 +9,7 @@ Run from the repository root (the restart tests need $KEYHOLED or .build/debug/k
 import json
 import os
 import select
+import shutil
 import socket
 import struct
 import subprocess
@@ -84,17 +85,11 @@ class ScenarioTests(unittest.TestCase):
     """Every scenario of Protocol/vectors/client_scenarios.json against the scripted server."""
 
     def run_scenario(self, scenario):
-        workdir = tempfile.mkdtemp(prefix="khs", dir="/tmp")
-        path = os.path.join(workdir, "s.sock")
-        server = subprocess.Popen([sys.executable, os.path.join(TESTING, "scenario_server.py"), path,
-                                   scenario["name"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            if server.stdout.readline().strip() != "ready":
-                self.fail(f"scripted server did not start: {server.stderr.read()}")
+        calls = scenario["calls"]
+        outcomes = [None] * len(calls)
+        with ScriptedServer(scenario["name"]) as server:
             deadline = scenario.get("deadline_ms", SCENARIOS["deadline_ms"]) / 1000
-            client = keyhole.Client(path, timeout=deadline)
-            calls = scenario["calls"]
-            outcomes = [None] * len(calls)
+            client = keyhole.Client(server.path, timeout=deadline)
             try:
                 if scenario["pipelined"]:
                     def run(i):
@@ -109,17 +104,8 @@ class ScenarioTests(unittest.TestCase):
                         outcomes[i] = _perform(client, call)
             finally:
                 client.close()
-            status = server.wait(SERVER_EXIT_TIMEOUT)
-            self.assertEqual(status, 0, f"scripted server: {server.stderr.read()}")
-            for call, outcome in zip(calls, outcomes):
-                _check_outcome(self, call, outcome)
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-            server.stdout.close()
-            server.stderr.close()
-            os.rmdir(workdir) if not os.listdir(workdir) else None
+        for call, outcome in zip(calls, outcomes):
+            _check_outcome(self, call, outcome)
 
 
 def _scenario_test(scenario):
@@ -131,6 +117,35 @@ def _scenario_test(scenario):
 
 for _scenario in SCENARIOS["scenarios"]:
     setattr(ScenarioTests, "test_" + _scenario["name"].replace("-", "_"), _scenario_test(_scenario))
+
+
+class ScriptedServer:
+    """Protocol/testing/scenario_server.py playing one scenario; it must exit 0 once the client is done."""
+
+    def __init__(self, scenario):
+        self.dir = tempfile.mkdtemp(prefix="khs", dir="/tmp")
+        self.path = os.path.join(self.dir, "s.sock")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(TESTING, "scenario_server.py"), self.path,
+                                      scenario], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            self.proc.kill()
+            raise AssertionError(f"scenario server did not start: {self.proc.communicate()[1]}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            status = self.proc.wait(SERVER_EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            status = self.proc.wait()
+        stderr = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if exc_info[0] is None and status != 0:
+            raise AssertionError(f"scenario server: {stderr}")
 
 
 class InlineServer:

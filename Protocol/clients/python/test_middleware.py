@@ -16,31 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import keyhole  # noqa: E402
 from keyhole_middleware import KeyholeASGI, KeyholeWSGI, session_token  # noqa: E402
-from test_conformance import TESTING, Harness  # noqa: E402
-
-
-class ScriptedServer:
-    """Protocol/testing/scenario_server.py playing one scenario; must exit 0 once the client is done."""
-
-    def __init__(self, scenario):
-        self.dir = tempfile.mkdtemp(prefix="khm", dir="/tmp")
-        self.path = os.path.join(self.dir, "s.sock")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(TESTING, "scenario_server.py"), self.path,
-                                      scenario], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if self.proc.stdout.readline().strip() != "ready":
-            raise AssertionError(f"scenario server: {self.proc.stderr.read()}")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        status = self.proc.wait(15)
-        stderr = self.proc.stderr.read()
-        self.proc.stdout.close()
-        self.proc.stderr.close()
-        os.rmdir(self.dir)
-        if exc_info[0] is None and status != 0:
-            raise AssertionError(f"scenario server: {stderr}")
+from test_conformance import Harness, ScriptedServer  # noqa: E402
 
 
 def wsgi_app(environ, start_response):
