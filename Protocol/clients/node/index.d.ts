@@ -159,7 +159,6 @@ export interface MiddlewareOptions {
   onError?: (error: unknown, req: IncomingMessage, res: ServerResponse) => void;
 }
 
-export type KeyholeRequest = IncomingMessage & { keyhole?: KeyholeRequestState };
 
 /** Express/Connect middleware; with node:http, call it with a next of your own. */
 export function middleware(options?: MiddlewareOptions):

@@ -73,7 +73,7 @@ class Client {
         deadline: Date.now() + this.timeoutMs,
         resent: false, everWritten: false, finished: false,
         connection: null, id: null, written: null, decideOnWrite: false,
-        retryTimer: null, lastError: null,
+        retryTimer: null, retryError: null, lastError: null,
       };
       call.timer = setTimeout(() => this.expire(call), this.timeoutMs);
       this.dispatch(call);
@@ -235,19 +235,17 @@ class Client {
   onEnd(connection, error) {
     this.connections.delete(connection);
     if (this.current === connection) this.current = null;
-    if (!connection.answered) this.pauseFirst = true;
-    else this.pauseFirst = false;
+    this.pauseFirst = !connection.answered;
     const calls = [...connection.pending.values()];
     connection.pending.clear();
     for (const call of calls) {
-      if (!error && connection.connectionError !== null) {
+      if (error) {
+        // protocol_error: the connection is not to be trusted; its calls fail, unsent again.
+        this.fail(call, error);
+      } else if (connection.connectionError !== null) {
         // Rule 4: unanswered after an error about the connection; it fails with that error.
         call.connection = null;
         this.answeredWithError(call, connection.connectionError, false);
-      } else if (error) {
-        // protocol_error: the connection is not to be trusted; its calls fail, unsent again.
-        call.connection = null;
-        this.fail(call, error);
       } else if (call.written === 'pending') {
         call.decideOnWrite = true; // the write callback, which destroy() brings, decides
       } else {
@@ -278,11 +276,11 @@ class Client {
 
   expire(call) {
     if (call.finished) return;
-    if (this.waiting.delete(call) || call.retryTimer) {
-      if (call.retryTimer && call.retryError) {
-        this.fail(call, call.retryError);
-        return;
-      }
+    if (call.retryTimer) {
+      this.fail(call, call.retryError);
+      return;
+    }
+    if (this.waiting.delete(call)) {
       const why = call.lastError ? `: ${call.lastError}` : '';
       this.fail(call, call.everWritten
         ? new KeyholeError('timeout', `no answer to ${call.op} within ${this.timeoutMs} ms${why}`)

@@ -84,11 +84,9 @@ class Connection {
   static open(path, handlers) {
     return new Promise((resolve, reject) => {
       const socket = net.createConnection({ path });
-      const failed = (error) => reject(error);
-      socket.once('error', failed);
+      socket.once('error', reject);
       socket.once('connect', () => {
-        socket.removeListener('error', failed);
-        socket.setNoDelay?.(true);
+        socket.removeListener('error', reject);
         // Pending calls' deadline timers keep the process alive; an idle connection does not.
         socket.unref();
         resolve(new Connection(socket, handlers));
@@ -176,4 +174,4 @@ class Connection {
   }
 }
 
-module.exports = { Connection, encodeFrame, decodeResponse, MAX_RESPONSE_BYTES };
+module.exports = { Connection, encodeFrame, MAX_RESPONSE_BYTES };

@@ -129,7 +129,7 @@ function middleware({
     // it, from a macrotask of its own, so that nothing the app does is taken for a rejection.
     keyhole.getSession(token).then(
       (session) => setImmediate(() => {
-        req.keyhole = { session, user: session.user === undefined ? null : session.user };
+        req.keyhole = { session, user: session.user ?? null };
         proceed();
       }),
       (error) => setImmediate(() => {
