@@ -237,7 +237,6 @@ final class Client
     private function connected(): bool
     {
         if ($this->stream !== null && !is_resource($this->stream)) {
-            $this->stream = null;
             $this->close();
         }
         return $this->stream !== null;
@@ -406,7 +405,7 @@ final class Client
         $length = unpack('N', $this->buffer)[1];
         if ($length === 0 || $length > self::MAX_FRAME_BYTES) {
             $this->close();
-            throw new KeyholeException('protocol_error', "keyholed sent a frame of length $length (1 to " . self::MAX_FRAME_BYTES . ' allowed); the connection is closed');
+            throw Wire::protocolError("a frame of length $length (1 to " . self::MAX_FRAME_BYTES . ' allowed)');
         }
         if (!$this->fill(4 + $length, $deadline, $op)) {
             return null;

@@ -32,7 +32,7 @@ final class Wire
 
     /**
      * An answer's payload as ['id' => ..., 'ok' => true, 'result' => array] or
-     * ['id' => ..., 'ok' => false, 'connection' => false, 'error' => KeyholeException].
+     * ['id' => ..., 'ok' => false, 'error' => KeyholeException].
      *
      * @throws KeyholeException protocol_error when it is not a response (the caller closes the connection)
      */
@@ -72,7 +72,7 @@ final class Wire
         }
         $retry = $error['retry_after_ms'] ?? null;
         $apple = $error['apple_error'] ?? null;
-        return ['id' => $id, 'ok' => false, 'connection' => false, 'error' => new KeyholeException(
+        return ['id' => $id, 'ok' => false, 'error' => new KeyholeException(
             $code,
             $text,
             is_int($retry) ? $retry : null,

@@ -61,11 +61,10 @@ module KeyholeExample
       id_token = request.POST["id_token"]
       return text(401, "no identity token\n") unless id_token.is_a?(String) && !id_token.empty?
       # Not asked about: longer than keyholed takes, or not UTF-8 (it could not be sent as JSON).
-      if id_token.bytesize > MAX_ID_TOKEN_BYTES || !id_token.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+      id_token = id_token.dup.force_encoding(Encoding::UTF_8)
+      if id_token.bytesize > MAX_ID_TOKEN_BYTES || !id_token.valid_encoding?
         return text(401, "the identity token does not verify\n")
       end
-
-      id_token = id_token.dup.force_encoding(Encoding::UTF_8)
 
       begin
         claims = @client.verify_token(id_token)

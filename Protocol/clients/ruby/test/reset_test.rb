@@ -32,11 +32,9 @@ class ResetTest < Minitest::Test
         conn.close # unread bytes in its queue: the client reads ECONNRESET
       end
       conn = @server.accept
-      while (header = conn.read(4))
-        request = JSON.parse(conn.read(header.unpack1("N")))
+      while (request = KeyholeTest.read_frame(conn))
         @seen << request["op"]
-        body = JSON.generate({ "id" => request["id"], "ok" => true, "result" => PING })
-        conn.write([body.bytesize].pack("N") + body)
+        KeyholeTest.write_frame(conn, { "id" => request["id"], "ok" => true, "result" => PING })
       end
       conn.close
     end

@@ -20,7 +20,6 @@ use Symfony\Component\HttpFoundation\Response;
  */
 final class ExampleServiceProvider extends ServiceProvider
 {
-    private const COOKIE = 'kh_session';
     /** keyholed's own limit on a token's length (longer ones are token_malformed). */
     private const MAX_ID_TOKEN_BYTES = 16384;
 
@@ -71,14 +70,14 @@ final class ExampleServiceProvider extends ServiceProvider
                 return $unavailable;
             }
             $response = new RedirectResponse('/', 303);
-            $response->headers->setCookie(Cookie::create(self::COOKIE, $session['session'], 0, '/', null, true, true, false, Cookie::SAMESITE_LAX));
+            $response->headers->setCookie(Cookie::create($this->cookieName(), $session['session'], 0, '/', null, true, true, false, Cookie::SAMESITE_LAX));
             return $response;
         });
 
         $router->post('/signout', function (Request $request) {
             // The cookie as the keyhole middleware reads it; one without a token's shape is no
             // session, and nothing is revoked.
-            $token = Authenticator::cookie($request->headers->all('cookie'), self::COOKIE);
+            $token = Authenticator::cookie($request->headers->all('cookie'), $this->cookieName());
             if (Authenticator::isToken($token)) {
                 try {
                     $this->app->make(Client::class)->sessionRevoke($token);
@@ -88,8 +87,14 @@ final class ExampleServiceProvider extends ServiceProvider
                 }
             }
             $response = new RedirectResponse('/', 303);
-            $response->headers->setCookie(Cookie::create(self::COOKIE, null, 1, '/', null, true, true, false, Cookie::SAMESITE_LAX));
+            $response->headers->setCookie(Cookie::create($this->cookieName(), null, 1, '/', null, true, true, false, Cookie::SAMESITE_LAX));
             return $response;
         });
+    }
+
+    /** The session cookie's name: the guard's (config keyhole.cookie), so that sign-out revokes what the guard reads. */
+    private function cookieName(): string
+    {
+        return $this->app['config']->get('keyhole.cookie', Authenticator::DEFAULT_COOKIE);
     }
 }

@@ -115,11 +115,6 @@ class Process
         }
     }
 
-    public function pid(): int
-    {
-        return proc_get_status($this->proc)['pid'];
-    }
-
     public function stderr(): string
     {
         return (string)@file_get_contents($this->stderrPath);

@@ -98,7 +98,7 @@ module Keyhole
           end
           raise ConnectionLost, lost_message(op, safe)
         when :failed
-          next if value.code == "overloaded" && overloaded_wait(value, deadline)
+          next if overloaded_wait(value, deadline)
 
           raise value
         when :timeout
