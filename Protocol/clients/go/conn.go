@@ -303,11 +303,15 @@ func (c *conn) setReadDeadline(deadline time.Time) {
 	c.nc.SetReadDeadline(deadline)
 }
 
+func (c *conn) setWriteDeadline(deadline time.Time) {
+	c.wdl = deadline
+	c.nc.SetWriteDeadline(deadline)
+}
+
 // write writes frame whole, or until deadline (the writer only, holding wturn).
 func (c *conn) write(frame []byte, deadline time.Time) (int, error) {
 	if c.wdl.IsZero() || c.wdl.After(deadline) {
-		c.wdl = deadline
-		c.nc.SetWriteDeadline(deadline)
+		c.setWriteDeadline(deadline)
 	}
 	n := 0
 	for {
@@ -316,8 +320,7 @@ func (c *conn) write(frame []byte, deadline time.Time) (int, error) {
 		var ne net.Error
 		if err != nil && errors.As(err, &ne) && ne.Timeout() && time.Now().Before(deadline) {
 			// An earlier call's deadline: this call's is later.
-			c.wdl = deadline
-			c.nc.SetWriteDeadline(deadline)
+			c.setWriteDeadline(deadline)
 			continue
 		}
 		return n, err
@@ -367,12 +370,6 @@ func (c *conn) readUntil(ctx *callCtx, ch chan outcome) (outcome, bool) {
 		case o := <-ch: // only an answer, or the end of the connection: the role is ours
 			return o, true
 		default:
-		}
-		c.mu.Lock()
-		over := c.over
-		c.mu.Unlock()
-		if over {
-			return <-ch, true
 		}
 		if ctx.Err() != nil {
 			// Cancelled (or past the deadline) before the read: a watch that cut the read short may

@@ -341,12 +341,8 @@ func TestRoleNeverGoesToACallBlockedWriting(t *testing.T) {
 			defer nc.Close()
 			var ids []uint64
 			for len(ids) < 2 {
-				var header [4]byte
-				if _, err := io.ReadFull(nc, header[:]); err != nil {
-					return
-				}
-				body := make([]byte, binary.BigEndian.Uint32(header[:]))
-				if _, err := io.ReadFull(nc, body); err != nil {
+				body, err := readFrame(nc)
+				if err != nil {
 					return
 				}
 				var request struct{ ID uint64 }
@@ -357,9 +353,7 @@ func TestRoleNeverGoesToACallBlockedWriting(t *testing.T) {
 			}
 			readBoth <- ids
 			answer := func(id uint64) {
-				payload := []byte(fmt.Sprintf(`{"id":%d,"ok":true,"result":{"n":%d}}`, id, id))
-				frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
-				nc.Write(frame)
+				nc.Write(frameOf([]byte(fmt.Sprintf(`{"id":%d,"ok":true,"result":{"n":%d}}`, id, id))))
 			}
 			<-answerFirst
 			answer(ids[0])

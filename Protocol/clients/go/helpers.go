@@ -214,14 +214,6 @@ func callT[T any](c *Client, ctx context.Context, op string, args any) (*T, erro
 	return &r, nil
 }
 
-func (c *Client) callMap(ctx context.Context, op string, args any) (map[string]any, error) {
-	raw, err := c.call(ctx, op, args)
-	if err != nil {
-		return nil, err
-	}
-	return decodeMap(raw)
-}
-
 func userArgs(sub, issuer string) map[string]any {
 	a := map[string]any{"sub": sub}
 	if issuer != "" {
@@ -244,7 +236,7 @@ func (c *Client) Ping(ctx context.Context) (*PingResult, error) {
 
 // Stats returns keyholed's counters (admin).
 func (c *Client) Stats(ctx context.Context) (map[string]any, error) {
-	return c.callMap(ctx, "stats", nil)
+	return c.Call(ctx, "stats", nil)
 }
 
 // VerifyToken verifies an identity token (a JWT). A token that does not verify is an *Error with a
@@ -265,12 +257,12 @@ func (c *Client) VerifyToken(ctx context.Context, token string, opts VerifyOptio
 
 // JWKSStatus reports each issuer's key set (issuer "": every issuer).
 func (c *Client) JWKSStatus(ctx context.Context, issuer string) (map[string]any, error) {
-	return c.callMap(ctx, "jwks.status", optional("issuer", issuer))
+	return c.Call(ctx, "jwks.status", optional("issuer", issuer))
 }
 
 // RefreshJWKS fetches the issuers' key sets now (issuer "": every remote issuer) (admin).
 func (c *Client) RefreshJWKS(ctx context.Context, issuer string) (map[string]any, error) {
-	return c.callMap(ctx, "jwks.refresh", optional("issuer", issuer))
+	return c.Call(ctx, "jwks.refresh", optional("issuer", issuer))
 }
 
 // CreateSession creates a session for the user (sub, opts.Issuer). Not safe to repeat: a lost
@@ -344,6 +336,7 @@ func (c *Client) GetUser(ctx context.Context, sub, issuer string) (*User, error)
 // It returns the record and whether it was created.
 func (c *Client) UpdateUser(ctx context.Context, sub, issuer string, u UserUpdate) (*User, bool, error) {
 	a := userArgs(sub, issuer)
+	n := len(a)
 	switch {
 	case u.ClearEmail:
 		a["email"] = nil
@@ -356,7 +349,7 @@ func (c *Client) UpdateUser(ctx context.Context, sub, issuer string, u UserUpdat
 	case u.Name != nil:
 		a["name"] = u.Name
 	}
-	if len(a) == len(userArgs(sub, issuer)) {
+	if len(a) == n {
 		return nil, false, errors.New("keyhole: user.update: nothing to change")
 	}
 	var r struct {
@@ -426,7 +419,7 @@ func (c *Client) AppleTransferImport(ctx context.Context, transferSub, clientID 
 
 // ApplePending lists the revocations at Apple still owed for deleted users (admin).
 func (c *Client) ApplePending(ctx context.Context) (map[string]any, error) {
-	return c.callMap(ctx, "apple.pending", nil)
+	return c.Call(ctx, "apple.pending", nil)
 }
 
 // AdminSnapshot writes a snapshot of users and sessions and answers once it is durable (admin).

@@ -223,7 +223,6 @@ func TestIntegrationConcurrentCalls(t *testing.T) {
 				want := fmt.Sprintf("%d/%d", g, i)
 				args := map[string]any{"n": want}
 				if i%5 == 0 {
-					args["sleep"] = "x" // mixed with slow calls below
 					if _, err := c.Call(context.Background(), "debug.sleep", map[string]any{"ms": 5}); err != nil {
 						errs <- err
 						return

@@ -62,7 +62,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	cur    *conn
-	conns  map[*conn]struct{} // every connection whose reader still runs
+	conns  map[*conn]struct{} // every connection not yet over (until its done is closed)
 	closed bool
 
 	written func()                  // tests: called when a request is written whole
