@@ -30,8 +30,6 @@ final class ClientHandler: ChannelDuplexHandler {
     /// Responses may be up to 16 MiB whatever the server's request limit (PROTOCOL.md section 2).
     private var decoder = FrameDecoder(maxFrameBytes: FrameDecoder.limit)
     private var pending: [Int64: Pending] = [:]
-    /// Set once the connection has ended: what a request written after that comes to.
-    private var ended = false
     private let status: ConnectionStatus
 
     init(status: ConnectionStatus) {
@@ -40,7 +38,7 @@ final class ClientHandler: ChannelDuplexHandler {
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let outbound = unwrapOutboundIn(data)
-        if ended || !status.isUsable {
+        if !status.isUsable {
             // Ended, or retired (shutting_down, a null-id error): it goes on a new connection, or
             // fails with the connection's error (rule 4).
             outbound.promise.succeed(status.unwrittenOutcome)
@@ -53,7 +51,7 @@ final class ClientHandler: ChannelDuplexHandler {
         FrameEncoder.writeFrame(into: &buffer) {
             Request(id: .int(id), op: outbound.op, args: outbound.args).write(to: &$0)
         }
-        let written = context.eventLoop.makePromise(of: Void.self)
+        let written = promise ?? context.eventLoop.makePromise(of: Void.self)
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         let status = self.status
         written.futureResult.whenComplete { result in
@@ -65,7 +63,6 @@ final class ClientHandler: ChannelDuplexHandler {
                 handler.value.pending.removeValue(forKey: id)?.promise.succeed(status.unwrittenOutcome)
             }
         }
-        written.futureResult.cascade(to: promise)
         context.write(wrapOutboundOut(buffer), promise: written)
     }
 
@@ -128,7 +125,6 @@ final class ClientHandler: ChannelDuplexHandler {
 
     /// Ends every waiting call: written requests with `outcome`, unwritten ones as never sent.
     private func endAll(with outcome: SendOutcome) {
-        ended = true
         let waiting = pending
         pending.removeAll()
         if case .connectionRefused = outcome, !waiting.isEmpty { status.refusalTold() }

@@ -30,11 +30,8 @@ final class Connection: Sendable {
         let status = self.status
         written.futureResult.whenFailure { _ in promise.succeed(status.unwrittenOutcome) }
         if let deadline {
-            let left = ContinuousClock.now.duration(to: deadline)
-            let (seconds, attoseconds) = left.components
-            let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds / 1_000_000_000)
             let channel = self.channel
-            let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) {
+            let timer = channel.eventLoop.scheduleTask(in: TimeAmount(ContinuousClock.now.duration(to: deadline))) {
                 channel.triggerUserOutboundEvent(ClientHandler.Forget(id: id), promise: nil)
                 promise.succeed(.timedOut)
             }

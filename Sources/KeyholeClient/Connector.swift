@@ -109,8 +109,7 @@ final class Connector: Sendable {
                 }
             }
         if let timeout {
-            let milliseconds = max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-            bootstrap = bootstrap.connectTimeout(.milliseconds(milliseconds))
+            bootstrap = bootstrap.connectTimeout(max(.milliseconds(1), TimeAmount(timeout)))
         }
         let path = socketPath
         let attempt = bootstrap.connect(unixDomainSocketPath: path)

@@ -52,12 +52,9 @@ extension KeyholeClient {
                     let outcome = await connection.send(id: client.makeID(), op: op, args: args, deadline: deadline)
                     action = machine.sent(outcome, now: clock.now)
                 case .wait(let until):
-                    do {
-                        try await clock.sleep(until: until)
-                        action = machine.waited(now: clock.now)
-                    } catch {
-                        action = machine.cancelled()  // without this, a cancelled call would spin until its deadline
-                    }
+                    // A cancelled sleep ends at once; the check at .connect then ends the call.
+                    try? await clock.sleep(until: until)
+                    action = machine.waited(now: clock.now)
                 case .finish(let result):
                     return try result.get()
                 }

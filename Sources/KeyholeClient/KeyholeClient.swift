@@ -54,7 +54,7 @@ public final class KeyholeClient: Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) async throws(KeyholeClientError) -> KeyholeClient {
         var configuration = Configuration()
-        configuration.deadline = requestTimeout.map { .nanoseconds($0.nanoseconds) }
+        configuration.deadline = requestTimeout.map(Duration.init)
         configuration.eventLoopGroup = eventLoopGroup
         let client = KeyholeClient(socketPath: socketPath, configuration: configuration)
         try await client.open()

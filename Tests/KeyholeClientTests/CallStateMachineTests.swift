@@ -69,7 +69,7 @@ struct CallStateMachineTests {
     func cancelled() {
         var never = machine("session.create")
         _ = never.start()
-        #expect(never.connectFailed("cannot connect to /x", now: at(0)) != .connect)
+        #expect(never.connectFailed("cannot connect to /x", now: at(0)) == .wait(until: at(10)))
         #expect(never.cancelled() == .finish(.failure(.unavailable(""))))
         var lost = machine("session.get")
         _ = lost.start()

@@ -114,7 +114,6 @@ struct HarnessTests {
         let outcome = await chaos
         #expect(outcome?["chaos"] == "done", "\(String(describing: outcome))")
         #expect(other.isEmpty, "creates that failed otherwise than connection_lost: \(other.prefix(5))")
-        #expect(n >= 1, "creates during the chaos: \(n)")
         #expect(!created.isEmpty, "no create succeeded during the chaos (\(lost.count) connection_lost)")
         for (sub, id) in created {
             let sessions = try await client.listSessions(sub: sub, issuer: harness.issuer)

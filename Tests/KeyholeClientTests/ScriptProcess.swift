@@ -8,8 +8,7 @@ final class ScriptProcess: @unchecked Sendable {
     private let input: Int32?
     /// stdout, line by line, until end of file.
     let lines: AsyncStream<String>
-    private let errorText = LockedBytes()
-    private let errorDone = DispatchSemaphore(value: 0)
+    private let errorText = ChildProcess.LockedText()
 
     /// The repository's root, from this file's path.
     static let repositoryRoot = URL(fileURLWithPath: #filePath)
@@ -44,17 +43,9 @@ final class ScriptProcess: @unchecked Sendable {
             continuation.finish()
         }.start()
         let errorText = self.errorText
-        let errorDone = self.errorDone
-        Thread {
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { read(errRead, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { break }
-                errorText.append(chunk[..<count])
-            }
-            close(errRead)
-            errorDone.signal()
+        Thread {  // drained as it comes, so that the child never blocks on a full pipe
+            errorText.set(ChildProcess.readAll(errRead))
+            errorText.done.signal()
         }.start()
     }
 
@@ -75,31 +66,20 @@ final class ScriptProcess: @unchecked Sendable {
     func wait() async -> (status: Int32, stderr: String) {
         let pid = self.pid
         let status: Int32 = await withCheckedContinuation { continuation in
-            Thread {
-                var raw: Int32 = 0
-                while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
-                continuation.resume(returning: raw & 0x7F == 0 ? (raw >> 8) & 0xFF : 128 + (raw & 0x7F))
-            }.start()
+            Thread { continuation.resume(returning: ChildProcess.waitForExit(pid)) }.start()
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = errorDone
+            let done = errorText.done
             Thread {
                 done.wait()
                 continuation.resume()
             }.start()
         }
-        return (status, errorText.text)
+        return (status, errorText.value)
     }
 
     /// Ends the child at once (a test that failed half-way); `wait` still reaps it.
     func kill() {
         _ = Glibc.kill(pid, SIGKILL)
-    }
-
-    private final class LockedBytes: @unchecked Sendable {
-        private let lock = NSLock()
-        private var bytes: [UInt8] = []
-        func append(_ more: ArraySlice<UInt8>) { lock.withLock { bytes += more } }
-        var text: String { lock.withLock { String(decoding: bytes, as: UTF8.self) } }
     }
 }

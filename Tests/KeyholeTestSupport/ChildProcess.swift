@@ -143,10 +143,14 @@ package enum ChildProcess {
         reader.start()
         let outText = readAll(stdout!)
         errText.done.wait()
+        return Result(status: waitForExit(pid), stdout: outText, stderr: errText.value)
+    }
+
+    /// Waits for the child `pid` to exit; its exit status, or 128 plus the signal that ended it.
+    package static func waitForExit(_ pid: pid_t) -> Int32 {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        let code = status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
-        return Result(status: code, stdout: outText, stderr: errText.value)
+        return status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
     }
 
     /// `run` on a thread of its own, for async tests that wait on long commands (package builds, a
@@ -158,7 +162,8 @@ package enum ChildProcess {
         }
     }
 
-    private static func readAll(_ fd: Int32) -> String {
+    /// Everything `fd` gives until end of file, as text; closes it.
+    package static func readAll(_ fd: Int32) -> String {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -171,11 +176,13 @@ package enum ChildProcess {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    private final class LockedText: @unchecked Sendable {
+    /// Text one thread sets once, and another reads once `done` is signalled.
+    package final class LockedText: @unchecked Sendable {
         private let lock = NSLock()
         private var text = ""
-        let done = DispatchSemaphore(value: 0)
-        func set(_ value: String) { lock.withLock { text = value } }
-        var value: String { lock.withLock { text } }
+        package let done = DispatchSemaphore(value: 0)
+        package init() {}
+        package func set(_ value: String) { lock.withLock { text = value } }
+        package var value: String { lock.withLock { text } }
     }
 }
