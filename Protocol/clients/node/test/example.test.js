@@ -8,7 +8,7 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
 const { Client } = require('..');
-const { startHarness, request, Lines, collect, exited, freshSocketPath, scriptedKeyholed } = require('./support');
+const { startHarness, request, Lines, collect, exited, freshSocketPath, scriptedKeyholed, forgeSignature, answered } = require('./support');
 
 const APP = path.join(__dirname, '..', 'example', 'app.js');
 let harness;
@@ -83,8 +83,7 @@ test('GET / without a cookie is 401', async () => {
 
 test('a forged identity token is 401 and makes no session', async () => {
   const port = await startApp(harness.socket);
-  const [header, payload, signature] = harness.token.split('.');
-  const forged = `${header}.${payload}.${signature.startsWith('A') ? 'B' : 'A'}${signature.slice(1)}`;
+  const forged = forgeSignature(harness.token);
   const res = await signIn(port, forged);
   assert.equal(res.status, 401, res.body);
   assert.equal(res.headers['set-cookie'], undefined);
@@ -105,40 +104,30 @@ test('keyholed unreachable: GET / with a session cookie is 503, sign-in is 503',
   assert.equal((await signIn(port, harness.token)).status, 503);
 });
 
-/** How many of `op` keyholed has answered so far. */
-async function answered(op) {
-  const client = new Client({ socketPath: harness.socket });
-  try {
-    return (await client.stats()).requests[op];
-  } finally {
-    await client.close();
-  }
-}
-
 test('an identity token longer than 16 384 bytes is 401, and keyholed is not asked', async () => {
   const port = await startApp(harness.socket);
-  const before = await answered('token.verify');
+  const before = await answered(harness.socket, 'token.verify');
   for (const bytes of [16385, 40000, 100000]) {
     const res = await signIn(port, 'x'.repeat(bytes));
     assert.equal(res.status, 401, `${bytes} bytes: ${res.body}`);
     assert.equal(res.headers['set-cookie'], undefined);
   }
-  assert.equal(await answered('token.verify'), before, 'keyholed was asked to verify an oversized token');
+  assert.equal(await answered(harness.socket, 'token.verify'), before, 'keyholed was asked to verify an oversized token');
   const limit = await signIn(port, 'x'.repeat(16384)); // keyholed's to refuse: token_malformed
   assert.equal(limit.status, 401, limit.body);
   assert.match(limit.body, /token_malformed/);
-  assert.equal(await answered('token.verify'), before + 1);
+  assert.equal(await answered(harness.socket, 'token.verify'), before + 1);
 });
 
 test('sign-out revokes only a cookie of a token\'s shape', async () => {
   const port = await startApp(harness.socket);
-  const before = await answered('session.revoke');
+  const before = await answered(harness.socket, 'session.revoke');
   for (const value of ['x'.repeat(5000), `kh_${'A'.repeat(44)}`, 'kh_short']) {
     const res = await request(port, { method: 'POST', path: '/signout', headers: { Cookie: `kh_session=${value}` } });
     assert.equal(res.status, 303, res.body);
     assert.match(res.headers['set-cookie'][0], /^kh_session=; .*Max-Age=0/);
   }
-  assert.equal(await answered('session.revoke'), before, 'keyholed was asked to revoke a value that is not a token');
+  assert.equal(await answered(harness.socket, 'session.revoke'), before, 'keyholed was asked to revoke a value that is not a token');
 });
 
 test('bad_request from token.verify is 401, not 503', async () => {

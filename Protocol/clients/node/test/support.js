@@ -5,9 +5,12 @@
 
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
+const http = require('node:http');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const readline = require('node:readline');
+const { Client } = require('..');
 
 const PROTOCOL = path.resolve(__dirname, '..', '..', '..');
 const SCENARIO_SERVER = path.join(PROTOCOL, 'testing', 'scenario_server.py');
@@ -130,13 +133,8 @@ async function startHarness({ configExtra } = {}) {
   };
 }
 
-module.exports = {
-  PROTOCOL, OPS, SCENARIOS, Lines, exited, collect, freshSocketPath, loadScenarios, startScenario, startHarness,
-};
-
 /** One HTTP request to 127.0.0.1:port; resolves with {status, headers, body}. */
 function request(port, { method = 'GET', path: target = '/', headers = {}, body } = {}) {
-  const http = require('node:http');
   return new Promise((resolve, reject) => {
     const req = http.request({ host: '127.0.0.1', port, method, path: target, headers, agent: false }, (res) => {
       const parts = [];
@@ -157,16 +155,12 @@ function listen(server) {
   });
 }
 
-module.exports.request = request;
-module.exports.listen = listen;
-
 /**
  * A scripted keyholed on a real Unix socket: it reads request frames and answers each with
  * `respond(request)` (the answer's result or error object; the id is the request's). Resolves with
  * {socket, requests (every request read), close()}.
  */
 async function scriptedKeyholed(respond) {
-  const net = require('node:net');
   const { socket: socketPath } = freshSocketPath('fake');
   const requests = [];
   const sockets = new Set();
@@ -203,4 +197,23 @@ async function scriptedKeyholed(respond) {
   };
 }
 
-module.exports.scriptedKeyholed = scriptedKeyholed;
+/** The harness's identity token with its signature's first character changed: no longer the issuer's. */
+function forgeSignature(jwt) {
+  const [header, payload, signature] = jwt.split('.');
+  return `${header}.${payload}.${signature.startsWith('A') ? 'B' : 'A'}${signature.slice(1)}`;
+}
+
+/** How many of `op` the keyholed at `socketPath` has answered so far (its stats). */
+async function answered(socketPath, op) {
+  const client = new Client({ socketPath });
+  try {
+    return (await client.stats()).requests[op];
+  } finally {
+    await client.close();
+  }
+}
+
+module.exports = {
+  PROTOCOL, OPS, SCENARIOS, Lines, exited, collect, freshSocketPath, loadScenarios, startScenario, startHarness,
+  request, listen, scriptedKeyholed, forgeSignature, answered,
+};
