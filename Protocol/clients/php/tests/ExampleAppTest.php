@@ -115,7 +115,7 @@ final class ExampleAppTest extends TestCase
     public function testAnyOtherKeyholedErrorIs503(): void
     {
         $socket = Paths::socket('err');
-        $server = new Process(['python3', Paths::protocol('testing/scenario_server.py'), $socket, 'known-error-code']);
+        $server = Process::scenarioServer($socket, 'known-error-code');
         $this->assertSame('ready', $server->readLine(10.0));
         $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => $socket]);
         try {

@@ -125,7 +125,7 @@ final class MiddlewareTest extends TestCase
     {
         // scenario_server's known-error-code answers a session.get with storage_unavailable.
         $socket = Paths::socket('err');
-        $server = new Process(['python3', Paths::protocol('testing/scenario_server.py'), $socket, 'known-error-code']);
+        $server = Process::scenarioServer($socket, 'known-error-code');
         $this->assertSame('ready', $server->readLine(10.0));
         $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => $socket]);
         try {

@@ -52,7 +52,7 @@ final class ScenarioTest extends TestCase
     public function testScenario(array $scenario, int $deadlineMs): void
     {
         $socket = Paths::socket('sc');
-        $server = new Process(['python3', Paths::protocol('testing/scenario_server.py'), $socket, $scenario['name']]);
+        $server = Process::scenarioServer($socket, $scenario['name']);
         $this->assertSame('ready', $server->readLine(10.0));
         $client = new Client($socket, ['timeout' => $deadlineMs / 1000]);
         foreach ($scenario['calls'] as $n => $call) {

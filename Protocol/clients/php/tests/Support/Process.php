@@ -16,6 +16,12 @@ class Process
     private string $out = '';
     private ?int $status = null;
 
+    /** Protocol/testing/scenario_server.py playing scenario $name on $socket (it prints "ready" once listening). */
+    public static function scenarioServer(string $socket, string $name): self
+    {
+        return new self(['python3', Paths::protocol('testing/scenario_server.py'), $socket, $name]);
+    }
+
     /** @param list<string> $command */
     public function __construct(array $command, ?array $env = null, ?string $cwd = null)
     {
