@@ -8,7 +8,11 @@ redis-server on a Unix socket, in the same process and the same run: redis-py (P
 php-redis and ruby-redis (Debian), and for Go a plain RESP GET over net.Conn. Each client's
 bench script (Protocol/clients/<lang>/bench/) prints the median over rounds of µs per call; this
 runs them --rounds times, alternating, and reports the median of each. Goal (issue 27): every
-Keyhole client's call costs at most 1.0x its Redis client's GET. Each round also measures the raw
+Keyhole client's call costs at most 1.0x its Redis client's GET, in µs a call (wall, as the issue
+measured it). Beside the wall figures, where each microsecond goes: the client process's CPU per
+call (each bench script measures its own) and each server's CPU per request (read here from
+/proc/PID/task/*/schedstat, nanosecond run times of every thread, around each script's run,
+divided by the requests the script says it sent that server). Each round also measures the raw
 floor: the same two round trips with no client library (a Python socket and hand-made frames), so
 that a client's own cost shows apart from the servers'.
 
@@ -47,7 +51,7 @@ def commands(keyhole, redis, seconds):
     }
 
 
-def raw_floor(keyhole_socket, redis_socket, seconds):
+def raw_floor(keyhole_socket, redis_socket, seconds, servers):
     """µs per round trip with no client library at all, from Python: one frame of session.get to
     keyholed, one RESP GET of the 300-byte value to Redis, read whole, at depth 1. What the servers
     themselves (and the machine's wakeups) cost, under every client's figure."""
@@ -79,32 +83,60 @@ def raw_floor(keyhole_socket, redis_socket, seconds):
         (n,) = struct.unpack(">I", kh.recv(4, socket.MSG_WAITALL))
         kh.recv(n, socket.MSG_WAITALL)
 
-    def median_us(call):
+    def measure(side, call):
+        """Median wall and client CPU µs per call over 5 slices; the server's CPU µs per request."""
         for _ in range(200):
             call()
-        slices = []
+        slices, cpu, calls = [], [], 0
+        server_start = cpu_ns(servers[side])
         for _ in range(5):
-            n, start = 0, time.perf_counter()
+            n, start, cpu_start = 0, time.perf_counter(), time.process_time()
             while time.perf_counter() - start < seconds / 5:
                 for _ in range(50):
                     call()
                 n += 50
             slices.append((time.perf_counter() - start) * 1e6 / n)
-        return statistics.median(slices)
-    figures = {"keyhole_session_get_us": median_us(keyhole_get), "redis_get_us": median_us(redis_get)}
+            cpu.append((time.process_time() - cpu_start) * 1e6 / n)
+            calls += n
+        server = (cpu_ns(servers[side]) - server_start) / 1000 / calls
+        return {f"{side}_{'session_get' if side == 'keyhole' else 'get'}_us": statistics.median(slices),
+                f"{side}_cpu_us": statistics.median(cpu), f"{side}_server_cpu_us": round(server, 2)}
+    figures = {**measure("keyhole", keyhole_get), **measure("redis", redis_get)}
     kh.close()
     rd.close()
     return figures
 
 
-def run_client(name, argv, cwd, env):
+def cpu_ns(pid):
+    """CPU time process pid has used so far, every thread, in nanoseconds (schedstat's first field)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass  # a thread that ended meanwhile
+    return total
+
+
+# What each bench script (and the raw floor) reports, per call: wall, client CPU, server CPU.
+FIGURES = ["keyhole_session_get_us", "redis_get_us", "keyhole_cpu_us", "redis_cpu_us",
+           "keyhole_server_cpu_us", "redis_server_cpu_us"]
+
+
+def run_client(name, argv, cwd, env, servers):
+    """Runs one bench script; its figures, with each server's CPU µs per request added."""
+    before = {side: cpu_ns(pid) for side, pid in servers.items()}
     done = subprocess.run(argv, cwd=cwd, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
+    after = {side: cpu_ns(pid) for side, pid in servers.items()}
     if done.returncode != 0:
         raise SystemExit(f"client_bench: {name} failed ({done.returncode}):\n{done.stderr}")
     line = done.stdout.strip().splitlines()[-1]
     figures = json.loads(line)
     if figures.get("client") != name:
         raise SystemExit(f"client_bench: {name} printed {line}")
+    for side in servers:
+        figures[f"{side}_server_cpu_us"] = round((after[side] - before[side]) / 1000 / figures[f"{side}_requests"], 2)
     return figures
 
 
@@ -125,6 +157,9 @@ def main():
                                 "--keyholed", options.keyholed], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(harness.stdout.readline())
+        harness.stdin.write("pid\n")
+        harness.stdin.flush()
+        servers = {"keyhole": json.loads(harness.stdout.readline())["pid"], "redis": redis.pid}
         for _ in range(100):
             if subprocess.run(["redis-cli", "-s", redis_socket, "ping"], capture_output=True).returncode == 0:
                 break
@@ -132,12 +167,12 @@ def main():
         samples = {name: [] for name in names}
         floors = []
         for n in range(options.rounds):
-            floors.append(raw_floor(info["socket"], redis_socket, options.seconds))
+            floors.append(raw_floor(info["socket"], redis_socket, options.seconds, servers))
             print(f"client_bench: round {n + 1}: raw floor {floors[-1]}", file=sys.stderr)
             order = names if n % 2 == 0 else list(reversed(names))
             for name in order:
                 argv, cwd, env = table[name]
-                samples[name].append(run_client(name, argv, cwd, env))
+                samples[name].append(run_client(name, argv, cwd, env, servers))
                 print(f"client_bench: round {n + 1}: {samples[name][-1]}", file=sys.stderr)
     finally:
         harness.stdin.write("stop\n")
@@ -146,34 +181,40 @@ def main():
         redis.terminate()
         redis.wait()
         shutil.rmtree(directory, ignore_errors=True)
-    results = {}
-    for name in names:
-        keyhole = statistics.median(s["keyhole_session_get_us"] for s in samples[name])
-        redis_us = statistics.median(s["redis_get_us"] for s in samples[name])
-        results[name] = {"keyhole_session_get_us": round(keyhole, 1), "redis_get_us": round(redis_us, 1),
-                         "ratio": round(keyhole / redis_us, 2), "rounds": samples[name]}
+    def summary(rounds):
+        """Medians over rounds of each figure, and the ratios: wall, and CPU (client and server) a call."""
+        median = {key: statistics.median(r[key] for r in rounds) for key in FIGURES}
+        total = {side: median[f"{side}_cpu_us"] + median[f"{side}_server_cpu_us"] for side in ("keyhole", "redis")}
+        return {**{key: round(value, 1) for key, value in median.items()},
+                "ratio": round(median["keyhole_session_get_us"] / median["redis_get_us"], 2),
+                "cpu_ratio": round(total["keyhole"] / total["redis"], 2), "rounds": rounds}
+    results = {name: summary(samples[name]) for name in names}
+    results["raw floor"] = summary(floors)
     lines = ["", "## Clients (issue 27)", "",
              f"Written by Scripts/client_bench.py on {datetime.date.today().isoformat()}: per language, one process, one connection, depth 1: "
              "session.get through the Keyhole client against keyholed (release build) and GET of a "
              "300-byte value through the language's most used Redis client against redis-server (Unix "
              f"socket), in the same process; median of {options.rounds} rounds, each the median of 5 "
-             f"slices of {options.seconds:g} s. Goal: the Keyhole client's call at most 1.0x its Redis client's GET.", "",
-             "| client | Redis client | Keyhole session.get µs/call | Redis GET µs/call | ratio | goal met |",
-             "|---|---|---:|---:|---:|---|"]
-    floor_keyhole = statistics.median(f["keyhole_session_get_us"] for f in floors)
-    floor_redis = statistics.median(f["redis_get_us"] for f in floors)
-    results["raw floor"] = {"keyhole_session_get_us": round(floor_keyhole, 1), "redis_get_us": round(floor_redis, 1),
-                            "ratio": round(floor_keyhole / floor_redis, 2), "rounds": floors}
+             f"slices of {options.seconds:g} s. Goal: the Keyhole client's call at most 1.0x its Redis client's GET "
+             "(wall µs a call). CPU: µs a call of the client process, and of the server for each request "
+             "(every thread's run time from /proc), Keyhole / Redis; the CPU ratio compares client and server together.", "",
+             "| client | Redis client | Keyhole session.get µs/call | Redis GET µs/call | ratio | goal met "
+             "| client CPU µs | server CPU µs | CPU ratio |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|"]
     redis_clients = {"raw floor": "none: one frame, or one RESP command, over a Python socket", "python": "redis-py", "node": "node-redis", "php": "php-redis", "ruby": "ruby-redis",
                      "go": "RESP over net.Conn"}
     for name in ["raw floor"] + names:
         r = results[name]
         met = "(reference)" if name == "raw floor" else ("yes" if r["ratio"] <= 1.0 else "no")
         lines.append(f"| {name} | {redis_clients[name]} | {r['keyhole_session_get_us']} | {r['redis_get_us']} | "
-                     f"{r['ratio']:.2f}x | {met} |")
+                     f"{r['ratio']:.2f}x | {met} | {r['keyhole_cpu_us']} / {r['redis_cpu_us']} | "
+                     f"{r['keyhole_server_cpu_us']} / {r['redis_server_cpu_us']} | {r['cpu_ratio']:.2f}x |")
     lines += ["", "The raw floor is the servers' own round trip at depth 1, with no client library: what is left "
-              "of a client's figure above it is the client's cost. A client cannot go below the floor's ratio until "
-              "keyholed's own per-request latency does (issue 31)."]
+              "of a client's figure above it is the client's cost. At depth 1 on one connection every request also "
+              "pays a sleep and a wake on both sides (on this VM close to half of each server's CPU a request is "
+              "the context switch), and a server's CPU a request grows with the client's think time. keyholed "
+              "spends more CPU than Redis on each request at depth 1 (the server column): until issue 31 "
+              "lowers it, a client meets the goal only by costing less than its Redis client."]
     section = "\n".join(lines) + "\n"
     if options.out:
         with open(options.out, "w", encoding="utf-8") as f:

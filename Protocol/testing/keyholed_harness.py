@@ -27,6 +27,8 @@ line on stdin, each answered with one JSON line on stdout:
                  request sent again after one restart is not caught by the next. Answered {"ok": true} at once, then
                  {"chaos": "done", "cycles": N} when the last keyholed is ready (or
                  {"chaos": "failed", "error": "..."}). Tests run their loop until that line.
+- pid            The running keyholed's process id, for a benchmark that reads its CPU time from
+                 /proc. {"pid": N}
 - stop           Stop keyholed and exit; also at end of input. Exit status 0 only if every keyholed
                  exited 0 after SIGTERM.
 
@@ -221,6 +223,8 @@ def main():
                                          daemon=True)
                 harness.say({"ok": True})
                 chaos.start()
+            elif words[0] == "pid":
+                harness.say({"pid": harness.proc.pid})
             elif words[0] == "stop":
                 break
             else:

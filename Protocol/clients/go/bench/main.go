@@ -5,7 +5,8 @@
 //
 // One process, one connection each, one call at a time. It creates its own session and sets its
 // own key, warms up, then alternates rounds of each and prints one JSON line: the medians over
-// rounds of the mean µs per call.
+// rounds of the mean wall and CPU (this process's) µs per call, and the requests each server was
+// sent, warm-up and setup included, so that the caller can divide the server's CPU time by them.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	keyhole "keyhole/clients/go"
@@ -75,28 +77,43 @@ func main() {
 		redisGet()
 	}
 	const roundCalls = 500
-	var khRounds, redisRounds []float64
+	var khRounds, redisRounds, khCPU, redisCPU []float64
 	calls := 0
 	end := time.Now().Add(time.Duration(*seconds * float64(time.Second)))
 	for time.Now().Before(end) || len(khRounds) < 3 {
-		khRounds = append(khRounds, round(khCall, roundCalls))
-		redisRounds = append(redisRounds, round(redisGet, roundCalls))
+		wall, cpu := round(khCall, roundCalls)
+		khRounds, khCPU = append(khRounds, wall), append(khCPU, cpu)
+		wall, cpu = round(redisGet, roundCalls)
+		redisRounds, redisCPU = append(redisRounds, wall), append(redisCPU, cpu)
 		calls += roundCalls
 	}
 	kh.RevokeSession(ctx, s.Token)
 	r.do("DEL", key)
 	out, _ := json.Marshal(map[string]any{"client": "go", "keyhole_session_get_us": median(khRounds),
-		"redis_get_us": median(redisRounds), "calls": calls})
+		"redis_get_us": median(redisRounds), "keyhole_cpu_us": median(khCPU), "redis_cpu_us": median(redisCPU),
+		"keyhole_requests": calls + 2000 + 2, "redis_requests": calls + 2000 + 2, // warm-up; create, revoke; set, del
+		"calls": calls})
 	fmt.Println(string(out))
 }
 
-// round returns the mean µs per call of n calls.
-func round(f func(), n int) float64 {
+// round returns the mean wall and CPU µs per call of n calls.
+func round(f func(), n int) (float64, float64) {
+	cpuStart := cpuTime()
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		f()
 	}
-	return float64(time.Since(start).Microseconds()) / float64(n)
+	wall := time.Since(start)
+	return float64(wall.Microseconds()) / float64(n), float64((cpuTime() - cpuStart).Microseconds()) / float64(n)
+}
+
+// cpuTime is the CPU time this process has used, every thread.
+func cpuTime() time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		log.Fatal(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
 
 func median(xs []float64) float64 {

@@ -6,8 +6,11 @@
 //
 //   NODE_PATH=/usr/share/nodejs node bench/bench.js --keyhole SOCKET --redis-socket PATH --seconds S
 //
-// Prints one JSON line: {"client": "node", "keyhole_session_get_us", "redis_get_us", "calls"}
-// (median microseconds per call over the rounds; calls: session.get calls timed).
+// Prints one JSON line: {"client": "node", "keyhole_session_get_us", "redis_get_us", "keyhole_cpu_us",
+// "redis_cpu_us", "keyhole_requests", "redis_requests", "calls"}: wall and this process's CPU
+// microseconds per call, each the median over the rounds; the requests each server was sent (warm-up
+// and setup included, so that the caller can divide the server's CPU time by them); calls: session.get
+// calls timed.
 
 const { Client } = require('..');
 
@@ -33,9 +36,10 @@ function median(values) {
   return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
-/** Calls `once` one at a time for `ms`; resolves with [calls, µs per call]. */
+/** Calls `once` one at a time for `ms`; resolves with [calls, µs per call, CPU µs per call]. */
 async function round(once, ms) {
   let calls = 0;
+  const cpu = process.cpuUsage();
   const start = process.hrtime.bigint();
   const end = start + BigInt(Math.round(ms * 1e6));
   let now = start;
@@ -45,7 +49,8 @@ async function round(once, ms) {
     if ((calls & 15) === 0) now = process.hrtime.bigint();
   }
   now = process.hrtime.bigint();
-  return [calls, Number(now - start) / 1000 / calls];
+  const used = process.cpuUsage(cpu);
+  return [calls, Number(now - start) / 1000 / calls, (used.user + used.system) / calls];
 }
 
 async function main() {
@@ -71,19 +76,26 @@ async function main() {
   };
 
   const warmup = Math.min(1000, seconds * 100);
-  await round(keyholeGet, warmup);
-  await round(redisGet, warmup);
+  let keyholeRequests = 2 + (await round(keyholeGet, warmup))[0]; // and create, revoke
+  let redisRequests = 2 + (await round(redisGet, warmup))[0]; // and set, del
 
   const rounds = Math.max(5, Math.round(seconds * 2)) | 1;
   const roundMs = (seconds * 1000) / (2 * rounds);
   const keyholeUs = [];
   const redisUs = [];
+  const keyholeCpu = [];
+  const redisCpu = [];
   let calls = 0;
   for (let n = 0; n < rounds; n++) {
-    const [made, us] = await round(keyholeGet, roundMs);
+    const [made, us, cpu] = await round(keyholeGet, roundMs);
     calls += made;
+    keyholeRequests += made;
     keyholeUs.push(us);
-    redisUs.push((await round(redisGet, roundMs))[1]);
+    keyholeCpu.push(cpu);
+    const [redisMade, redisWall, redisCpuUs] = await round(redisGet, roundMs);
+    redisRequests += redisMade;
+    redisUs.push(redisWall);
+    redisCpu.push(redisCpuUs);
   }
 
   await keyhole.revokeSession(session);
@@ -93,7 +105,14 @@ async function main() {
 
   const fixed = (us) => Math.round(us * 10) / 10;
   process.stdout.write(JSON.stringify({
-    client: 'node', keyhole_session_get_us: fixed(median(keyholeUs)), redis_get_us: fixed(median(redisUs)), calls,
+    client: 'node',
+    keyhole_session_get_us: fixed(median(keyholeUs)),
+    redis_get_us: fixed(median(redisUs)),
+    keyhole_cpu_us: fixed(median(keyholeCpu)),
+    redis_cpu_us: fixed(median(redisCpu)),
+    keyhole_requests: keyholeRequests,
+    redis_requests: redisRequests,
+    calls,
   }) + '\n');
 }
 

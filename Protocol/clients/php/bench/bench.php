@@ -2,7 +2,10 @@
 
 // One process, one connection, depth 1: keyholed's session.get through Keyhole\Client, set
 // against php-redis's GET of a 300-byte value over redis-server's Unix socket, in alternating
-// rounds. Prints one JSON line. Not run by the tests (timing belongs in `make bench`).
+// rounds. Prints one JSON line: wall and this process's CPU microseconds per call (medians over
+// the rounds), and the requests each server was sent, warm-up and setup included, so that the
+// caller can divide the server's CPU time by them. Not run by the tests (timing belongs in
+// `make bench`).
 //
 //     php bench/bench.php --keyhole SOCKET --redis-socket PATH --seconds S
 
@@ -29,10 +32,19 @@ $redis->connect($options['redis-socket']);
 $key = 'keyhole-bench-php';
 $redis->set($key, str_repeat('v', 300));
 
-/** Calls $call for $seconds; microseconds per call. */
-function measure(callable $call, float $seconds, int &$calls): float
+/** This process's CPU time so far, in microseconds. */
+function cpuMicroseconds(): int
+{
+    $usage = getrusage();
+    return ($usage['ru_utime.tv_sec'] + $usage['ru_stime.tv_sec']) * 1000000
+        + $usage['ru_utime.tv_usec'] + $usage['ru_stime.tv_usec'];
+}
+
+/** Calls $call for $seconds; wall microseconds per call, and CPU microseconds per call in $cpu. */
+function measure(callable $call, float $seconds, int &$calls, ?float &$cpu = null): float
 {
     $n = 0;
+    $cpuStart = cpuMicroseconds();
     $start = hrtime(true);
     $end = $start + (int)($seconds * 1e9);
     do {
@@ -43,6 +55,7 @@ function measure(callable $call, float $seconds, int &$calls): float
         $now = hrtime(true);
     } while ($now < $end);
     $calls += $n;
+    $cpu = (cpuMicroseconds() - $cpuStart) / $n;
     return ($now - $start) / 1e3 / $n;
 }
 
@@ -62,16 +75,23 @@ $getValue = static function () use ($redis, $key): void {
     }
 };
 
-$ignored = 0;
-measure($getSession, min(1.0, $seconds / 10), $ignored); // warm-up
-measure($getValue, min(1.0, $seconds / 10), $ignored);
+$keyholeRequests = 2; // create, revoke
+$redisRequests = 2; // set, del
+measure($getSession, min(1.0, $seconds / 10), $keyholeRequests); // warm-up
+measure($getValue, min(1.0, $seconds / 10), $redisRequests);
 
 $calls = 0;
 $keyholeUs = [];
 $redisUs = [];
+$keyholeCpu = [];
+$redisCpu = [];
 for ($round = 0; $round < ROUNDS; $round++) {
-    $keyholeUs[] = measure($getSession, $seconds / ROUNDS / 2, $calls);
-    $redisUs[] = measure($getValue, $seconds / ROUNDS / 2, $ignored);
+    $before = $calls;
+    $keyholeUs[] = measure($getSession, $seconds / ROUNDS / 2, $calls, $cpu);
+    $keyholeCpu[] = $cpu;
+    $keyholeRequests += $calls - $before;
+    $redisUs[] = measure($getValue, $seconds / ROUNDS / 2, $redisRequests, $cpu);
+    $redisCpu[] = $cpu;
 }
 $keyhole->sessionRevoke($token);
 $redis->del($key);
@@ -80,5 +100,9 @@ echo json_encode([
     'client' => 'php',
     'keyhole_session_get_us' => round(median($keyholeUs), 2),
     'redis_get_us' => round(median($redisUs), 2),
+    'keyhole_cpu_us' => round(median($keyholeCpu), 2),
+    'redis_cpu_us' => round(median($redisCpu), 2),
+    'keyhole_requests' => $keyholeRequests,
+    'redis_requests' => $redisRequests,
     'calls' => $calls,
 ]), "\n";

@@ -2,8 +2,10 @@
 
     python3 bench.py --keyhole SOCKET --redis-socket PATH [--seconds S]
 
-Prints one JSON line: {"client": "python", "keyhole_session_get_us", "redis_get_us", "calls"}, each
-figure the median over rounds of the mean µs per call. make bench (Scripts/client_bench.py) runs it;
+Prints one JSON line: {"client": "python", "keyhole_session_get_us", "redis_get_us",
+"keyhole_cpu_us", "redis_cpu_us", "keyhole_requests", "redis_requests", "calls"}: wall and this
+process's CPU µs per call, each the median over rounds of a round's mean; the requests each server
+was sent (warm-up and setup included, so that the caller can divide the server's CPU time by them). make bench (Scripts/client_bench.py) runs it;
 tests do not (timing belongs to make bench). redis-py comes from PyPI.
 """
 
@@ -22,12 +24,12 @@ ROUNDS = 5
 
 
 def rounds(call, seconds):
-    """Median over ROUNDS of µs per call; and the calls made."""
+    """Medians over ROUNDS of wall and CPU µs per call; and the calls made, warm-up included."""
     for _ in range(200):  # warm up
         call()
-    per_round, total = [], 0
+    per_round, cpu, total = [], [], 200
     for _ in range(ROUNDS):
-        n, start = 0, time.perf_counter()
+        n, start, cpu_start = 0, time.perf_counter(), time.process_time()
         end = start + seconds / ROUNDS
         while True:
             for _ in range(100):
@@ -36,9 +38,10 @@ def rounds(call, seconds):
             now = time.perf_counter()
             if now >= end:
                 break
+        cpu.append((time.process_time() - cpu_start) * 1e6 / n)
         per_round.append((now - start) * 1e6 / n)
         total += n
-    return statistics.median(per_round), total
+    return statistics.median(per_round), statistics.median(cpu), total
 
 
 def main():
@@ -51,11 +54,13 @@ def main():
     token = client.create_session("bench-python")["session"]
     r = redis.Redis(unix_socket_path=options.redis_socket)
     r.set("bench:python", b"v" * 300)
-    kh_us, kh_calls = rounds(lambda: client.get_session(token), options.seconds)
-    redis_us, redis_calls = rounds(lambda: r.get("bench:python"), options.seconds)
+    kh_us, kh_cpu, kh_calls = rounds(lambda: client.get_session(token), options.seconds)
+    redis_us, redis_cpu, redis_calls = rounds(lambda: r.get("bench:python"), options.seconds)
     client.close()
     print(json.dumps({"client": "python", "keyhole_session_get_us": round(kh_us, 2),
-                      "redis_get_us": round(redis_us, 2), "calls": kh_calls + redis_calls}))
+                      "redis_get_us": round(redis_us, 2), "keyhole_cpu_us": round(kh_cpu, 2),
+                      "redis_cpu_us": round(redis_cpu, 2), "keyhole_requests": kh_calls + 1,
+                      "redis_requests": redis_calls + 1, "calls": kh_calls + redis_calls}))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
 # One process, one connection, depth 1: Keyhole's session.get against ruby-redis's GET of a 300-byte
-# value, on the same machine in the same run. Prints one JSON line (median microseconds per call
-# over rounds). Not run by the tests: timing belongs in `make bench`.
+# value, on the same machine in the same run. Prints one JSON line: wall and this process's CPU
+# microseconds per call (medians over rounds), and the requests each server was sent, warm-up and
+# setup included, so that the caller can divide the server's CPU time by them. Not run by the
+# tests: timing belongs in `make bench`.
 #
 #   ruby bench/bench.rb --keyhole SOCKET --redis-socket PATH --seconds S
 #
@@ -25,22 +27,33 @@ abort "usage: bench.rb --keyhole SOCKET --redis-socket PATH --seconds S" unless 
 ROUNDS = 10
 
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+def cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
 
-# Calls the block in rounds of a fixed share of the time; answers [median µs per call, calls].
+def median(values)
+  sorted = values.sort
+  (sorted[(sorted.size - 1) / 2] + sorted[sorted.size / 2]) / 2
+end
+
+# Calls the block in rounds of a fixed share of the time; answers [median µs per call, median CPU
+# µs per call, calls].
 def measure(seconds)
   calls = 0
-  per_call = Array.new(ROUNDS) do
+  wall = []
+  used = []
+  ROUNDS.times do
     n = 0
     started = now
+    cpu_started = cpu
     stop = started + seconds / ROUNDS
     while now < stop
       50.times { yield }
       n += 50
     end
     calls += n
-    (now - started) * 1e6 / n
-  end.sort
-  [per_call[ROUNDS / 2 - 1, 2].sum / 2, calls]
+    used << (cpu - cpu_started) * 1e6 / n
+    wall << (now - started) * 1e6 / n
+  end
+  [median(wall), median(used), calls]
 end
 
 keyhole = Keyhole::Client.new(socket: options[:keyhole])
@@ -52,12 +65,16 @@ redis.set(key, "v" * 300)
 2000.times { keyhole.get_session(token) } # warm-up
 2000.times { redis.get(key) }
 half = options[:seconds] / 2
-keyhole_us, keyhole_calls = measure(half) { keyhole.get_session(token) }
-redis_us, redis_calls = measure(half) { redis.get(key) }
+keyhole_us, keyhole_cpu, keyhole_calls = measure(half) { keyhole.get_session(token) }
+redis_us, redis_cpu, redis_calls = measure(half) { redis.get(key) }
 
 keyhole.revoke_session(session: token)
 redis.del(key)
 keyhole.close
 redis.close
 puts JSON.generate({ "client" => "ruby", "keyhole_session_get_us" => keyhole_us.round(1),
-                     "redis_get_us" => redis_us.round(1), "calls" => keyhole_calls + redis_calls })
+                     "redis_get_us" => redis_us.round(1), "keyhole_cpu_us" => keyhole_cpu.round(1),
+                     "redis_cpu_us" => redis_cpu.round(1),
+                     "keyhole_requests" => keyhole_calls + 2000 + 2, # warm-up, create, revoke
+                     "redis_requests" => redis_calls + 2000 + 2, # warm-up, set, del
+                     "calls" => keyhole_calls + redis_calls })
