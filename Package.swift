@@ -97,6 +97,19 @@ let package = Package(
             ]
         ),
         .target(
+            name: "KeyholeHTTP",
+            dependencies: [
+                "KeyholeServer", "KeyholeStore", "KeyholeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            exclude: ["HTTP.md"]
+        ),
+        .target(
             name: "KeyholeClient",
             dependencies: [
                 "KeyholeProtocol",
@@ -111,6 +124,7 @@ let package = Package(
                 "KeyholeApple",
                 "KeyholeSystemd",
                 "KeyholeServer",
+                "KeyholeHTTP",
                 "KeyholeStore",
                 "KeyholeIssuers",
                 "KeyholeJOSE",
@@ -193,6 +207,13 @@ let package = Package(
                 "KeyholeServer", "KeyholeProtocol", "KeyholeIssuers", "KeyholeJOSE", "KeyholeStore", "KeyholeApple",
                 "KeyholeTestSupport", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "KeyholeHTTPTests",
+            dependencies: [
+                "KeyholeHTTP", "KeyholeServer", "KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(

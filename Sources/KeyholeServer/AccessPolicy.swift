@@ -1,12 +1,14 @@
-/// Who may ask what: operations fall into four groups, and a peer is allowed a set of them from its
+/// Who may ask what: operations fall into four groups on the main socket, and three more name what the
+/// HTTP listener serves (Sources/KeyholeHTTP/HTTP.md); a peer is allowed a set of them from its
 /// credentials. Default deny: an operation of no listed group counts as `admin`, a peer no rule names
 /// gets nothing but `ping`.
 ///
 /// Root and keyholed's own user always get every group (an administrator cannot lock themselves
-/// out). Without `rules`, members of the socket's group get verify, session and signin, which is what
-/// the packaged socket's mode (0660, group keyhole-clients) gives web apps. With `rules`, those rules
-/// alone decide for everyone else: each rule that names the peer's uid, or a group it belongs to,
-/// adds its groups.
+/// out). Without `rules`, members of the socket's group get `defaultGroups`: on the main socket
+/// verify, session and signin, which is what the packaged socket's mode (0660, group
+/// keyhole-clients) gives web apps; on the HTTP socket authz, health and metrics. With `rules`, those
+/// rules alone decide for everyone else: each rule that names the peer's uid, or a group it belongs
+/// to, adds its groups.
 public struct AccessPolicy: Sendable, Equatable {
     /// A group of operations, the unit of permission.
     public enum Group: String, Sendable, CaseIterable {
@@ -19,6 +21,12 @@ public struct AccessPolicy: Sendable, Equatable {
         /// Everything else: user.update, user.delete, admin.*, jwks.refresh, apple.transfer.*,
         /// apple.pending, apple.refresh_check, stats, debug.*.
         case admin
+        /// The HTTP listener's forward-auth, `/authz`.
+        case authz
+        /// The HTTP listener's `/healthz`.
+        case health
+        /// The HTTP listener's `/metrics`.
+        case metrics
     }
 
     /// A set of groups, as one word: checked on every request.
@@ -32,8 +40,10 @@ public struct AccessPolicy: Sendable, Equatable {
         public init(_ groups: some Sequence<Group>) { self.init(rawValue: groups.reduce(0) { $0 | Groups($1).rawValue }) }
         /// Every group.
         public static let all = Groups(Group.allCases)
-        /// What the socket's group gets by default.
+        /// What the main socket's group gets by default.
         public static let clients = Groups([.verify, .session, .signin])
+        /// What the HTTP socket's group gets by default.
+        public static let proxies = Groups([.authz, .health, .metrics])
     }
 
     /// One `[[access]]` rule: the peers it names get `allow`.
@@ -57,8 +67,10 @@ public struct AccessPolicy: Sendable, Equatable {
         }
     }
 
-    /// The configured rules; `nil` for the default (the socket's group gets `Groups.clients`).
+    /// The configured rules; `nil` for the default (the socket's group gets `defaultGroups`).
     public var rules: [Rule]?
+    /// What the socket's group gets when there are no rules.
+    public var defaultGroups: Groups = .clients
     /// The group owning the socket file, when known (set by the server once it listens).
     public var socketGroup: UInt32?
     /// keyholed's own user, which gets every group like root.
@@ -82,8 +94,8 @@ public struct AccessPolicy: Sendable, Equatable {
 
     /// Equal when every member is.
     public static func == (lhs: AccessPolicy, rhs: AccessPolicy) -> Bool {
-        lhs.rules == rhs.rules && lhs.socketGroup == rhs.socketGroup && lhs.serverUser == rhs.serverUser
-            && lhs.overflowIDs == rhs.overflowIDs
+        lhs.rules == rhs.rules && lhs.defaultGroups == rhs.defaultGroups && lhs.socketGroup == rhs.socketGroup
+            && lhs.serverUser == rhs.serverUser && lhs.overflowIDs == rhs.overflowIDs
     }
 
     /// What `peer` may do; nothing (but `ping`) for unknown credentials, the overflow uid's included.
@@ -91,7 +103,7 @@ public struct AccessPolicy: Sendable, Equatable {
         guard let peer, peer.uid != overflowIDs.user else { return [] }
         if peer.uid == 0 || peer.uid == serverUser { return .all }
         guard let rules else {
-            if let socketGroup, socketGroup != overflowIDs.group, peer.isMember(of: socketGroup) { return .clients }
+            if let socketGroup, socketGroup != overflowIDs.group, peer.isMember(of: socketGroup) { return defaultGroups }
             return []
         }
         var allowed: Groups = []

@@ -7,11 +7,11 @@ import NIOCore
 /// were held back (`suppressed`).
 ///
 /// A state machine: the caller passes the time and logs as told.
-struct LogRate {
+package struct LogRate {
     /// Lines per second, per event, once the burst is spent.
-    var linesPerSecond = 10.0
+    package var linesPerSecond = 10.0
     /// Lines an event may log at once after a quiet spell.
-    var burst = 20.0
+    package var burst = 20.0
 
     private struct Entry {
         var bucket: TokenBucket
@@ -20,9 +20,12 @@ struct LogRate {
 
     private var entries: [String: Entry] = [:]
 
+    /// Ten lines a second per event, twenty at once.
+    package init() {}
+
     /// Whether a line of `event` goes to the log at its level now: `nil` when it is held back (and
     /// counted), else how many were held back since the last line that went.
-    mutating func admit(_ event: String, now: NIODeadline) -> Int? {
+    package mutating func admit(_ event: String, now: NIODeadline) -> Int? {
         var entry = entries[event] ?? Entry(bucket: TokenBucket(tokens: burst, at: now))
         let admitted = entry.bucket.take(now: now, rate: linesPerSecond, capacity: burst) == nil
         let heldBack = entry.suppressed

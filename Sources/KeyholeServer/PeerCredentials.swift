@@ -69,7 +69,7 @@ extension PeerCredentials {
 
     /// Reads the credentials of `channel`'s peer; `nil` when the kernel does not give them (then the
     /// connection is treated as a stranger's).
-    static func read(from channel: any Channel) -> EventLoopFuture<PeerCredentials?> {
+    package static func read(from channel: any Channel) -> EventLoopFuture<PeerCredentials?> {
         guard let provider = channel as? any SocketOptionProvider else {
             return channel.eventLoop.makeSucceededFuture(nil)
         }

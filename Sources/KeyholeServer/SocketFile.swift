@@ -7,14 +7,14 @@ import Darwin
 #endif
 
 /// The Unix socket file keyholed listens on: checked before binding, removed after a clean stop.
-struct SocketFile {
-    let path: String
+package struct SocketFile {
+    package let path: String
     /// The inode created by our bind, so that we never remove a file someone else put there since.
     private(set) var inode: ino_t?
     /// The group owning that inode, read with the same lstat: the default policy's clients.
-    private(set) var group: UInt32?
+    package private(set) var group: UInt32?
 
-    init(path: String) { self.path = path }
+    package init(path: String) { self.path = path }
 
     /// `sun_path` holds 108 bytes including the terminating NUL.
     static let maxPathBytes = 107
@@ -22,7 +22,7 @@ struct SocketFile {
     /// Makes the path free for binding: refuses when another process listens there or the file is not a
     /// socket, removes a socket nobody answers on (left behind by a process that died).
     /// Returns `true` when a stale socket was removed.
-    func prepare() throws(ServerError) -> Bool {
+    package func prepare() throws(ServerError) -> Bool {
         guard !path.isEmpty, path.utf8.count <= Self.maxPathBytes else {
             throw .socketPath("socket path must be 1 to \(Self.maxPathBytes) bytes long: \(path)")
         }
@@ -88,7 +88,10 @@ struct SocketFile {
     /// an await. A file another thread creates in that moment gets this umask, which may be wider than
     /// the usual one for the group; every file and directory keyholed creates is opened with mode 0600
     /// or 0700, which no umask widens.
-    mutating func bind(mode: UInt32, backlog: Int) throws(ServerError) -> CInt {
+    ///
+    /// With `group`, the file is given that group before it listens (keyholed's user must be a member,
+    /// or root): a connection is never judged by a group the file had for a moment.
+    package mutating func bind(mode: UInt32, group wanted: UInt32? = nil, backlog: Int) throws(ServerError) -> CInt {
         let fd = Self.makeSocket()
         guard fd >= 0 else { throw .bindFailed(path, "socket: \(String(cString: strerror(errno)))") }
         let failure: Int32 = Self.umaskLock.withLock { _ in
@@ -106,6 +109,17 @@ struct SocketFile {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw .bindFailed(path, "lstat after bind: \(reason)")
+        }
+        if let wanted, UInt32(info.st_gid) != wanted {
+            // The path is ours for this moment (a directory keyholed owns): lchown never follows a
+            // link, and the inode is checked again after it.
+            let inode = info.st_ino
+            guard lchown(path, uid_t.max, gid_t(wanted)) == 0, lstat(path, &info) == 0, info.st_ino == inode else {
+                let reason = String(cString: strerror(errno))
+                close(fd)
+                unlink(path)
+                throw .bindFailed(path, "giving the socket group \(wanted): \(reason)")
+            }
         }
         inode = info.st_ino
         group = UInt32(info.st_gid)
@@ -133,7 +147,7 @@ extension SocketFile {
     /// to a path: read with lstat, and only from a socket file, so that a symlink or another file put
     /// at the path does not lend its group. (The file's inode cannot be checked against the
     /// descriptor: fstat of a socket describes the socket, not the file.)
-    static func group(ofListening descriptor: CInt) -> UInt32? {
+    package static func group(ofListening descriptor: CInt) -> UInt32? {
         var address = sockaddr_un()
         var length = socklen_t(MemoryLayout<sockaddr_un>.size)
         let named = withUnsafeMutablePointer(to: &address) {
@@ -150,7 +164,7 @@ extension SocketFile {
     }
 
     /// Removes the socket file if it is still the one we created.
-    func remove() {
+    package func remove() {
         var info = stat()
         guard let inode, lstat(path, &info) == 0, info.st_ino == inode else { return }
         unlink(path)

@@ -23,12 +23,12 @@ extension DaemonConfiguration {
                 throw section.error("users", "a rule names users, groups or both")
             }
             guard let names = try section.stringArray("allow"), !names.isEmpty else {
-                throw section.error("allow", "is required: the operation groups the rule allows (verify, session, signin, admin)")
+                throw section.error("allow", "is required: the operation groups the rule allows (verify, session, signin, admin; authz, health, metrics on the HTTP listener)")
             }
             var allow: AccessPolicy.Groups = []
             for name in names {
                 guard let group = AccessPolicy.Group(rawValue: name) else {
-                    throw section.error("allow", "'\(name)' is not an operation group: verify, session, signin or admin")
+                    throw section.error("allow", "'\(name)' is not an operation group: verify, session, signin, admin, authz, health or metrics")
                 }
                 allow.insert(AccessPolicy.Groups(group))
             }

@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple"], arrays: ["issuer", "access"])
+        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple", "http"], arrays: ["issuer", "access"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -124,6 +124,7 @@ extension DaemonConfiguration {
         configuration.issuers = try issuers(file)
         configuration.server.access.rules = try accessRules(file)
         configuration.apple = try apple(file, issuers: configuration.issuers)
+        configuration.http = try http(file)
         return configuration
     }
 }

@@ -1,3 +1,4 @@
+import KeyholeHTTP
 import KeyholeIssuers
 import KeyholeProtocol
 import KeyholeServer
@@ -31,6 +32,8 @@ struct DaemonConfiguration {
     var store = Store.Configuration()
     /// Session defaults and limits (`[sessions]`); the issuer names are filled in from `issuers`.
     var sessions = StoreOperations.Configuration()
+    /// The HTTP listener (`[http]`); `nil` without the section: off.
+    var http: HTTPListener.Configuration?
     /// The verified-token cache's size (`[tokens] cache_entries`); 0 turns it off.
     var verifiedTokenCacheEntries = VerifiedTokenCache.defaultCapacity
 

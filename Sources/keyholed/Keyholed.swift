@@ -3,6 +3,7 @@ import NIOPosix
 import ArgumentParser
 import AsyncHTTPClient
 import KeyholeApple
+import KeyholeHTTP
 import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
@@ -68,8 +69,10 @@ struct Keyholed: AsyncParsableCommand {
         }
         // Socket activation: taken (and LISTEN_FDS unset) before any thread starts.
         let adopted: ListenSockets.Adopted?
+        var adoptedHTTP: ListenSockets.Adopted?
         do {
-            adopted = try ListenSockets.take(named: "keyhole")
+            let taken = try ListenSockets.take(named: "keyhole", others: ["http"])
+            (adopted, adoptedHTTP) = (taken.main, taken.others["http"])
         } catch {
             printError("keyholed: \(error)")
             throw ExitCode(78)
@@ -186,6 +189,22 @@ struct Keyholed: AsyncParsableCommand {
             notifier.ready(status: status())
         }
         reloader.serve(server)
+        let http = configuration.http.map { settings in
+            var settings = settings
+            if let adoptedHTTP {
+                settings.socket = .descriptor(adoptedHTTP.descriptor)
+                logger.info("systemd.socket_adopted", metadata: ["socket": "\(adoptedHTTP)"])
+            }
+            return HTTPListener(
+                configuration: settings, store: sessionStore, access: serverConfiguration.access, now: seconds,
+                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, logger: logger)
+        }
+        if let adoptedHTTP, http == nil {
+            // Off unless configured: a socket systemd passed for it is not served.
+            logger.warning("http.socket_not_configured", metadata: ["socket": "\(adoptedHTTP)", "reason": "no [http] section: not served"])
+            close(adoptedHTTP.descriptor)
+        }
+        if let http { reloader.serve(http: http) }
         // The watchdog is stopped last (services stop in reverse order), the status first.
         let watchdog: [ServiceGroupConfiguration.ServiceConfiguration] = (notifier.isEnabled ? notifier.watchdogInterval() : nil).map { interval in
             [.init(service: Watchdog(
@@ -205,6 +224,7 @@ struct Keyholed: AsyncParsableCommand {
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
             ] + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
+            ] + (http.map { [.init(service: $0)] } ?? []) + [
                 .init(service: ReloadSignals(reloader: reloader)),
             ] + systemdStatus,
             gracefulShutdownSignals: [.sigterm, .sigint],

@@ -20,6 +20,7 @@ extension Reloader {
         keep("storage.snapshot_wal_bytes", \.store.snapshotWALBytes)
         keep("storage.commit_on_event_loop", \.store.inlineSyncLimit)
         keep("tokens.cache_entries", \.verifiedTokenCacheEntries)
+        keep("http", \.http)
         keep("jwks", \.keySetCache)
         // [apple]: only the client ids and redirect URIs change live; the keys, the endpoint and the
         // background checks were set up at start-up.

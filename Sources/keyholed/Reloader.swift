@@ -1,3 +1,4 @@
+import KeyholeHTTP
 import KeyholeProtocol
 import KeyholeIssuers
 import KeyholeServer
@@ -50,6 +51,14 @@ final class Reloader: Sendable {
         self.load = load
     }
 
+    /// The HTTP listener, which shares the access rules; set once it exists, if it does.
+    private let http = Mutex<HTTPListener?>(nil)
+
+    /// The HTTP listener whose access rules a reload sets.
+    func serve(http listener: HTTPListener) {
+        http.withLock { $0 = listener }
+    }
+
     /// The server whose limits a reload sets.
     func serve(_ server: KeyholeServer) {
         self.server.withLock { $0 = server }
@@ -98,6 +107,7 @@ final class Reloader: Sendable {
 
         try? server.withLock { server throws(ServerError) in try server?.applyLimits(of: effective.serverConfiguration) }
         server.withLock { $0?.applyAccess(rules: effective.server.access.rules) }
+        http.withLock { $0?.applyAccess(rules: effective.server.access.rules) }
         var sessions = effective.sessions
         sessions.issuers = effective.issuers.map(\.name)
         targets.sessions.replace(sessions)

@@ -1,0 +1,59 @@
+import KeyholeServer
+import NIOCore
+
+extension HTTPListener {
+    /// Where the listener takes connections.
+    public enum Socket: Sendable, Equatable, CustomStringConvertible {
+        /// A Unix socket file the listener creates with `mode` (and `group`, when given).
+        case path(String, mode: UInt32, group: UInt32?)
+        /// A listening Unix socket systemd passed (named `http`).
+        case descriptor(CInt)
+
+        /// `unix:/run/keyhole/http.sock`, or `fd:4`.
+        public var description: String {
+            switch self {
+            case .path(let path, _, _): "unix:\(path)"
+            case .descriptor(let descriptor): "fd:\(descriptor)"
+            }
+        }
+    }
+
+    /// The listener's settings (HTTP.md, "Configuration"); keyholed reads them from `[http]`.
+    public struct Configuration: Sendable, Equatable {
+        /// The Unix socket.
+        public var socket = Socket.path("/run/keyhole/http.sock", mode: 0o660, group: nil)
+        /// A loopback TCP address (host, port), or `nil`.
+        public var listen: (host: String, port: Int)?
+        /// The groups every peer of `listen` gets: TCP carries no credentials.
+        public var listenAllow: AccessPolicy.Groups = AccessPolicy.Groups(.health)
+        /// The session cookie's name.
+        public var cookieName = "kh_session"
+        /// Connections over both listeners; more are answered 503 and closed.
+        public var maxConnections = 1024
+        /// A connection with no request under way for this long is closed.
+        public var idleTimeout = TimeAmount.seconds(60)
+        /// A request head must be in whole this long after its first byte, else 408.
+        public var headTimeout = TimeAmount.seconds(10)
+        /// Connections the kernel queues before they are accepted.
+        public var backlog = 1024
+
+        /// The defaults.
+        public init() {}
+
+        /// Equal when every member is.
+        public static func == (lhs: Configuration, rhs: Configuration) -> Bool {
+            lhs.socket == rhs.socket && lhs.listen?.host == rhs.listen?.host && lhs.listen?.port == rhs.listen?.port
+                && lhs.listenAllow == rhs.listenAllow && lhs.cookieName == rhs.cookieName
+                && lhs.maxConnections == rhs.maxConnections && lhs.idleTimeout == rhs.idleTimeout
+                && lhs.headTimeout == rhs.headTimeout && lhs.backlog == rhs.backlog
+        }
+    }
+
+    /// What `/healthz` says (HTTP.md, "GET /healthz").
+    public enum Health: Sendable, Equatable {
+        /// Serving, storage available.
+        case ok
+        /// The last change could not be written.
+        case storageFailed
+    }
+}

@@ -1,0 +1,233 @@
+import KeyholeServer
+import KeyholeStore
+import Logging
+import NIOCore
+import NIOExtras
+import NIOHTTP1
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+
+/// keyholed's HTTP listener (HTTP.md): forward-auth for reverse proxies at `/authz`, `/healthz` for
+/// load balancers, on a Unix socket of its own and optionally a loopback TCP address. A `Service`:
+/// on graceful shutdown it stops accepting, answers the requests under way, closes every connection
+/// and returns.
+public final class HTTPListener: Service, Sendable {
+    let shared: Shared
+    private let group: any EventLoopGroup
+    private let logger: Logger
+
+    /// A listener on `configuration`, looking sessions up in `store`.
+    ///
+    /// - Parameters:
+    ///   - access: who may ask what (the `[[access]]` rules, shared with the main socket); its
+    ///     `socketGroup` is filled in from the HTTP socket once it listens.
+    ///   - now: the time sessions are judged at, seconds since 1970.
+    ///   - health: what `/healthz` says while the listener serves.
+    public init(
+        configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
+        health: @escaping @Sendable () -> Health, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) {
+        var access = access
+        access.defaultGroups = .proxies
+        access.socketGroup = nil
+        self.shared = Shared(configuration: configuration, store: store, access: access, now: now, health: health)
+        self.group = eventLoopGroup
+        self.logger = logger
+    }
+
+    /// A reload's access rules (`nil`: the default), from each connection's next request on.
+    public func applyAccess(rules: [AccessPolicy.Rule]?) {
+        shared.access.withLock { $0.rules = rules }
+    }
+
+    /// Listens and serves until graceful shutdown.
+    public func run() async throws {
+        let configuration = shared.configuration
+        let quiescing = ServerQuiescingHelper(group: group)
+        var socketFile: SocketFile?
+        var channels: [any Channel] = []
+        do {
+            switch configuration.socket {
+            case .path(let path, let mode, let group):
+                var file = SocketFile(path: path)
+                if try file.prepare() {
+                    logger.notice("http.stale_socket_removed", metadata: ["socket": "\(path)"])
+                }
+                let descriptor = try file.bind(mode: mode, group: group, backlog: configuration.backlog)
+                socketFile = file
+                shared.setSocketGroup(file.group)
+                channels.append(try await adopt(descriptor, quiescing: quiescing, name: path))
+            case .descriptor(let descriptor):
+                shared.setSocketGroup(SocketFile.group(ofListening: descriptor))
+                channels.append(try await adopt(descriptor, quiescing: quiescing, name: "fd:\(descriptor)"))
+            }
+            if let (host, port) = configuration.listen {
+                do {
+                    channels.append(try await bootstrap(quiescing: quiescing, tcp: true).bind(host: host, port: port).get())
+                } catch {
+                    throw ServerError.bindFailed("\(host):\(port)", "\(error)")
+                }
+            }
+        } catch {
+            for channel in channels { try? await channel.close() }
+            socketFile?.remove()
+            throw error
+        }
+        logger.info("http.listening", metadata: [
+            "socket": "\(configuration.socket)", "listen": "\(configuration.listen.map { "\($0.host):\($0.port)" } ?? "none")",
+        ])
+        let drained = group.any().makePromise(of: Void.self)
+        try await withGracefulShutdownHandler {
+            try await drained.futureResult.get()
+        } onGracefulShutdown: { [logger, shared] in
+            logger.info("http.draining")
+            shared.quiescing.store(true, ordering: .relaxed)
+            quiescing.initiateShutdown(promise: drained)
+        }
+        socketFile?.remove()
+        logger.info("http.stopped")
+    }
+
+    private func adopt(_ descriptor: CInt, quiescing: ServerQuiescingHelper, name: String) async throws(ServerError) -> any Channel {
+        do {
+            return try await bootstrap(quiescing: quiescing, tcp: false).withBoundSocket(descriptor).get()
+        } catch {
+            throw ServerError.bindFailed(name, "\(error)")
+        }
+    }
+
+    private func bootstrap(quiescing: ServerQuiescingHelper, tcp: Bool) -> ServerBootstrap {
+        let shared = self.shared
+        let logger = self.logger
+        return ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: Int32(clamping: shared.configuration.backlog))
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(quiescing.makeServerChannelHandler(channel: channel))
+                }
+            }
+            .childChannelOption(.allowRemoteHalfClosure, value: false)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let operations = channel.pipeline.syncOperations
+                    guard shared.openConnection() else {
+                        try operations.addHandler(HTTPRejectHandler())
+                        return
+                    }
+                    channel.closeFuture.whenComplete { _ in shared.closeConnection() }
+                    let configuration = shared.configuration
+                    let timer = HTTPHeadTimer(idleTimeout: configuration.idleTimeout, headTimeout: configuration.headTimeout)
+                    try operations.addHandler(timer)
+                    try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(
+                        leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .drop,
+                        limitConfiguration: Shared.decoderLimits)))
+                    try operations.addHandler(HTTPResponseEncoder(configuration: .init()))
+                    try operations.addHandler(HTTPServerPipelineHandler())
+                    try operations.addHandler(HTTPConnectionHandler(
+                        listener: shared, timer: timer, peer: tcp ? .tcp : .unix(nil), logger: logger))
+                }
+            }
+    }
+}
+
+extension HTTPListener {
+    /// What every connection of the listener shares.
+    final class Shared: Sendable {
+        let configuration: Configuration
+        let access: Mutex<AccessPolicy>
+        let store: Store
+        let now: @Sendable () -> Int64
+        let health: @Sendable () -> Health
+        let quiescing = Atomic(false)
+        private let connections = Atomic(0)
+        private let logRate = Mutex(LogRate())
+
+        /// 16 KiB for the request line and headers together and for any one of them, 100 fields.
+        static let decoderLimits: NIOHTTPDecoderLimitConfiguration = {
+            var limits = NIOHTTPDecoderLimitConfiguration()
+            limits.maxHeaderFieldSize = 16 << 10
+            limits.maxHeaderListSize = 16 << 10
+            limits.maxHeaderFieldCount = 100
+            return limits
+        }()
+
+        init(configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
+             health: @escaping @Sendable () -> Health) {
+            self.configuration = configuration
+            self.access = Mutex(access)
+            self.store = store
+            self.now = now
+            self.health = health
+        }
+
+        var isQuiescing: Bool { quiescing.load(ordering: .relaxed) }
+
+        func setSocketGroup(_ group: UInt32?) {
+            access.withLock { $0.socketGroup = group }
+        }
+
+        func openConnection() -> Bool {
+            connections.wrappingAdd(1, ordering: .relaxed).newValue <= configuration.maxConnections
+                || { connections.wrappingSubtract(1, ordering: .relaxed); return false }()
+        }
+
+        func closeConnection() {
+            connections.wrappingSubtract(1, ordering: .relaxed)
+        }
+
+        /// Looks `token` up as `session.get` does (a use), answering once everything the read could
+        /// have seen is on disk: at once, usually; else from the committer's thread.
+        func lookUp(_ token: String, answer: @escaping @Sendable (ForwardAuth.Found) -> Void) {
+            let store = self.store
+            let time = now()
+            // The completion may run before `observing` returns the value, or after, on another
+            // thread: whichever of the two comes second answers.
+            let meeting = Mutex<(read: (Session, User?)??, durable: Result<Void, StoreError>?)>((nil, nil))
+            let deliver: @Sendable ((Session, User?)?, Result<Void, StoreError>) -> Void = { read, durable in
+                switch (durable, read) {
+                case (.failure, _): answer(.unavailable)
+                case (.success, let (session, user)?): answer(.session(session, user))
+                case (.success, nil): answer(.none)
+                }
+            }
+            let read = store.observing({ store.session(token: token, now: time) }, completion: { durable in
+                let read = meeting.withLock { meeting -> (Session, User?)?? in
+                    meeting.durable = durable
+                    return meeting.read
+                }
+                if let read { deliver(read, durable) }
+            })
+            let durable = meeting.withLock { meeting -> Result<Void, StoreError>? in
+                meeting.read = .some(read.map { ($0.session, $0.user) })
+                return meeting.durable
+            }
+            if let durable { deliver(read.map { ($0.session, $0.user) }, durable) }
+        }
+
+        /// `/healthz`'s answer now.
+        func healthAnswer() -> HTTPAnswer {
+            if isQuiescing { return .json(.serviceUnavailable, #"{"reason":"shutting_down","status":"unavailable"}"#) }
+            switch health() {
+            case .ok: return .json(.ok, #"{"status":"ok"}"#)
+            case .storageFailed: return .json(.serviceUnavailable, #"{"reason":"storage","status":"unavailable"}"#)
+            }
+        }
+
+        /// A refused request, in the log at warning at most ten times a second.
+        func logRefusal(peer: HTTPConnectionHandler.Peer, path: Substring, logger: Logger) {
+            let heldBack = logRate.withLock { $0.admit("http.denied", now: .now()) }
+            var metadata: Logger.Metadata = ["path": "\(path)"]
+            switch peer {
+            case .unix(let credentials?): metadata["peer_uid"] = "\(credentials.uid)"
+            case .unix(nil): metadata["peer"] = "unknown"
+            case .tcp: metadata["peer"] = "tcp"
+            }
+            guard let heldBack else { return logger.debug("http.denied", metadata: metadata) }
+            if heldBack > 0 { metadata["suppressed"] = "\(heldBack)" }
+            logger.warning("http.denied", metadata: metadata)
+        }
+    }
+}
