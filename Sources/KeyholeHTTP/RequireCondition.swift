@@ -39,11 +39,14 @@ struct RequireCondition: Equatable, Sendable {
             guard (1...maxKeyBytes).contains(key.count), key.allSatisfy(isKeyByte) else {
                 throw Refusal(message: "a require key must be 1 to \(maxKeyBytes) of A-Z a-z 0-9 _ . -")
             }
-            let value = colon.map { decoded[decoded.index(after: $0)...] }
-            guard let text = value.map({ String(validating: $0, as: UTF8.self) }) ?? .some(nil) else {
-                throw Refusal(message: "a require value that is not UTF-8")
+            var value: String?
+            if let colon {
+                guard let text = String(validating: decoded[decoded.index(after: colon)...], as: UTF8.self) else {
+                    throw Refusal(message: "a require value that is not UTF-8")
+                }
+                value = text
             }
-            conditions.append(RequireCondition(key: String(decoding: key, as: UTF8.self), value: text))
+            conditions.append(RequireCondition(key: String(decoding: key, as: UTF8.self), value: value))
         }
         return conditions
     }

@@ -35,7 +35,40 @@ package final class RawConnection: @unchecked Sendable {
         }
     }
 
+    /// A connection to `127.0.0.1:port` (TCP), with the same timeouts.
+    package init(loopbackPort port: Int, receiveTimeoutSeconds: Int = 15) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }
+        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = in_addr_t(UInt32(0x7F00_0001).bigEndian)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            let error = errno
+            close(fd)
+            throw Failure(description: "connect 127.0.0.1:\(port): \(String(cString: strerror(error)))")
+        }
+    }
+
     deinit { close(fd) }
+
+    /// What one recv(2) returns, up to `limit` bytes: empty at the end of the stream (or a reset).
+    package func receiveSome(limit: Int = 65_536) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: limit)
+        while true {
+            let received = bytes.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if received >= 0 { return Array(bytes.prefix(received)) }
+            if errno == EINTR { continue }
+            if errno == ECONNRESET { return [] }
+            throw Failure(description: "recv: \(String(cString: strerror(errno)))")
+        }
+    }
 
     package func send(_ bytes: [UInt8]) throws {
         var offset = 0
