@@ -236,7 +236,27 @@ def fill(text, replacements, name):
     return text
 
 
-class Nginx:
+class Proxy:
+    """A proxy child process with its files in self.dir."""
+
+    dir = None
+    proc = None
+
+    def logs(self):
+        """Everything the proxy wrote in its directory (logs), for a look for tokens."""
+        texts = []
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if os.path.isfile(path) and not name.endswith(".conf") and name != "Caddyfile":
+                texts.append(f"--- {name}\n{read_text(path)}")
+        return "\n".join(texts)
+
+    def stop(self):
+        stop_process(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Nginx(Proxy):
     """nginx in the foreground, one process, with packaging/proxies/nginx.conf filled in and included."""
 
     name = "nginx"
@@ -286,12 +306,8 @@ http {{
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         wait_until(connect_tcp(self.port), self.proc, "nginx", self.error_log)
 
-    def stop(self):
-        stop_process(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
-
-class Caddy:
+class Caddy(Proxy):
     """`caddy run` with packaging/proxies/Caddyfile filled in, behind a test-only global block."""
 
     name = "caddy"
@@ -324,7 +340,3 @@ class Caddy:
             self.proc = subprocess.Popen(["caddy", "run", "--config", self.conf, "--adapter", "caddyfile"],
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         wait_until(connect_tcp(self.port), self.proc, "caddy", self.log)
-
-    def stop(self):
-        stop_process(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
