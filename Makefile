@@ -10,6 +10,8 @@ CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit 
   php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
 # The clients' benchmarks: the same language's Redis client, and Redis.
 BENCH_APT_PACKAGES := redis-server node-redis php-redis ruby-redis
+# Reverse proxies run by the forward-auth tests (Tests/proxies); their system services are not needed.
+PROXY_APT_PACKAGES := nginx caddy
 GO_ENV := GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
 KEYHOLED_DEBUG := $(CURDIR)/.build/debug/keyholed
 # Fuzzing and sanitizers: each build has its own scratch path, so none disturbs .build.
@@ -28,7 +30,7 @@ SANITIZER_JOBS ?= -j 1
 # tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps deps-clients build build-debug run test test-python test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
+.PHONY: all deps deps-clients build build-debug run test test-python test-proxies test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
 
 all: build
 
@@ -83,13 +85,22 @@ run: build
 
 ## test: every test: each language client's suite with its own runner against a real keyholed
 ## (Python, Node.js, PHP, Ruby, Go), make bench's judging (Scripts/test_bench.py), then the Swift suites.
-test: build-debug test-python test-clients test-swift
+test: build-debug test-python test-proxies test-clients test-swift
 
 test-python: build-debug
 	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Protocol/clients/python -v
 	python3 -m unittest discover -s Scripts -v
 
 ## test-clients: the Node.js, PHP, Ruby and Go clients' suites (installs their toolchains when missing).
+## test-proxies: keyholed's forward-auth behind a real nginx and Caddy with the snippets in
+## packaging/proxies/ (installs nginx and caddy from Debian when missing).
+test-proxies: build-debug
+	@command -v nginx >/dev/null 2>&1 && command -v caddy >/dev/null 2>&1 || { \
+	  $(call apt_install,$(PROXY_APT_PACKAGES)); \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  $$sudo systemctl disable --now nginx caddy >/dev/null 2>&1 || true; }
+	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Tests/proxies -v
+
 test-clients: test-node test-php test-ruby test-go
 
 test-node: build-debug deps-clients
