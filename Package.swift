@@ -24,6 +24,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(
@@ -52,6 +54,7 @@ let package = Package(
             name: "KeyholeIssuers",
             dependencies: [
                 "KeyholeJOSE", "KeyholeProtocol", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -62,6 +65,7 @@ let package = Package(
             name: "KeyholeStore",
             dependencies: [
                 "KeyholeJOSE", "KeyholeProtocol",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -94,7 +98,16 @@ let package = Package(
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
+        ),
+        .target(
+            name: "KeyholeMetrics",
+            dependencies: [
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            exclude: ["METRICS.md"]
         ),
         .target(
             name: "KeyholeHTTP",
@@ -106,6 +119,7 @@ let package = Package(
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             exclude: ["HTTP.md"]
         ),
@@ -125,6 +139,8 @@ let package = Package(
                 "KeyholeSystemd",
                 "KeyholeServer",
                 "KeyholeHTTP",
+                "KeyholeMetrics",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 "KeyholeStore",
                 "KeyholeIssuers",
                 "KeyholeJOSE",

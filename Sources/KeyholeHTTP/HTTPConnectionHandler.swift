@@ -95,12 +95,13 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         }
         guard allowed().contains(AccessPolicy.Groups(group)) else {
             listener.logRefusal(peer: peer, path: path, logger: logger)
+            if group == .authz { listener.answers.denied.increment() }
             return write(group == .authz ? .authz(.forbidden) : HTTPAnswer(.forbidden), context: context)
         }
         switch group {
         case .authz: authorize(query: query, headers: head.headers, context: context)
         case .health: write(listener.healthAnswer(), context: context)
-        default: write(HTTPAnswer(.notFound), context: context)
+        default: write(listener.metricsAnswer(), context: context)
         }
     }
 
@@ -114,7 +115,9 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
     private func authorize(query: Substring?, headers: HTTPHeaders, context: ChannelHandlerContext) {
         switch ForwardAuth.ask(query: query, headers: headers, cookieName: listener.configuration.cookieName) {
         case .answer(let status):
-            write(ForwardAuth.answer(status), context: context)
+            let answer = ForwardAuth.answer(status)
+            listener.answers.count(answer.status)
+            write(answer, context: context)
         case .lookUp(let token, let conditions):
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let loop = context.eventLoop
@@ -122,6 +125,7 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
                 let deliver: @Sendable () -> Void = {
                     let (handler, context) = bound.value
                     let (answer, refusal) = ForwardAuth.answer(found, conditions: conditions)
+                    handler.listener.answers.count(answer.status)
                     if let refusal {
                         handler.logger.warning("http.authz_header_too_long", metadata: ["header": "\(refusal)"])
                     }

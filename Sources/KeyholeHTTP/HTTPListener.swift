@@ -24,15 +24,16 @@ public final class HTTPListener: Service, Sendable {
     ///     `socketGroup` is filled in from the HTTP socket once it listens.
     ///   - now: the time sessions are judged at, seconds since 1970.
     ///   - health: what `/healthz` says while the listener serves.
+    ///   - metrics: the text `/metrics` answers (Prometheus format); `nil`: 404.
     public init(
         configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
-        health: @escaping @Sendable () -> Health, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        logger: Logger
+        health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)? = nil,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger
     ) {
         var access = access
         access.defaultGroups = .proxies
         access.socketGroup = nil
-        self.shared = Shared(configuration: configuration, store: store, access: access, now: now, health: health)
+        self.shared = Shared(configuration: configuration, store: store, access: access, now: now, health: health, metrics: metrics)
         self.group = eventLoopGroup
         self.logger = logger
     }
@@ -141,6 +142,8 @@ extension HTTPListener {
         let store: Store
         let now: @Sendable () -> Int64
         let health: @Sendable () -> Health
+        let metrics: (@Sendable () -> String)?
+        let answers = AuthzAnswers()
         let quiescing = Atomic(false)
         private let connections = Atomic(0)
         private let logRate = Mutex(LogRate())
@@ -155,12 +158,13 @@ extension HTTPListener {
         }()
 
         init(configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
-             health: @escaping @Sendable () -> Health) {
+             health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)?) {
             self.configuration = configuration
             self.access = Mutex(access)
             self.store = store
             self.now = now
             self.health = health
+            self.metrics = metrics
         }
 
         var isQuiescing: Bool { quiescing.load(ordering: .relaxed) }
@@ -205,6 +209,12 @@ extension HTTPListener {
                 return meeting.durable
             }
             if let durable { deliver(read.map { ($0.session, $0.user) }, durable) }
+        }
+
+        /// `/metrics`' answer now.
+        func metricsAnswer() -> HTTPAnswer {
+            guard let metrics else { return HTTPAnswer(.notFound) }
+            return HTTPAnswer(.ok, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: metrics())
         }
 
         /// `/healthz`'s answer now.

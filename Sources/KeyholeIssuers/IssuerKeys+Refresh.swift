@@ -1,3 +1,4 @@
+import CoreMetrics
 import KeyholeJOSE
 import KeyholeProtocol
 import Logging
@@ -71,6 +72,8 @@ extension IssuerKeys {
             return failed(error.description, reason: reason, logger: logger)
         }
 
+        // Fetches are rare: the handle is looked up each time rather than kept.
+        Counter(label: "keyholed_key_set_fetches_total", dimensions: [("issuer", configuration.name), ("result", "ok")]).increment()
         let now = clock.now()
         let (action, inUse, expiresAt, waiters, listeners, before) = state.withLock { state in
             let before = state.cache.keys.map { Set($0.keys.map { $0.kid ?? "" }) }
@@ -112,6 +115,7 @@ extension IssuerKeys {
     }
 
     private func failed(_ message: String, reason: KeySetCacheState.FetchReason, logger: Logger) -> KeySetCacheState.Action {
+        Counter(label: "keyholed_key_set_fetches_total", dimensions: [("issuer", configuration.name), ("result", "error")]).increment()
         let now = clock.now()
         let (action, waiters, hasKeys) = state.withLock { state in
             // Discovery runs again before the next attempt: the issuer may have moved its keys.

@@ -106,14 +106,31 @@ public struct IssuerRegistry: Sendable {
     public func attempt(
         token: String, issuer: String?, audience: String?, nonce: String?, now: Double
     ) throws(ProtocolError) -> Attempt {
+        var routed: String?
+        do {
+            let outcome = try attemptUncounted(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed)
+            if case .verified(let verification) = outcome { VerificationMetrics.shared.count(issuer: verification.issuer, code: nil) }
+            return outcome
+        } catch {
+            VerificationMetrics.shared.count(issuer: routed, code: error.code)
+            throw error
+        }
+    }
+
+    /// `attempt`, without the count; `routed` is the issuer the token went to, once known.
+    private func attemptUncounted(
+        token: String, issuer: String?, audience: String?, nonce: String?, now: Double, routed: inout String?
+    ) throws(ProtocolError) -> Attempt {
         var digest: SHA256.Digest?
         let entries = directory.issuers
         // Without a digest (libcrypto failed), the cache is skipped, never consulted with a wrong key.
         if let cache, token.utf8.count <= CompactJWS.maximumLength, let key = SHA256.digest(utf8: token) {
             digest = key
-            if let hit = try cached(key, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now) {
+            if let hit = try cached(key, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed) {
+                VerificationMetrics.shared.cacheHits.increment()
                 return .verified(hit)
             }
+            VerificationMetrics.shared.cacheMisses.increment()
         }
         let jws: CompactJWS
         do {
@@ -124,6 +141,7 @@ public struct IssuerRegistry: Sendable {
         // The payload is parsed once: to route by its iss, and then for the claims checks.
         let claims = Self.claims(jws)
         let keys = try Self.route(entries, issuer: issuer, claims: claims)
+        routed = keys.configuration.name
         guard let verifier = keys.verifier() else {
             let error = Self.keysUnavailable(keys)
             guard keys.fetchMayHelp() else { throw error }
@@ -185,6 +203,8 @@ public struct IssuerRegistry: Sendable {
             guard outcome == .succeeded else { break }
             round += 1
         } while round < 2
+        // An unknown key after the fetches: counted here, since `attempt` counted no outcome.
+        VerificationMetrics.shared.count(issuer: keys.configuration.name, code: failure.code)
         throw failure
     }
 
@@ -192,12 +212,13 @@ public struct IssuerRegistry: Sendable {
     /// request's and the clock's checks.
     private func cached(
         _ digest: SHA256.Digest, in cache: VerifiedTokenCache, entries: [IssuerKeys], issuer: String?, audience: String?,
-        nonce: String?, now: Double
+        nonce: String?, now: Double, routed: inout String?
     ) throws(ProtocolError) -> Verification? {
-        guard let hit = cache.entry(for: digest, now: now), issuer.map { ExactString.equal($0, hit.issuer) } ?? true,
+        guard let hit = cache.entry(for: digest, now: now), issuer.map({ ExactString.equal($0, hit.issuer) }) ?? true,
             let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial,
             let verifier = keys.verifier(), verifier.signatures.keys.contains(hit.key)
         else { return nil }
+        routed = hit.issuer
         do {
             try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
         } catch {

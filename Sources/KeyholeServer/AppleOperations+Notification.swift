@@ -38,6 +38,7 @@ extension AppleOperations {
                 throw ProtocolError(code: .tokenClaimInvalid, message: "the notification has no integer iat")
             }
             let event = try Self.event(signed.claims["events"])
+            SessionMetrics.notification(event.type)
             var answer: [String: JSONValue] = ["type": .string(event.type), "sub": .string(event.sub), "applied": false, "duplicate": false]
             // Claimed before it is applied, so that two deliveries at once apply it once; given back
             // when applying fails, so that Apple's retry applies it.
@@ -160,6 +161,7 @@ extension AppleOperations {
                     }
                 }
                 if changed?.applied == true {
+                    SessionMetrics.revoked(changed?.sessions ?? 0, SessionMetrics.consentRevoked)
                     logger.notice("apple.consent_revoked", metadata: [
                         "sub": "\(event.sub)", "on_revoked": "\(configuration.onRevoked.rawValue)",
                         "sessions_revoked": "\(changed?.sessions ?? 0)", "trigger": "notification", "audit": "true",

@@ -87,6 +87,7 @@ extension AppleOperations {
             let created = try await StoreCommit.awaiting { done throws(StoreError) in
                 try store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data, completion: done)
             }
+            SessionMetrics.created.increment()
             var user = upsert.user
             user.lastLoginAt = max(user.lastLoginAt ?? time, time)
             return [

@@ -183,6 +183,7 @@ public final class AppleRefreshChecks: Service, Sendable {
             return .noToken
         }
         let sessions = changed.sessions
+        SessionMetrics.revoked(sessions, SessionMetrics.consentRevoked)
         state.withLock { state in
             state.checks += 1
             state.consentRevoked += 1
@@ -214,6 +215,12 @@ public final class AppleRefreshChecks: Service, Sendable {
         } onGracefulShutdown: {
             self.doorbell.ring()
         }
+    }
+
+    /// Checks completed with the grant still valid (or gone), with consent found withdrawn, and
+    /// checks that failed, since start: for the metrics.
+    public var figures: (ok: Int, consentRevoked: Int, failures: Int) {
+        state.withLock { ($0.checks - $0.consentRevoked, $0.consentRevoked, $0.failures) }
     }
 
     /// The `refresh_checks` figures of `stats.apple`.

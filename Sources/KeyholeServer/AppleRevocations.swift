@@ -211,6 +211,12 @@ extension AppleRevocations {
     }
 
     /// The `revocations` figures of `stats.apple`.
+    /// Revocations owed now, sent since start, and attempts that failed since start: for the metrics.
+    public var figures: (pending: Int, done: Int, failures: Int) {
+        let pending = store.outbox(kind: Self.kind).count
+        return state.withLock { (pending, $0.revoked, $0.failures) }
+    }
+
     var statistics: [String: JSONValue] {
         let pending = store.outbox(kind: Self.kind).count
         return state.withLock { state in

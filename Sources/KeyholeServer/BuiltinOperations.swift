@@ -8,7 +8,8 @@ import Darwin
 
 /// The operations every keyholed offers (PROTOCOL.md section 7).
 enum BuiltinOperations {
-    static func standard(stats: ServerStats) -> [String: Operation] {
+    /// `metrics`: the Prometheus text `stats` answers with `{"format": "prometheus"}`; `nil`: none.
+    static func standard(stats: ServerStats, metrics: (@Sendable () -> String)?) -> [String: Operation] {
         [
             "ping": .sync { request, _ throws(ProtocolError) in
                 try Arguments(request).finish()
@@ -19,8 +20,16 @@ enum BuiltinOperations {
                 ]
             },
             "stats": .sync { request, _ throws(ProtocolError) in
-                try Arguments(request).finish()
-                return stats.snapshot
+                var arguments = Arguments(request)
+                let format = try arguments.string("format", maxBytes: 16)
+                try arguments.finish()
+                switch format {
+                case nil, "json"?: return stats.snapshot
+                case "prometheus"?:
+                    guard let metrics else { throw .badRequest("this keyholed exports no metrics") }
+                    return ["prometheus": .string(metrics())]
+                default: throw .badRequest("'format' must be \"json\" or \"prometheus\"")
+                }
             },
         ]
     }

@@ -13,6 +13,7 @@ extension ConnectionHandler {
             return
         }
         core.stats.rejectedConnections.add()
+        core.metrics.refusedOverUIDMax.increment()
         noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])
         let error = ProtocolError.overloaded(
             "uid \(peer.uid) has \(limit) connections open, its limit ([server] max_connections_per_uid)", retryAfterMs: 1000)
@@ -66,6 +67,7 @@ extension ConnectionHandler {
     func cutSlowReader(context: ChannelHandlerContext) {
         let unsent = unsentBytes(context: context)
         core.stats.slowReaders.add()
+        core.metrics.slowReaders.increment()
         noteLimited("connection.slow_reader", ["unsent_bytes": "\(unsent)", "limit": "\(maxUnsentBytes)", "audit": "true"])
         machine.closed()
         closing = true

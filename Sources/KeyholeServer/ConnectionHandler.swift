@@ -210,21 +210,32 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return frames
     }
 
-    /// The response, or `nil` when an asynchronous operation will answer later.
+    /// The response, or `nil` when an asynchronous operation will answer later. Every answer is
+    /// counted in the metrics under its operation, with its time from `started`.
     private func respond(to frame: ByteBuffer, context: ChannelHandlerContext) -> Response? {
+        let started = NIODeadline.now()
         let request: Request
         do {
             request = try Request.parse(frame)
         } catch {
+            core.metrics.unknown.record(error.error.code, since: started)
             return Response(id: error.id, outcome: .failure(error.error))
         }
         // With the connection's peer_uid and peer_pid; the op as sent may be anything, so it is cut short.
         logger.debug("request", metadata: ["op": "\(request.op.prefix(64))"])
+        guard let entry = core.operations[request.op] else {
+            let refusal = requestsPerSecond > 0 ? rateRefusal() : nil
+            core.metrics.unknown.record(refusal?.code ?? .unknownOp, since: started)
+            return Response(id: request.id, outcome: .failure(refusal ?? .unknownOp(request.op)))
+        }
+        guard let response = respond(to: request, entry: entry, started: started, context: context) else { return nil }
+        entry.metrics.record(response, since: started)
+        return response
+    }
+
+    private func respond(to request: Request, entry: ServerCore.Entry, started: NIODeadline, context: ChannelHandlerContext) -> Response? {
         if requestsPerSecond > 0, let refusal = rateRefusal() {
             return Response(id: request.id, outcome: .failure(refusal))
-        }
-        guard let entry = core.operations[request.op] else {
-            return Response(id: request.id, outcome: .failure(.unknownOp(request.op)))
         }
         entry.counter.add()
         if !entry.requires.isEmpty, let refusal = refusal(of: request.op, requiring: entry.requires) {
@@ -239,7 +250,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 return Response(id: request.id, outcome: .failure(error))
             }
         case .async(let body):
-            startTask(request: request, context: context) { () async throws(ProtocolError) in
+            startTask(request: request, metrics: entry.metrics, started: started, context: context) { () async throws(ProtocolError) in
                 try await body(request, requestContext)
             }
             return nil
@@ -251,10 +262,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 case .encoded(let result):
                     return Response.encoded(id: request.id, result: result)
                 case .later(let work):
-                    startTask(request: request, context: context, work)
+                    startTask(request: request, metrics: entry.metrics, started: started, context: context, work)
                     return nil
                 case .pending(let pending):
-                    wait(for: pending, id: request.id, context: context)
+                    wait(for: pending, id: request.id, metrics: entry.metrics, started: started, context: context)
                     return nil
                 }
             } catch {
@@ -285,7 +296,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// Runs `work` in a task that answers `request` on the event loop when done.
     private func startTask(
-        request: Request, context: ChannelHandlerContext,
+        request: Request, metrics: ServerMetrics.Operation, started: NIODeadline, context: ChannelHandlerContext,
         _ work: @escaping @Sendable () async throws(ProtocolError) -> [String: JSONValue]
     ) {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -300,19 +311,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 outcome = .failure(error)
             }
             let response = Response(id: request.id, outcome: outcome)
+            metrics.record(response, since: started)
             eventLoop.execute { loopBound.value.finishAsync(response, taskID: taskID) }
         }
     }
 
     /// Answers request `id` when `pending` completes, on this connection's event loop.
-    private func wait(for pending: PendingAnswer, id: RequestID?, context: ChannelHandlerContext) {
+    private func wait(
+        for pending: PendingAnswer, id: RequestID?, metrics: ServerMetrics.Operation, started: NIODeadline, context: ChannelHandlerContext
+    ) {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
         pending.whenComplete(on: delivery(context: context)) { outcome in
+            let response: Response
             switch outcome {
-            case .success(.object(let result)): loopBound.value.finishPending(Response(id: id, outcome: .success(result)))
-            case .success(.encoded(let result)): loopBound.value.finishPending(.encoded(id: id, result: result))
-            case .failure(let error): loopBound.value.finishPending(Response(id: id, outcome: .failure(error)))
+            case .success(.object(let result)): response = Response(id: id, outcome: .success(result))
+            case .success(.encoded(let result)): response = .encoded(id: id, result: result)
+            case .failure(let error): response = Response(id: id, outcome: .failure(error))
             }
+            metrics.record(response, since: started)
+            loopBound.value.finishPending(response)
         }
     }
 
@@ -394,6 +411,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     // MARK: Ending
 
     private func failFraming(_ error: ProtocolError, context: ChannelHandlerContext) {
+        core.metrics.frameErrors.increment()
         noteLimited("connection.bad_frame", ["code": "\(error.code)"])
         // The error answers no request, so it takes no in-flight slot.
         write(Response(id: nil, outcome: .failure(error)), context: context)

@@ -4,6 +4,7 @@ import NIOCore
 import NIOExtras
 import NIOPosix
 import ServiceLifecycle
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -25,16 +26,18 @@ public final class KeyholeServer: Service, Sendable {
     ///
     /// - Parameters:
     ///   - statistics: members added to the `stats` result.
+    ///   - metrics: the Prometheus text `stats` gives with `{"format": "prometheus"}`.
     ///   - onListening: called once the socket accepts connections (readiness notification).
     public init(
         configuration: Configuration,
         operations: [String: Operation] = [:],
         statistics: @escaping @Sendable () -> [String: JSONValue] = { [:] },
+        metrics: (@Sendable () -> String)? = nil,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
-        self.core = ServerCore(configuration: configuration, operations: operations, statistics: statistics)
+        self.core = ServerCore(configuration: configuration, operations: operations, statistics: statistics, metrics: metrics)
         self.group = eventLoopGroup
         self.logger = logger
         self.onListening = onListening
@@ -42,6 +45,9 @@ public final class KeyholeServer: Service, Sendable {
 
     /// The server's counters.
     public var stats: ServerStats { core.stats }
+
+    /// Connections open now.
+    public var openConnections: Int { core.stats.openConnections.load(ordering: .relaxed) }
 
     /// A reload's new limits (frame size, connections, in-flight requests, timeouts) for the
     /// connections accepted from now on; open ones keep theirs. Where it listens, the backlog and the
@@ -150,9 +156,11 @@ public final class KeyholeServer: Service, Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let limits = core.limits.current
                     guard core.stats.openConnection(limit: limits.maxConnections) else {
+                        core.metrics.refusedOverMax.increment()
                         try channel.pipeline.syncOperations.addHandler(RejectHandler(stats: core.stats))
                         return
                     }
+                    core.metrics.accepted.increment()
                     channel.closeFuture.whenComplete { _ in core.stats.closeConnection() }
                     try channel.pipeline.syncOperations.addHandler(ConnectionHandler(core: core, limits: limits, logger: logger))
                 }

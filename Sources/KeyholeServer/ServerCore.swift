@@ -9,6 +9,7 @@ final class ServerCore: Sendable {
         let counter: ServerStats.Counter
         /// The groups of which one must be allowed (`AccessPolicy.Groups`); empty for `ping`.
         let requires: AccessPolicy.Groups
+        let metrics: ServerMetrics.Operation
     }
 
     /// As the server started: where it listens, its backlog and its operations never change.
@@ -17,6 +18,7 @@ final class ServerCore: Sendable {
     let limits: Reloadable<KeyholeServer.Configuration>
     let operations: [String: Entry]
     let stats: ServerStats
+    let metrics = ServerMetrics()
     /// Who may ask what (a reload may replace the rules).
     let access: AccessControl
     /// Where a connection's peer credentials come from: the kernel, or a test's.
@@ -31,7 +33,7 @@ final class ServerCore: Sendable {
     /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
     init(
         configuration: KeyholeServer.Configuration, operations extra: [String: Operation],
-        statistics: @escaping @Sendable () -> [String: JSONValue] = { [:] }
+        statistics: @escaping @Sendable () -> [String: JSONValue] = { [:] }, metrics: (@Sendable () -> String)? = nil
     ) {
         var all = extra
         if configuration.enableDebugOperations {
@@ -39,7 +41,7 @@ final class ServerCore: Sendable {
         }
         let names = Set(all.keys).union(["ping", "stats"])
         let stats = ServerStats(operations: names, extra: statistics)
-        all.merge(BuiltinOperations.standard(stats: stats)) { _, builtin in builtin }
+        all.merge(BuiltinOperations.standard(stats: stats, metrics: metrics)) { _, builtin in builtin }
         self.configuration = configuration
         self.limits = Reloadable(configuration)
         self.stats = stats
@@ -47,7 +49,9 @@ final class ServerCore: Sendable {
         self.credentials = configuration.credentialSource ?? PeerCredentials.read(from:)
         self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
             let requires = AccessPolicy.group(of: name).map(AccessPolicy.Groups.init) ?? []
-            return (name, Entry(operation: operation, counter: stats.requestCounter(for: name)!, requires: requires))
+            return (name, Entry(
+                operation: operation, counter: stats.requestCounter(for: name)!, requires: requires,
+                metrics: ServerMetrics.Operation(op: name)))
         })
     }
 

@@ -16,7 +16,8 @@ extension StoreOperations {
                 return try StoreCommit.run { done throws(StoreError) in
                     try store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data, completion: done)
                 } answer: { created in
-                    .encoded(encodeCreated(token: created.token, session: created.session))
+                    SessionMetrics.created.increment()
+                    return .encoded(encodeCreated(token: created.token, session: created.session))
                 }
             },
             "session.get": .deferrable { request, _ throws(ProtocolError) in
@@ -45,7 +46,8 @@ extension StoreOperations {
                     }
                     return try store.revokeSession(id: id, now: time, completion: done)
                 } answer: { revoked in
-                    .object(["revoked": .bool(revoked)])
+                    SessionMetrics.revoked(revoked ? 1 : 0, SessionMetrics.revoked)
+                    return .object(["revoked": .bool(revoked)])
                 }
             },
             "session.revoke_all": .deferrable { request, _ throws(ProtocolError) in
@@ -56,7 +58,8 @@ extension StoreOperations {
                 return try StoreCommit.run { done throws(StoreError) in
                     try store.revokeSessions(of: principal, now: time, completion: done)
                 } answer: { count in
-                    .object(["revoked": .int(Int64(count))])
+                    SessionMetrics.revoked(count, SessionMetrics.revokedAll)
+                    return .object(["revoked": .int(Int64(count))])
                 }
             },
             "session.list": .deferrable { request, _ throws(ProtocolError) in

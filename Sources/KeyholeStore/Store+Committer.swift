@@ -98,9 +98,11 @@ extension Store {
             switch step {
             case .write(let batch):
                 do throws(StoreError) {
+                    let started = ContinuousClock.now
                     try writer.append(framed: &scratch.bytes, count: batch.count)
                     if configuration.durability == .always {
                         try writer.sync()
+                        StoreMetrics.record(StoreMetrics.syncDuration, since: started)
                         lastSync = ContinuousClock.now
                     } else {
                         unsynced = true

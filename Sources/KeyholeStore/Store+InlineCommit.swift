@@ -37,6 +37,7 @@ extension Store {
             writerLock.unlock()
             return
         }
+        let writing = ContinuousClock.now
         do throws(StoreError) {
             try writer.append(framed: &scratch.bytes, count: batch.count)
             try writer.sync()
@@ -51,6 +52,7 @@ extension Store {
             return
         }
         let finished = ContinuousClock.now
+        StoreMetrics.record(StoreMetrics.syncDuration, since: writing)
         let (signal, slow, observers) = state.withLock { state -> (Bool, (logger: Logger?, average: Double)?, [Completion]) in
             state.committerBusySince = nil
             state.countWritten(batch.count, bytes: scratch.bytes.count, synced: true)

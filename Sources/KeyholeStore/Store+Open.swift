@@ -36,6 +36,7 @@ extension Store {
     public static func open(
         stateDirectory: String, configuration: Configuration = Configuration(), repair: Bool = false, now: Int64
     ) throws(StoreError) -> (Store, OpenReport) {
+        StoreMetrics.register()
         let lock = try StateDirectoryLock(stateDirectory: stateDirectory)
         let directory = WALDirectory(stateDirectory: stateDirectory, syncDirectory: configuration.syncDirectory)
         let snapshots = SnapshotDirectory(stateDirectory: stateDirectory, syncDirectory: configuration.syncDirectory)

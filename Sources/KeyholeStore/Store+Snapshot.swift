@@ -127,6 +127,7 @@ extension Store {
             startLSN: cut.firstLSN, sessions: Int(writer.sessions), users: writer.users, bytes: size,
             walBytesRemoved: removed, createdAt: now, milliseconds: Self.microseconds(ContinuousClock.now - started) / 1000,
             longestPauseMicroseconds: Self.microseconds(longestPause))
+        StoreMetrics.record(StoreMetrics.snapshotDuration, since: started)
         state.withLock { state in
             state.counters.walBytes = max(0, state.counters.walBytes - removed)
             state.counters.snapshots += 1

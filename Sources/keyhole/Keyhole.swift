@@ -13,7 +13,7 @@ struct Keyhole: AsyncParsableCommand {
             printed on stderr), 2 when keyholed cannot be reached, 64 on a usage error.
             """,
         version: KeyholeVersion.current,
-        subcommands: [Ping.self, Stats.self, Call.self, VerifyToken.self, Jwks.self, Session.self, User.self, Snapshot.self, Reload.self, Keygen.self, Apple.self]
+        subcommands: [Ping.self, Stats.self, Metrics.self, Call.self, VerifyToken.self, Jwks.self, Session.self, User.self, Snapshot.self, Reload.self, Keygen.self, Apple.self]
     )
 }
 

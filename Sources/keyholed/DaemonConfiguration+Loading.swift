@@ -22,7 +22,7 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple", "http"], arrays: ["issuer", "access"])
+        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple", "http", "metrics"], arrays: ["issuer", "access"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -125,6 +125,9 @@ extension DaemonConfiguration {
         configuration.server.access.rules = try accessRules(file)
         configuration.apple = try apple(file, issuers: configuration.issuers)
         configuration.http = try http(file)
+        if let metrics = try file.section("metrics", keys: ["enabled"]), let enabled = try metrics.bool("enabled") {
+            configuration.metricsEnabled = enabled
+        }
         return configuration
     }
 }

@@ -32,6 +32,9 @@ struct DaemonConfiguration {
     var store = Store.Configuration()
     /// Session defaults and limits (`[sessions]`); the issuer names are filled in from `issuers`.
     var sessions = StoreOperations.Configuration()
+    /// Whether metrics are recorded (`[metrics] enabled`): off, only the figures read when the text
+    /// is made are exported.
+    var metricsEnabled = true
     /// The HTTP listener (`[http]`); `nil` without the section: off.
     var http: HTTPListener.Configuration?
     /// The verified-token cache's size (`[tokens] cache_entries`); 0 turns it off.

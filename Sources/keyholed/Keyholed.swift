@@ -81,6 +81,8 @@ struct Keyholed: AsyncParsableCommand {
         NIOSingletons.groupLoopCountSuggestion = configuration.threads
         // An early SIGHUP (before the reload service listens) must not end keyholed, SIGHUP's default.
         signal(SIGHUP, SIG_IGN)
+        // Before anything makes a metric handle (the server makes its own when it is built).
+        let exporter = Self.bootstrapMetrics(enabled: configuration.metricsEnabled)
         let level = LogLevelControl(configuration.logLevel)
         Self.bootstrapLogging(level: level)
         let logger = Logger(label: "keyholed")
@@ -183,12 +185,14 @@ struct Keyholed: AsyncParsableCommand {
                 }
                 return figures
             },
+            metrics: exporter.text,
             logger: logger
         ) {
             logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
             notifier.ready(status: status())
         }
         reloader.serve(server)
+        Self.collectMetrics(exporter, server: server, store: sessionStore, registry: registry, apple: background)
         let http = configuration.http.map { settings in
             var settings = settings
             if let adoptedHTTP {
@@ -197,7 +201,7 @@ struct Keyholed: AsyncParsableCommand {
             }
             return HTTPListener(
                 configuration: settings, store: sessionStore, access: serverConfiguration.access, now: seconds,
-                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, logger: logger)
+                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, metrics: exporter.text, logger: logger)
         }
         if let adoptedHTTP, http == nil {
             // Off unless configured: a socket systemd passed for it is not served.

@@ -21,6 +21,7 @@ extension Reloader {
         keep("storage.commit_on_event_loop", \.store.inlineSyncLimit)
         keep("tokens.cache_entries", \.verifiedTokenCacheEntries)
         keep("http", \.http)
+        keep("metrics.enabled", \.metricsEnabled)
         keep("jwks", \.keySetCache)
         // [apple]: only the client ids and redirect URIs change live; the keys, the endpoint and the
         // background checks were set up at start-up.

@@ -1,0 +1,66 @@
+import Prometheus
+import Synchronization
+
+/// The metrics text (Prometheus exposition format 0.0.4): what was recorded through swift-metrics
+/// into `registry`, and figures read from their owners when the text is made (`collectors`).
+public final class MetricsExporter: Sendable {
+    /// Where recorded and read metrics go.
+    public let registry: PrometheusCollectorRegistry
+    private let collectors: Mutex<[@Sendable (inout Reading) -> Void]>
+    private let mirrored = Mutex<[String: (counter: Prometheus.Counter, total: Double)]>([:])
+
+    /// What a collector says when the text is made.
+    public struct Reading {
+        fileprivate var gauges: [(String, [(String, String)], Double)] = []
+        fileprivate var totals: [(String, [(String, String)], Double)] = []
+
+        /// A gauge's value now.
+        public mutating func gauge(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+            gauges.append((name, labels, value))
+        }
+
+        /// A counter kept elsewhere: its total so far (exported as a counter that follows it).
+        public mutating func total(_ name: String, _ labels: [(String, String)] = [], _ value: Int) {
+            totals.append((name, labels, Double(value)))
+        }
+
+        /// A counter kept elsewhere, in a unit with fractions (seconds).
+        public mutating func total(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+            totals.append((name, labels, value))
+        }
+    }
+
+    /// An exporter; `version` goes into `keyholed_build_info`.
+    public init(registry: PrometheusCollectorRegistry, version: String) {
+        self.registry = registry
+        self.collectors = Mutex([])
+        registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor("keyholed_build_info"), labels: [("version", version)]).set(to: 1.0)
+        add(ProcessMetrics.read(into:))
+    }
+
+    /// Adds a collector, run each time the text is made.
+    public func add(_ collector: @escaping @Sendable (inout Reading) -> Void) {
+        collectors.withLock { $0.append(collector) }
+    }
+
+    /// The text now.
+    public func text() -> String {
+        var reading = Reading()
+        for collector in collectors.withLock({ $0 }) { collector(&reading) }
+        for (name, labels, value) in reading.gauges {
+            registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels).set(to: value)
+        }
+        mirrored.withLock { mirrored in
+            for (name, labels, total) in reading.totals {
+                let key = name + labels.map { "\u{0}\($0.0)\u{0}\($0.1)" }.joined()
+                var entry = mirrored[key]
+                    ?? (registry.makeCounter(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels), 0)
+                // A total that went down (a restart of its owner) starts the counter over from there.
+                if total > entry.total { entry.counter.increment(by: total - entry.total) }
+                entry.total = total
+                mirrored[key] = entry
+            }
+        }
+        return registry.emitToString()
+    }
+}

@@ -1,0 +1,59 @@
+import CoreMetrics
+import KeyholeProtocol
+import NIOCore
+import Synchronization
+
+/// The main socket's metrics (Sources/KeyholeMetrics/METRICS.md), recorded through swift-metrics:
+/// every handle is made here, once, when the server is built, so a request only increments.
+/// Without a bootstrapped metrics system the handles do nothing.
+final class ServerMetrics: Sendable {
+    /// One operation's requests and their durations; error codes get their counters on first use
+    /// (the closed list of codes bounds them).
+    final class Operation: Sendable {
+        let op: String
+        private let ok: Counter
+        private let duration: Timer
+        private let errors = Mutex<[ProtocolError.Code: Counter]>([:])
+
+        init(op: String) {
+            self.op = op
+            ok = Counter(label: "keyholed_requests_total", dimensions: [("op", op), ("code", "ok")])
+            duration = Timer(label: "keyholed_request_duration_seconds", dimensions: [("op", op)])
+        }
+
+        /// Counts an answer (`code` nil: a result) given `started` (when its frame was cut).
+        func record(_ code: ProtocolError.Code?, since started: NIODeadline) {
+            if let code {
+                errors.withLock { errors in
+                    if let counter = errors[code] { return counter }
+                    let counter = Counter(label: "keyholed_requests_total", dimensions: [("op", op), ("code", code.rawValue)])
+                    errors[code] = counter
+                    return counter
+                }.increment()
+            } else {
+                ok.increment()
+            }
+            duration.recordNanoseconds(NIODeadline.now().uptimeNanoseconds &- started.uptimeNanoseconds)
+        }
+
+        func record(_ response: Response, since started: NIODeadline) {
+            if case .failure(let error) = response.outcome {
+                record(error.code, since: started)
+            } else {
+                record(nil, since: started)
+            }
+        }
+    }
+
+    /// Requests naming no operation keyholed offers, or no parsable request at all.
+    let unknown = Operation(op: "unknown")
+    let accepted = Counter(label: "keyholed_connections_accepted_total")
+    let refusedOverMax = Counter(label: "keyholed_connections_refused_total", dimensions: [("reason", "max_connections")])
+    let refusedOverUIDMax = Counter(label: "keyholed_connections_refused_total", dimensions: [("reason", "max_connections_per_uid")])
+    let frameErrors = Counter(label: "keyholed_frame_errors_total")
+    let slowReaders = Counter(label: "keyholed_slow_readers_total")
+
+    init() {
+        SessionMetrics.register()
+    }
+}
