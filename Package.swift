@@ -226,6 +226,13 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "KeyholeMetricsTests",
+            dependencies: [
+                "KeyholeMetrics", .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
+        .testTarget(
             name: "KeyholeHTTPTests",
             dependencies: [
                 "KeyholeHTTP", "KeyholeServer", "KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport",

@@ -25,6 +25,7 @@ public struct IssuerRegistry: Sendable {
         self.cache = cache
         self.encoder = encoder
         Self.watchKeys(of: issuers, cache: cache)
+        VerificationMetrics.shared.register(issuers: issuers.map(\.configuration.name))
     }
 
     /// A new key set drops the cached tokens of keys that left it.

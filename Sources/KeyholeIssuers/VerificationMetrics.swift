@@ -14,8 +14,15 @@ final class VerificationMetrics: Sendable {
     let cacheMisses = Counter(label: "keyholed_verified_token_cache_misses_total")
     private let counters = Mutex<[String: [String: Counter]]>([:])
 
+    /// Makes the counters every run has (each issuer's `ok`, and tokens routed to none), so that the
+    /// families are exported from the start.
+    func register(issuers: [String]) {
+        for issuer in issuers { count(issuer: issuer, code: nil, by: 0) }
+        count(issuer: nil, code: .tokenIssuerUnknown, by: 0)
+    }
+
     /// Counts a verification of a token routed to `issuer` (`nil`: to none): `code` nil when it verified.
-    func count(issuer: String?, code: ProtocolError.Code?) {
+    func count(issuer: String?, code: ProtocolError.Code?, by amount: Int = 1) {
         let issuer = issuer ?? "none"
         let result = code?.rawValue ?? "ok"
         counters.withLock { counters in
@@ -23,6 +30,6 @@ final class VerificationMetrics: Sendable {
             let counter = Counter(label: "keyholed_token_verifications_total", dimensions: [("issuer", issuer), ("result", result)])
             counters[issuer, default: [:]][result] = counter
             return counter
-        }.increment()
+        }.increment(by: amount)
     }
 }

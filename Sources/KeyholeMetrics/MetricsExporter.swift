@@ -56,7 +56,9 @@ public final class MetricsExporter: Sendable {
                 var entry = mirrored[key]
                     ?? (registry.makeCounter(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels), 0)
                 // A total that went down (a restart of its owner) starts the counter over from there.
-                if total > entry.total { entry.counter.increment(by: total - entry.total) }
+                let step = total - entry.total
+                // Whole steps stay integers in the text (a count of syncs reads 5, not 5.0).
+                if step > 0 { if step == step.rounded() { entry.counter.increment(by: Int64(step)) } else { entry.counter.increment(by: step) } }
                 entry.total = total
                 mirrored[key] = entry
             }

@@ -31,7 +31,7 @@ struct UnknownArgumentsTests {
     static var operations: [String: Operation] {
         let stats = ServerStats(operations: ["ping", "stats"])
         let registry = IssuerRegistry(issuers: [], keySets: [:])
-        return BuiltinOperations.standard(stats: stats)
+        return BuiltinOperations.standard(stats: stats, metrics: nil)
             .merging(BuiltinOperations.debug) { $1 }
             .merging(TokenOperations.make(registry: registry, now: { 0 })) { $1 }
             .merging(KeySetOperations.make(registry: registry)) { $1 }
