@@ -169,6 +169,10 @@ let package = Package(
             dependencies: [
                 "KeyholeProtocol",
                 "KeyholeJOSE",
+                "KeyholeServer",
+                "KeyholeMetrics",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -135,6 +135,41 @@ public final class HTTPListener: Service, Sendable {
 }
 
 extension HTTPListener {
+    /// A lookup whose answer waits for the disk: the read and the sync's outcome meet here, in
+    /// whichever order they come (the sync may be done before `observing` has returned the read).
+    final class Waiting: Sendable {
+        private let answer: @Sendable (ForwardAuth.Found) -> Void
+        private let state = Mutex<(read: (session: Session, user: User?)??, durable: Result<Void, StoreError>?)>((nil, nil))
+
+        init(_ answer: @escaping @Sendable (ForwardAuth.Found) -> Void) {
+            self.answer = answer
+        }
+
+        func read(_ found: (session: Session, user: User?)?) {
+            let durable = state.withLock { state -> Result<Void, StoreError>? in
+                state.read = .some(found)
+                return state.durable
+            }
+            if let durable { deliver(found, durable) }
+        }
+
+        func complete(_ durable: Result<Void, StoreError>) {
+            let read = state.withLock { state -> (session: Session, user: User?)?? in
+                state.durable = durable
+                return state.read
+            }
+            if let read { deliver(read, durable) }
+        }
+
+        private func deliver(_ found: (session: Session, user: User?)?, _ durable: Result<Void, StoreError>) {
+            switch (durable, found) {
+            case (.failure, _): answer(.unavailable)
+            case (.success, let found?): answer(.session(found.session, found.user))
+            case (.success, nil): answer(.none)
+            }
+        }
+    }
+
     /// What every connection of the listener shares.
     final class Shared: Sendable {
         let configuration: Configuration
@@ -187,28 +222,20 @@ extension HTTPListener {
         func lookUp(_ token: String, answer: @escaping @Sendable (ForwardAuth.Found) -> Void) {
             let store = self.store
             let time = now()
-            // The completion may run before `observing` returns the value, or after, on another
-            // thread: whichever of the two comes second answers.
-            let meeting = Mutex<(read: (Session, User?)??, durable: Result<Void, StoreError>?)>((nil, nil))
-            let deliver: @Sendable ((Session, User?)?, Result<Void, StoreError>) -> Void = { read, durable in
-                switch (durable, read) {
-                case (.failure, _): answer(.unavailable)
-                case (.success, let (session, user)?): answer(.session(session, user))
-                case (.success, nil): answer(.none)
-                }
+            // The usual case, nothing on its way to the disk, answers at once and allocates nothing
+            // here; else the answer waits for the sync (on the committer's thread), with what was read.
+            var waiting: Waiting?
+            let (read, now) = store.observing({ store.session(token: token, now: time) }) {
+                let made = Waiting(answer)
+                waiting = made
+                return { made.complete($0) }
             }
-            let read = store.observing({ store.session(token: token, now: time) }, completion: { durable in
-                let read = meeting.withLock { meeting -> (Session, User?)?? in
-                    meeting.durable = durable
-                    return meeting.read
-                }
-                if let read { deliver(read, durable) }
-            })
-            let durable = meeting.withLock { meeting -> Result<Void, StoreError>? in
-                meeting.read = .some(read.map { ($0.session, $0.user) })
-                return meeting.durable
+            let found = read.map { (session: $0.session, user: $0.user) }
+            switch now {
+            case .success?: answer(found.map { .session($0.session, $0.user) } ?? .none)
+            case .failure?: answer(.unavailable)
+            case nil: waiting?.read(found)
             }
-            if let durable { deliver(read.map { ($0.session, $0.user) }, durable) }
         }
 
         /// `/metrics`' answer now.

@@ -9,6 +9,8 @@ enum HeaderValue {
 
     /// The encoded value, `nil` when it would be longer than `maxBytes`. Linear in the input.
     static func encode(_ value: String) -> String? {
+        // The usual value needs nothing encoded: it is passed on as it is, with no copy.
+        if value.utf8.count <= maxBytes, value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "%") }) { return value }
         var out: [UInt8] = []
         out.reserveCapacity(value.utf8.count)
         for byte in value.utf8 {

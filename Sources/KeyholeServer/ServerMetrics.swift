@@ -6,23 +6,23 @@ import Synchronization
 /// The main socket's metrics (Sources/KeyholeMetrics/METRICS.md), recorded through swift-metrics:
 /// every handle is made here, once, when the server is built, so a request only increments.
 /// Without a bootstrapped metrics system the handles do nothing.
-final class ServerMetrics: Sendable {
+package final class ServerMetrics: Sendable {
     /// One operation's requests and their durations; error codes get their counters on first use
     /// (the closed list of codes bounds them).
-    final class Operation: Sendable {
+    package final class Operation: Sendable {
         let op: String
         private let ok: Counter
         private let duration: Timer
         private let errors = Mutex<[ProtocolError.Code: Counter]>([:])
 
-        init(op: String) {
+        package init(op: String) {
             self.op = op
             ok = Counter(label: "keyholed_requests_total", dimensions: [("op", op), ("code", "ok")])
             duration = Timer(label: "keyholed_request_duration_seconds", dimensions: [("op", op)])
         }
 
         /// Counts an answer (`code` nil: a result) given `started` (when its frame was cut).
-        func record(_ code: ProtocolError.Code?, since started: NIODeadline) {
+        package func record(_ code: ProtocolError.Code?, since started: NIODeadline) {
             if let code {
                 errors.withLock { errors in
                     if let counter = errors[code] { return counter }
