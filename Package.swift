@@ -241,6 +241,8 @@ let package = Package(
             dependencies: [
                 "KeyholeHTTP", "KeyholeServer", "KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .testTarget(

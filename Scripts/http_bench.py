@@ -73,12 +73,15 @@ class Keyholed:
         self.harness.wait()
 
 
-def session_get(daemon, token, seconds):
+def session_get(daemon, token, seconds, rate=None):
     """keyholed's CPU µs per session.get, 16 connections at depth 1 (keyhole-bench load, no warm-up,
-    so that every request answered while the CPU is counted is counted too, as with wrk)."""
+    so that every request answered while the CPU is counted is counted too, as with wrk); at most
+    `rate` requests a second when given."""
     argv = [os.path.join(RELEASE, "keyhole-bench"), "load", "--socket", daemon.socket, "--op", "session.get",
             "--args", json.dumps({"session": token}), "--connections", "16", "--depth", "1",
             "--seconds", str(seconds), "--warmup", "0", "--json"]
+    if rate:
+        argv += ["--interval-ms", f"{16 * 1000 / rate:.4f}"]
     before = cpu_ns(daemon.pid)
     result = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
     spent = cpu_ns(daemon.pid) - before
@@ -180,13 +183,17 @@ def main():
             steps = [
                 ("session_get", lambda: session_get(on, tokens["on"], seconds)),
                 ("authz_tcp", lambda: wrk(f"http://127.0.0.1:{port}/authz", tokens["on"], seconds, {"keyholed": on.pid})),
-                ("authz_nginx", lambda: wrk(f"http://127.0.0.1:{nginx_port}/", tokens["on"], seconds,
+                ("authz_nginx", lambda: wrk(f"http://127.0.0.1:{nginx_port}/index.html", tokens["on"], seconds,
                                             {"keyholed": on.pid, "nginx": nginx.pid})),
                 ("session_get_metrics_off", lambda: session_get(off, tokens["off"], seconds)),
             ]
             if n % 2:
                 steps.reverse()
             figures = {name: step() for name, step in steps}
+            # A server's CPU a request falls as its load rises (more requests per wake-up): each
+            # /authz figure is also set against session.get at the same rate.
+            for name in ["authz_tcp", "authz_nginx"]:
+                figures[f"session_get_at_{name}_rate"] = session_get(on, tokens["on"], seconds, rate=figures[name]["per_second"])
             print(f"http_bench: round {n + 1}: {json.dumps(figures)}", file=sys.stderr)
             rounds.append(figures)
         cost = json.loads(subprocess.run([os.path.join(RELEASE, "keyhole-bench"), "metrics-cost"],
@@ -205,12 +212,21 @@ def main():
     tcp_cpu = median("authz_tcp", "keyholed_cpu_us")
     nginx_cpu = median("authz_nginx", "keyholed_cpu_us")
     off_cpu = median("session_get_metrics_off", "cpu_us")
+    tcp_rate_cpu = median("session_get_at_authz_tcp_rate", "cpu_us")
+    nginx_rate_cpu = median("session_get_at_authz_nginx_rate", "cpu_us")
+    # Each round's ratio at equal rates, then their median.
+    tcp_ratio = statistics.median(r["authz_tcp"]["keyholed_cpu_us"] / r["session_get_at_authz_tcp_rate"]["cpu_us"] for r in rounds)
+    nginx_ratio = statistics.median(
+        r["authz_nginx"]["keyholed_cpu_us"] / r["session_get_at_authz_nginx_rate"]["cpu_us"] for r in rounds)
     results = {
         "session_get": {"cpu_us": round(get_cpu, 2), "per_second": median("session_get", "per_second")},
         "authz_tcp": {"cpu_us": round(tcp_cpu, 2), "per_second": median("authz_tcp", "per_second"),
-                      "ratio": round(tcp_cpu / get_cpu, 2)},
+                      "session_get_same_rate_cpu_us": round(tcp_rate_cpu, 2), "ratio": round(tcp_ratio, 2),
+                      "ratio_to_peak": round(tcp_cpu / get_cpu, 2)},
         "authz_nginx": {"cpu_us": round(nginx_cpu, 2), "nginx_cpu_us": round(median("authz_nginx", "nginx_cpu_us"), 2),
-                        "per_second": median("authz_nginx", "per_second"), "ratio": round(nginx_cpu / get_cpu, 2)},
+                        "per_second": median("authz_nginx", "per_second"),
+                        "session_get_same_rate_cpu_us": round(nginx_rate_cpu, 2), "ratio": round(nginx_ratio, 2),
+                        "ratio_to_peak": round(nginx_cpu / get_cpu, 2)},
         "session_get_metrics_off": {"cpu_us": round(off_cpu, 2), "per_second": median("session_get_metrics_off", "per_second")},
         "metrics_ns_per_request": cost["metrics_ns_per_request"],
         "rounds": rounds,
@@ -222,14 +238,21 @@ def main():
              f"{options.rounds} rounds of {seconds:g} s, each side first in turn. session.get by keyhole-bench load over the "
              "main socket; GET /authz with the session's cookie by wrk (one thread) on the loopback TCP listener, and "
              "through nginx (auth_request to the HTTP listener's Unix socket, upstream keep-alive). 16 connections, depth 1.", "",
-             "| request | keyholed CPU µs/request | requests/s | against session.get | goal | met |",
-             "|---|---:|---:|---:|---|---|",
-             f"| session.get (main socket) | {results['session_get']['cpu_us']} | {results['session_get']['per_second']:.0f} | 1.00x | | |",
+             "| request | keyholed CPU µs/request | requests/s | session.get at that rate, µs | against it | against session.get at its peak | goal | met |",
+             "|---|---:|---:|---:|---:|---:|---|---|",
+             f"| session.get (main socket), its peak | {results['session_get']['cpu_us']} | {results['session_get']['per_second']:.0f} | | | 1.00x | | |",
              f"| GET /authz, TCP | {results['authz_tcp']['cpu_us']} | {results['authz_tcp']['per_second']:.0f} | "
-             f"{results['authz_tcp']['ratio']:.2f}x | at most 1.5x | {met(results['authz_tcp']['ratio'] <= 1.5)} |",
+             f"{results['authz_tcp']['session_get_same_rate_cpu_us']} | {results['authz_tcp']['ratio']:.2f}x | "
+             f"{results['authz_tcp']['ratio_to_peak']:.2f}x | at most 1.5x | {met(results['authz_tcp']['ratio'] <= 1.5)} |",
              f"| GET /authz, through nginx | {results['authz_nginx']['cpu_us']} (nginx: {results['authz_nginx']['nginx_cpu_us']}) | "
-             f"{results['authz_nginx']['per_second']:.0f} | {results['authz_nginx']['ratio']:.2f}x | at most 1.5x | "
+             f"{results['authz_nginx']['per_second']:.0f} | {results['authz_nginx']['session_get_same_rate_cpu_us']} | "
+             f"{results['authz_nginx']['ratio']:.2f}x | {results['authz_nginx']['ratio_to_peak']:.2f}x | at most 1.5x | "
              f"{met(results['authz_nginx']['ratio'] <= 1.5)} |",
+             "",
+             "A server's CPU per request falls as its load rises (more requests served per wake-up), and wrk through "
+             "nginx reaches a lower rate than keyhole-bench's session.get on this 2-core machine: the goal is judged "
+             "against session.get paced at the rate /authz ran at (keyhole-bench load --interval-ms), each round's "
+             "ratio, median of the rounds; the ratio to session.get at its own peak is shown beside it.",
              "",
              f"Recording metrics: {cost['metrics_ns_per_request']} ns per request (`keyhole-bench metrics-cost`: a request's "
              "clock reads, counter and duration histogram into keyholed's registry, median of its rounds; goal at most 300 ns: "

@@ -45,7 +45,7 @@ enum ForwardAuth {
         case .badRequest(let message):
             var answer = HTTPAnswer.authz(.badRequest)
             answer.body = message
-            answer.headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+            answer.headers.append(("Content-Type", "text/plain; charset=utf-8"))
             return answer
         }
     }
@@ -64,19 +64,18 @@ enum ForwardAuth {
             }
             let email: String = if case .string(let email)? = user?.fields["email"] { email } else { "" }
             let idleEnd = session.lastSeenAt + Int64(session.idleSeconds)
-            let values: [(String, String)] = [
+            var headers: [(name: String, value: String)] = [
                 ("X-Auth-Request-User", session.principal.sub),
                 ("X-Auth-Request-Issuer", session.principal.issuer),
                 ("X-Auth-Request-Email", email),
                 ("X-Keyhole-Session-Id", session.id.description),
                 ("X-Keyhole-Session-Expires", String(min(session.expiresAt, idleEnd))),
             ]
-            var answer = HTTPAnswer(.ok)
-            for (name, value) in values {
-                guard let encoded = HeaderValue.encode(value) else { return (.authz(.forbidden), name) }
-                answer.headers.add(name: name, value: encoded)
+            for index in headers.indices {
+                guard let encoded = HeaderValue.encode(headers[index].value) else { return (.authz(.forbidden), headers[index].name) }
+                headers[index].value = encoded
             }
-            return (answer, nil)
+            return (HTTPAnswer(.ok, headers: headers), nil)
         }
     }
 }

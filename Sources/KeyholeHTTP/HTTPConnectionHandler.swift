@@ -4,13 +4,15 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// Serves one HTTP connection, one request at a time (NIO's `HTTPServerPipelineHandler`, before it,
-/// holds pipelined requests back until the answer before them is out). Every request is answered on
-/// its head: bodies are never read, and a request announcing one closes the connection after its
-/// answer (HTTP.md, "Requests").
-final class HTTPConnectionHandler: ChannelInboundHandler {
+/// Serves one HTTP connection, one request at a time, answering each on its head: bodies are never
+/// read, and a request announcing one closes the connection after its answer (HTTP.md, "Requests").
+/// A request whose answer waits (for the disk) holds back the heads pipelined after it, and reading
+/// stops while more than a few are held; answers go out in order, written as bytes straight to the
+/// socket (HTTPAnswer).
+final class HTTPConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     /// Who is on the other end.
     enum Peer {
@@ -20,18 +22,42 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         case tcp
     }
 
+    /// The request being answered.
+    private struct Current {
+        var version: HTTPVersion
+        var head: Bool
+        var keepAlive: Bool
+    }
+
+    /// Heads held back past this many stop reading until they are answered.
+    private static let maxHeld = 16
+
     private let listener: HTTPListener.Shared
     private let timer: HTTPHeadTimer
     private var peer: Peer
     private var logger: Logger
-    /// Set between a head and the end of its answer.
-    private var request: (version: HTTPVersion, head: Bool, keepAlive: Bool)?
+    private var current: Current?
+    /// Waiting for an answer that comes later (a lookup waiting for the disk).
+    private var waiting = false
+    private var held = CircularBuffer<HTTPRequestHead>()
+    /// No request after the one being answered: the connection closes after its answer.
+    private var closing = false
+    private var readPending = false
+    private var context: ChannelHandlerContext?
 
     init(listener: HTTPListener.Shared, timer: HTTPHeadTimer, peer: Peer, logger: Logger) {
         self.listener = listener
         self.timer = timer
         self.peer = peer
         self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -47,14 +73,35 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .head(let head) = unwrapInboundIn(data) else { return }  // bodies are never read
+        guard case .head(let head) = unwrapInboundIn(data), !closing else { return }  // bodies are never read
         timer.headArrived()
-        // A body announced is not waited for: answered now, and the connection closed after.
-        let announcesBody = head.headers.contains(name: "transfer-encoding")
-            || head.headers["content-length"].contains { $0 != "0" }
-        let keepAlive = head.isKeepAlive && !announcesBody && !listener.isQuiescing
-        request = (head.version, head.method == .HEAD, keepAlive)
-        serve(head, context: context)
+        if waiting || !held.isEmpty {
+            held.append(head)
+        } else {
+            start(head, context: context)
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        // Back pressure: a client that pipelines far ahead waits for its answers.
+        if held.count >= Self.maxHeld {
+            readPending = true
+        } else {
+            context.read()
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            // Stop after what was read: the request being answered, and those held back.
+            if current == nil && held.isEmpty {
+                context.close(promise: nil)
+            } else {
+                closing = true
+            }
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -69,12 +116,28 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
         if status == .internalServerError {
             logger.warning("http.connection_error", metadata: ["error": "\(error)"])
         }
-        guard request == nil else {
+        guard current == nil, !waiting else {
             context.close(promise: nil)
             return
         }
-        request = (.http1_1, false, false)
+        closing = true
+        held.removeAll()
+        current = Current(version: .http1_1, head: false, keepAlive: false)
         write(HTTPAnswer(status), context: context)
+    }
+
+    private func start(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        // A body announced is not waited for: answered now, and the connection closed after.
+        let announcesBody = head.headers.contains(name: "transfer-encoding")
+            || head.headers["content-length"].contains { $0 != "0" }
+        let last = announcesBody || !head.isKeepAlive || listener.isQuiescing
+        if last {
+            closing = true
+            held.removeAll()
+        }
+        // Draining (quiesced): kept open only for the heads still held back.
+        current = Current(version: head.version, head: head.method == .HEAD, keepAlive: !last && (!closing || !held.isEmpty))
+        serve(head, context: context)
     }
 
     private func serve(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
@@ -91,7 +154,7 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
             return write(HTTPAnswer(.notFound), context: context)
         }
         guard head.method == .GET || head.method == .HEAD else {
-            return write(HTTPAnswer(.methodNotAllowed, headers: ["Allow": "GET, HEAD"]), context: context)
+            return write(HTTPAnswer(.methodNotAllowed, headers: [("Allow", "GET, HEAD")]), context: context)
         }
         guard allowed().contains(AccessPolicy.Groups(group)) else {
             listener.logRefusal(peer: peer, path: path, logger: logger)
@@ -119,6 +182,8 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
             listener.answers.count(answer.status)
             write(answer, context: context)
         case .lookUp(let token, let conditions):
+            // Set before asking: the answer may come before lookUp returns (the usual case).
+            waiting = true
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let loop = context.eventLoop
             listener.lookUp(token) { found in
@@ -129,27 +194,37 @@ final class HTTPConnectionHandler: ChannelInboundHandler {
                     if let refusal {
                         handler.logger.warning("http.authz_header_too_long", metadata: ["header": "\(refusal)"])
                     }
+                    handler.waiting = false
                     handler.write(answer, context: context)
+                    handler.startHeld(context: context)
                 }
                 if loop.inEventLoop { deliver() } else { loop.execute(deliver) }
             }
         }
     }
 
-    private func write(_ answer: HTTPAnswer, context: ChannelHandlerContext) {
-        guard let request, context.channel.isActive else { return }
-        self.request = nil
-        let (head, body) = answer.parts(version: request.version, keepAlive: request.keepAlive, allocator: context.channel.allocator)
-        context.write(wrapOutboundOut(.head(head)), promise: nil)
-        if !request.head && body.readableBytes > 0 {
-            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+    /// Serves the heads held back while an answer waited, until one waits again.
+    private func startHeld(context: ChannelHandlerContext) {
+        while !waiting, current == nil, let head = held.popFirst() {
+            start(head, context: context)
         }
+        if readPending && held.count < Self.maxHeld {
+            readPending = false
+            context.read()
+        }
+    }
+
+    private func write(_ answer: HTTPAnswer, context: ChannelHandlerContext) {
+        guard let request = current, context.channel.isActive else { return }
+        current = nil
+        var buffer = context.channel.allocator.buffer(capacity: 256 + answer.body.utf8.count)
+        answer.write(into: &buffer, version: request.version, keepAlive: request.keepAlive, head: request.head)
         if request.keepAlive {
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
             timer.answered()
         } else {
             let channel = context.channel
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
         }
     }
 

@@ -16,6 +16,7 @@ public final class HTTPListener: Service, Sendable {
     let shared: Shared
     private let group: any EventLoopGroup
     private let logger: Logger
+    private let onListening: @Sendable () -> Void
 
     /// A listener on `configuration`, looking sessions up in `store`.
     ///
@@ -25,10 +26,12 @@ public final class HTTPListener: Service, Sendable {
     ///   - now: the time sessions are judged at, seconds since 1970.
     ///   - health: what `/healthz` says while the listener serves.
     ///   - metrics: the text `/metrics` answers (Prometheus format); `nil`: 404.
+    ///   - onListening: called once every listener accepts connections.
     public init(
         configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
         health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)? = nil,
-        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
+        onListening: @escaping @Sendable () -> Void = {}
     ) {
         var access = access
         access.defaultGroups = .proxies
@@ -36,6 +39,7 @@ public final class HTTPListener: Service, Sendable {
         self.shared = Shared(configuration: configuration, store: store, access: access, now: now, health: health, metrics: metrics)
         self.group = eventLoopGroup
         self.logger = logger
+        self.onListening = onListening
     }
 
     /// A reload's access rules (`nil`: the default), from each connection's next request on.
@@ -79,6 +83,7 @@ public final class HTTPListener: Service, Sendable {
         logger.info("http.listening", metadata: [
             "socket": "\(configuration.socket)", "listen": "\(configuration.listen.map { "\($0.host):\($0.port)" } ?? "none")",
         ])
+        onListening()
         let drained = group.any().makePromise(of: Void.self)
         try await withGracefulShutdownHandler {
             try await drained.futureResult.get()
@@ -125,8 +130,6 @@ public final class HTTPListener: Service, Sendable {
                     try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(
                         leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .drop,
                         limitConfiguration: Shared.decoderLimits)))
-                    try operations.addHandler(HTTPResponseEncoder(configuration: .init()))
-                    try operations.addHandler(HTTPServerPipelineHandler())
                     try operations.addHandler(HTTPConnectionHandler(
                         listener: shared, timer: timer, peer: tcp ? .tcp : .unix(nil), logger: logger))
                 }
@@ -241,7 +244,7 @@ extension HTTPListener {
         /// `/metrics`' answer now.
         func metricsAnswer() -> HTTPAnswer {
             guard let metrics else { return HTTPAnswer(.notFound) }
-            return HTTPAnswer(.ok, headers: ["Content-Type": "text/plain; version=0.0.4; charset=utf-8"], body: metrics())
+            return HTTPAnswer(.ok, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], body: metrics())
         }
 
         /// `/healthz`'s answer now.

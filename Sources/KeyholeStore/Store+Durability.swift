@@ -38,6 +38,11 @@ extension Store {
     }
 }
 
+extension Store {
+    /// Reads waiting for the disk now: for tests, to know a read is waiting before they let the disk go on.
+    package var waitingReads: Int { state.withLock { $0.observers.count } }
+}
+
 extension Store.State {
     /// Keeps `completion` until the log is durable up to the last change applied; returns false
     /// (keeping nothing, and not making `completion`) when it already is, and the caller completes

@@ -1,44 +1,43 @@
 import Foundation
-import KeyholeTestSupport
 
 /// HTTP/1.1 by hand over a `RawConnection`, so that a test sends exactly the bytes it means (a head
 /// cut short, two requests in one write, a body announced and never sent) and reads answers as they
 /// come.
-final class HTTPExchange {
+package final class HTTPExchange {
     /// One answer: status, headers in order (names as sent), body.
-    struct Answer {
-        var status: Int
-        var headers: [(name: String, value: String)]
-        var body: String
+    package struct Answer {
+        package var status: Int
+        package var headers: [(name: String, value: String)]
+        package var body: String
 
         /// The first value of header `name` (case-insensitive), or `nil`.
-        func header(_ name: String) -> String? {
+        package func header(_ name: String) -> String? {
             headers.first { $0.name.lowercased() == name.lowercased() }?.value
         }
     }
 
-    let connection: RawConnection
+    package let connection: RawConnection
     private var buffer: [UInt8] = []
 
-    init(_ connection: RawConnection) {
+    package init(_ connection: RawConnection) {
         self.connection = connection
     }
 
     /// A GET (or `method`) of `target`, keep-alive, with `headers`.
-    func send(_ method: String = "GET", _ target: String, headers: [String: String] = [:]) throws {
+    package func send(_ method: String = "GET", _ target: String, headers: [String: String] = [:]) throws {
         var text = "\(method) \(target) HTTP/1.1\r\nHost: keyhole\r\n"
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) { text += "\(name): \(value)\r\n" }
         try connection.send(Array((text + "\r\n").utf8))
     }
 
     /// Sends a request and reads its answer (`head`: a HEAD request, whose answer has no body).
-    func request(_ method: String = "GET", _ target: String, headers: [String: String] = [:]) throws -> Answer {
+    package func request(_ method: String = "GET", _ target: String, headers: [String: String] = [:]) throws -> Answer {
         try send(method, target, headers: headers)
         return try readAnswer(head: method == "HEAD")
     }
 
     /// The next answer; fails if the connection ends first.
-    func readAnswer(head: Bool = false) throws -> Answer {
+    package func readAnswer(head: Bool = false) throws -> Answer {
         let end = Array("\r\n\r\n".utf8)
         var headEnd: Int?
         while headEnd == nil {
@@ -65,7 +64,7 @@ final class HTTPExchange {
     }
 
     /// Whether the server closed the connection with nothing more to read.
-    func readsEndOfStream() throws -> Bool {
+    package func readsEndOfStream() throws -> Bool {
         guard buffer.isEmpty else { return false }
         return try connection.receiveSome().isEmpty
     }

@@ -1,0 +1,106 @@
+import Foundation
+import KeyholeServer
+import KeyholeStore
+import KeyholeTestSupport
+import Logging
+import NIOPosix
+import ServiceLifecycle
+import Testing
+
+@testable import KeyholeHTTP
+
+/// /authz's answer when the store has a change on its way to the disk: it waits for the sync, and
+/// the requests pipelined after it wait their turn. In process, with the store's sync held.
+@Suite("HTTP listener: answers that wait for the disk", .serialized)
+struct HTTPListenerWaitTests {
+    /// A store with `held` as its sync and a listener on it, served while `body` runs on a thread.
+    static func serve(_ body: @escaping @Sendable (Store, String, HeldSync) throws -> Void) async throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let held = HeldSync()
+        var storeConfiguration = Store.Configuration()
+        storeConfiguration.syncData = held.syncData
+        let (store, _) = try ChildProcess.withoutSpawning { () throws(StoreError) in
+            try Store.open(stateDirectory: directory.path, configuration: storeConfiguration, now: 1_700_000_000)
+        }
+        var configuration = HTTPListener.Configuration()
+        let socket = directory.appendingPathComponent("h.sock").path
+        configuration.socket = .path(socket, mode: 0o600, group: nil)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let (ready, readyContinuation) = AsyncStream.makeStream(of: Void.self)
+        let listener = HTTPListener(
+            configuration: configuration, store: store, access: AccessPolicy(serverUser: UInt32(geteuid())),
+            now: { 1_700_000_000 }, health: { store.statistics.failure == nil ? .ok : .storageFailed }, logger: logger
+        ) { readyContinuation.yield() }
+        let group = ServiceGroup(services: [StoreCommitter(store: store, logger: logger), listener], logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask {
+                defer { readyContinuation.finish() }
+                try await group.run()
+            }
+            for await _ in ready { break }
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                Thread.detachNewThread { continuation.resume(with: Result { try body(store, socket, held) }) }
+            }
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+    }
+
+    /// Returns once the listener's lookup is waiting for the disk (the request was read and looked up).
+    static func waitUntilALookupWaits(_ store: Store) throws {
+        for _ in 0..<10_000 where store.waitingReads == 0 { usleep(1000) }
+        guard store.waitingReads == 1 else { throw RawConnection.Failure(description: "no lookup waits for the disk") }
+    }
+
+    /// Creates a session for `sub`; returns its token once the store says it is durable.
+    static func create(_ sub: String, in store: Store) throws -> (token: String, done: DispatchSemaphore) {
+        let done = DispatchSemaphore(value: 0)
+        let created = try store.createSession(
+            for: Principal(issuer: "local", sub: sub), now: 1_700_000_000, ttl: 3600, idle: 3600, data: nil) { _ in done.signal() }
+        return (created.token, done)
+    }
+
+    @Test("a lookup waiting for a sync that fails is answered 503, and the request pipelined after it waits its turn")
+    func waitsForTheSync() async throws {
+        try await Self.serve { store, socket, held in
+            let (token, done) = try Self.create("alice", in: store)
+            done.wait()
+            // A change on its way to the disk: its sync is held.
+            held.arm()
+            _ = try Self.create("bob", in: store)
+            held.waitUntilEntered()
+            let http = HTTPExchange(try RawConnection(path: socket))
+            try http.connection.send(Array((
+                "GET /authz HTTP/1.1\r\nHost: k\r\nCookie: kh_session=\(token)\r\n\r\n" + "GET /healthz HTTP/1.1\r\nHost: k\r\n\r\n").utf8))
+            try Self.waitUntilALookupWaits(store)
+            // The sync fails: what the lookup read may be taken back, so it is not vouched for.
+            held.release(succeeding: false)
+            let authz = try http.readAnswer()
+            #expect(authz.status == 503)
+            #expect(authz.header("X-Auth-Request-User") == "")
+            let health = try http.readAnswer()
+            #expect(health.status == 503 && health.body.contains("storage"))
+        }
+    }
+
+    @Test("a lookup waiting for a sync that succeeds is answered 200 once it is done")
+    func answersAfterTheSync() async throws {
+        try await Self.serve { store, socket, held in
+            let (token, done) = try Self.create("alice", in: store)
+            done.wait()
+            held.arm()
+            _ = try Self.create("bob", in: store)
+            held.waitUntilEntered()
+            let http = HTTPExchange(try RawConnection(path: socket))
+            try http.send("GET", "/authz", headers: ["Cookie": "kh_session=\(token)"])
+            try http.send("GET", "/healthz")
+            try Self.waitUntilALookupWaits(store)
+            held.release(succeeding: true)
+            let authz = try http.readAnswer()
+            #expect(authz.status == 200 && authz.header("X-Auth-Request-User") == "alice")
+            #expect(try http.readAnswer().status == 200)
+        }
+    }
+}
