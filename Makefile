@@ -4,8 +4,10 @@ SWIFT       ?= swift
 DEV_DIR     := $(CURDIR)/.keyhole
 # A Unix socket path holds at most 107 bytes: fall back to /tmp for a deep checkout.
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
-# prometheus: its promtool checks keyholed's metrics text (the server it also installs is stopped).
-APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace prometheus
+# prometheus: its promtool checks keyholed's metrics text, and the dashboard's tests run it and
+# prometheus-node-exporter (both services stopped after installing).
+APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace prometheus \
+  prometheus-node-exporter
 # Each language client's toolchain, test runner and (for its example app) framework, from Debian.
 CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
   php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
@@ -31,7 +33,7 @@ SANITIZER_JOBS ?= -j 1
 # tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps deps-clients build build-debug run test test-python test-proxies test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
+.PHONY: all deps deps-clients build build-debug run test test-python test-proxies test-grafana test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
 
 all: build
 
@@ -46,7 +48,7 @@ deps:
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
 	  echo "make deps: installing$$missing"; \
 	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	  case "$$missing" in *prometheus*) $$sudo systemctl disable --now prometheus >/dev/null 2>&1 || true ;; esac; \
+	  case "$$missing" in *prometheus*) $$sudo systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true ;; esac; \
 	fi
 	@python3 -c 'import jsonschema' 2>/dev/null || { echo "make deps: installing jsonschema (Python tests only)"; python3 -m pip install --quiet jsonschema; }
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make deps: swift not found; install Swift 6.2 or later from swift.org" >&2; exit 1; }
@@ -87,13 +89,18 @@ run: build
 
 ## test: every test: each language client's suite with its own runner against a real keyholed
 ## (Python, Node.js, PHP, Ruby, Go), make bench's judging (Scripts/test_bench.py), then the Swift suites.
-test: build-debug test-python test-proxies test-clients test-swift
+test: build-debug test-python test-proxies test-grafana test-clients test-swift
 
 test-python: build-debug
 	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Protocol/clients/python -v
 	python3 -m unittest discover -s Scripts -v
 
 ## test-clients: the Node.js, PHP, Ruby and Go clients' suites (installs their toolchains when missing).
+## test-grafana: the Grafana dashboard (packaging/grafana) against METRICS.md, promtool, a real keyholed,
+## Prometheus, node_exporter and the README's units under systemd.
+test-grafana: build-debug
+	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Tests/grafana -v
+
 ## test-proxies: keyholed's forward-auth behind a real nginx and Caddy with the snippets in
 ## packaging/proxies/ (installs nginx and caddy from Debian when missing).
 test-proxies: build-debug

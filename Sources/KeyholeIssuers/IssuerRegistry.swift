@@ -1,3 +1,4 @@
+import CoreMetrics
 import KeyholeJOSE
 import KeyholeProtocol
 import NIOCore
@@ -26,6 +27,13 @@ public struct IssuerRegistry: Sendable {
         self.encoder = encoder
         Self.watchKeys(of: issuers, cache: cache)
         VerificationMetrics.shared.register(issuers: issuers.map(\.configuration.name))
+        // Each remote key set's fetch counters from the start: a first fetch is then seen as a change.
+        for keys in issuers where keys.status().isRemote {
+            for result in ["ok", "error"] {
+                Counter(label: "keyholed_key_set_fetches_total", dimensions: [("issuer", keys.configuration.name), ("result", result)])
+                    .increment(by: 0)
+            }
+        }
     }
 
     /// A new key set drops the cached tokens of keys that left it.
