@@ -107,7 +107,12 @@ public final class HTTPListener: Service, Sendable {
     private func bootstrap(quiescing: ServerQuiescingHelper, tcp: Bool) -> ServerBootstrap {
         let shared = self.shared
         let logger = self.logger
-        return ServerBootstrap(group: group)
+        var bootstrap = ServerBootstrap(group: group)
+        if tcp {
+            // An answer is one write: sent at once, never held back waiting for an acknowledgement.
+            bootstrap = bootstrap.childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+        }
+        return bootstrap
             .serverChannelOption(.backlog, value: Int32(clamping: shared.configuration.backlog))
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelInitializer { channel in
