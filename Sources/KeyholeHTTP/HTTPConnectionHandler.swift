@@ -217,9 +217,11 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     private func write(_ answer: HTTPAnswer, context: ChannelHandlerContext) {
         guard let request = current, context.channel.isActive else { return }
         current = nil
+        // Draining (quiesced while this was answered): the last answer closes the connection.
+        let keepAlive = request.keepAlive && !(closing && held.isEmpty)
         var buffer = context.channel.allocator.buffer(capacity: 256 + answer.body.utf8.count)
-        answer.write(into: &buffer, version: request.version, keepAlive: request.keepAlive, head: request.head)
-        if request.keepAlive {
+        answer.write(into: &buffer, version: request.version, keepAlive: keepAlive, head: request.head)
+        if keepAlive {
             context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
             timer.answered()
         } else {

@@ -15,6 +15,11 @@ import Testing
 struct HTTPListenerWaitTests {
     /// A store with `held` as its sync and a listener on it, served while `body` runs on a thread.
     static func serve(_ body: @escaping @Sendable (Store, String, HeldSync) throws -> Void) async throws {
+        try await serve { store, socket, held, _ in try body(store, socket, held) }
+    }
+
+    /// As `serve(_:)`, `body` also given a way to begin the graceful shutdown (it returns at once).
+    static func serve(_ body: @escaping @Sendable (Store, String, HeldSync, @escaping @Sendable () -> Void) throws -> Void) async throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let held = HeldSync()
@@ -41,7 +46,8 @@ struct HTTPListenerWaitTests {
             }
             for await _ in ready { break }
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                Thread.detachNewThread { continuation.resume(with: Result { try body(store, socket, held) }) }
+                let shutdown: @Sendable () -> Void = { Task { await group.triggerGracefulShutdown() } }
+                Thread.detachNewThread { continuation.resume(with: Result { try body(store, socket, held, shutdown) }) }
             }
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
@@ -82,6 +88,29 @@ struct HTTPListenerWaitTests {
             #expect(authz.header("X-Auth-Request-User") == "")
             let health = try http.readAnswer()
             #expect(health.status == 503 && health.body.contains("storage"))
+        }
+    }
+
+    @Test("at shutdown a lookup waiting for the disk is still answered, with Connection: close, then the connection closes")
+    func drainsAWaitingAnswer() async throws {
+        try await Self.serve { store, socket, held, shutdown in
+            let (token, done) = try Self.create("alice", in: store)
+            done.wait()
+            let idle = HTTPExchange(try RawConnection(path: socket))
+            #expect(try idle.request("GET", "/healthz").status == 200)
+            held.arm()
+            _ = try Self.create("bob", in: store)
+            held.waitUntilEntered()
+            let http = HTTPExchange(try RawConnection(path: socket))
+            try http.send("GET", "/authz", headers: ["Cookie": "kh_session=\(token)"])
+            try Self.waitUntilALookupWaits(store)
+            shutdown()
+            // The idle keep-alive connection is closed at once; the one waiting is answered first.
+            #expect(try idle.readsEndOfStream())
+            held.release(succeeding: true)
+            let authz = try http.readAnswer()
+            #expect(authz.status == 200 && authz.header("Connection") == "close")
+            #expect(try http.readsEndOfStream())
         }
     }
 
