@@ -45,6 +45,7 @@ struct DebianPackageTests {
         for (path, mode) in [
             ("./usr/bin/keyholed", "-rwxr-xr-x"), ("./usr/bin/keyhole", "-rwxr-xr-x"),
             ("./usr/lib/systemd/system/keyholed.service", "-rw-r--r--"), ("./usr/lib/systemd/system/keyholed.socket", "-rw-r--r--"),
+            ("./usr/lib/systemd/system/keyholed-http.socket", "-rw-r--r--"),
             ("./usr/lib/sysusers.d/keyhole.conf", "-rw-r--r--"), ("./usr/lib/tmpfiles.d/keyhole.conf", "-rw-r--r--"),
             ("./etc/keyhole/keyholed.toml", "-rw-r--r--"), ("./usr/share/man/man8/keyholed.8.gz", "-rw-r--r--"),
             ("./usr/share/man/man1/keyhole.1.gz", "-rw-r--r--"), ("./usr/share/man/man5/keyholed.toml.5.gz", "-rw-r--r--"),
@@ -92,12 +93,17 @@ struct DebianPackageTests {
         say binary "$(exists /usr/bin/keyholed)"
         say user "$(getent passwd keyhole | cut -d: -f1,6,7)"
         say group "$(getent group keyhole-clients | cut -d: -f1)"
+        say proxies_group "$(getent group keyhole-proxies | cut -d: -f1)"
         say state_dir "$(stat -c '%a %U' /var/lib/keyhole)"
         say credentials_dir "$(stat -c '%a %U' /etc/keyhole/credentials)"
         say config "$(exists /etc/keyhole/keyholed.toml)"
         say socket_enabled "$(systemctl is-enabled keyholed.socket)"
         say socket_active "$(systemctl is-active keyholed.socket)"
         say socket_file "$(stat -c '%a %U %G' /run/keyhole/keyhole.sock 2>&1)"
+        # Installed, not enabled: keyholed serves HTTP only with [http], which the admin adds.
+        say http_socket_enabled "$(systemctl is-enabled keyholed-http.socket)"
+        say http_socket_active "$(systemctl is-active keyholed-http.socket)"
+        say http_socket_file "$(exists /run/keyhole/http.sock)"
         # A file in /etc/keyhole/credentials reaches keyholed as credential keyhole_<name> (LoadCredential=).
         echo probe-secret >/etc/keyhole/credentials/probe
         # Socket activation: nothing runs until the first client connects, which it then answers.
@@ -140,6 +146,18 @@ struct DebianPackageTests {
         rm -r /etc/systemd/system/keyholed.service.d
         systemctl daemon-reload && systemctl restart keyholed.service
 
+        # The admin turns the HTTP listener on as the reference file and keyholed(8) say. (The
+        # limiter reset: this test starts keyholed more often than systemd's 5 starts in 10 s.)
+        systemctl reset-failed keyholed.service
+        sed -i 's/^# \[http\]$/[http]/' /etc/keyhole/keyholed.toml
+        systemctl enable keyholed-http.socket 2>/dev/null
+        systemctl stop keyholed.service && systemctl start keyholed-http.socket
+        # HTTP over a Unix socket: curl (Debian's curl package).
+        say curl "$(command -v curl >/dev/null && echo found || echo 'missing: apt-get install curl')"
+        health() { curl -s -o /dev/null -w '%{http_code}' --max-time 10 --unix-socket /run/keyhole/http.sock http://keyhole/healthz; }
+        say http_health_before_upgrade "$(health)"
+        http_since=$(prop keyholed-http.socket ActiveEnterTimestampMonotonic)
+
         # The upgrade, with a client connecting for each request all along: the listening socket stays
         # with systemd, so none may see an error.
         echo '# edited by the admin' >> /etc/keyhole/keyholed.toml
@@ -162,19 +180,39 @@ struct DebianPackageTests {
         say service_after_upgrade "$(systemctl is-active keyholed.service)"
         say socket_kept "$([ "$(prop keyholed.socket ActiveEnterTimestampMonotonic)" = "$socket_since" ] && echo yes || echo no)"
         say session_after_upgrade "$(k call session.get "{\"session\":\"$token\"}" >/dev/null 2>&1 && echo yes || echo no)"
+        # The HTTP socket too stays with systemd, enabled, and is passed to the new keyholed.
+        say http_socket_enabled_after_upgrade "$(systemctl is-enabled keyholed-http.socket)"
+        say http_socket_kept "$([ "$(prop keyholed-http.socket ActiveEnterTimestampMonotonic)" = "$http_since" ] && echo yes || echo no)"
+        say http_health_after_upgrade "$(health)"
+        # The journal takes keyholed's entry a moment after it is written: polled for at most 10 s.
+        adopted() { journalctl _PID="$(prop keyholed.service MainPID)" KEYHOLE_EVENT=systemd.socket_adopted -o cat --no-pager | grep -c '(http)'; }
+        i=0
+        until [ "$(adopted)" -ge 1 ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
+        say http_adopted_after_upgrade "$(adopted)"
 
         dpkg -r keyhole >>/tmp/dpkg.log 2>&1; say remove_status $?
         say socket_after_remove "$(systemctl is-active keyholed.socket)"
         say service_after_remove "$(systemctl is-active keyholed.service)"
         say socket_file_after_remove "$(exists /run/keyhole/keyhole.sock)"
+        say http_socket_after_remove "$(systemctl is-active keyholed-http.socket)"
+        say http_socket_file_after_remove "$(exists /run/keyhole/http.sock)"
         say binary_after_remove "$(exists /usr/bin/keyholed)"
         say state_after_remove "$(exists /var/lib/keyhole/wal)"
         say config_after_remove "$(exists /etc/keyhole/keyholed.toml)"
+
+        # Installed again: the HTTP socket the admin had enabled is enabled and listening again (the
+        # removal masked it), and its first request starts keyholed.
+        dpkg -i "$new" >>/tmp/dpkg.log 2>&1; say reinstall_status $?
+        say http_socket_enabled_after_reinstall "$(systemctl is-enabled keyholed-http.socket)"
+        say http_socket_active_after_reinstall "$(systemctl is-active keyholed-http.socket)"
+        say http_health_after_reinstall "$(health)"
 
         dpkg -P keyhole >>/tmp/dpkg.log 2>&1; say purge_status $?
         say state_after_purge "$(exists /var/lib/keyhole)"
         say config_after_purge "$(exists /etc/keyhole)"
         say socket_enabled_after_purge "$(exists /etc/systemd/system/sockets.target.wants/keyholed.socket)"
+        say http_socket_enabled_after_purge "$(exists /etc/systemd/system/sockets.target.wants/keyholed-http.socket)"
+        say units_masked_after_purge "$(ls /etc/systemd/system | grep -c keyholed)"
         say dpkg_status "$(dpkg-query -W -f='${Status}' keyhole 2>&1 | head -c 40)"
         echo "--- dpkg"; cat /tmp/dpkg.log
         echo "--- client errors during the upgrade"; sort /tmp/load.err | uniq -c
@@ -184,7 +222,7 @@ struct DebianPackageTests {
     /// Not under `make test-asan`/`test-tsan` (KEYHOLE_SANITIZER set): systemd starts the packaged
     /// service without the sanitizer's options.
     @Test(
-        "under systemd (a throwaway container): install enables and starts the socket, the first client starts keyholed; upgrade restarts it under load with the socket kept and no client error; remove stops both; purge deletes state and config",
+        "under systemd (a throwaway container): install enables and starts the socket (the HTTP socket installed, not enabled), the first client starts keyholed; upgrade restarts it under load with both sockets kept and no client error; remove stops them all; a reinstall enables again the HTTP socket the admin enabled; purge deletes state, config and enablement",
         .enabled(if: ProcessInfo.processInfo.environment["KEYHOLE_SANITIZER"] == nil, "the service cannot run a sanitizer build"))
     func lifecycleUnderSystemd() async throws {
         let directory = try DaemonProcess.makeDirectory()
@@ -195,18 +233,24 @@ struct DebianPackageTests {
             Self.lifecycle, in: directory, arguments: ["/srv/keyhole-test/keyhole_0.1.0-1.deb", "/srv/keyhole-test/keyhole_0.1.0-2.deb"])
         let expected: [String: String] = [
             "root": "755 root", "pid1": "systemd", "install_status": "0", "binary": "yes",
-            "user": "keyhole:/var/lib/keyhole:/usr/sbin/nologin", "group": "keyhole-clients", "state_dir": "700 keyhole",
+            "user": "keyhole:/var/lib/keyhole:/usr/sbin/nologin", "group": "keyhole-clients", "proxies_group": "keyhole-proxies",
+            "state_dir": "700 keyhole",
             "credentials_dir": "700 root", "config": "yes", "socket_enabled": "enabled", "socket_active": "active",
-            "socket_file": "660 keyhole keyhole-clients", "service_before_connection": "inactive", "first_ping": "answered",
+            "socket_file": "660 keyhole keyhole-clients", "http_socket_enabled": "disabled", "http_socket_active": "inactive",
+            "http_socket_file": "no", "service_before_connection": "inactive", "first_ping": "answered",
             "service_after_connection": "active", "service_status": "serving", "service_user": "keyhole",
             "sandbox": "CapEff: 0000000000000000 NoNewPrivs: 1 Seccomp: 2 ", "watchdog": "30s", "credential": "probe-secret", "ready_logged": "1", "token_made": "yes",
             "reload_status": "0", "reload_logged": "1", "watchdog_restarted": "yes", "watchdog_logged": "1", "session_after_watchdog": "yes",
             "upgrade_status": "0", "failed_during_upgrade": "0", "answered_during_upgrade": "yes", "version": "0.1.0-2",
             "config_kept": "1", "service_restarted": "yes", "service_after_upgrade": "active", "socket_kept": "yes",
-            "session_after_upgrade": "yes",
+            "session_after_upgrade": "yes", "curl": "found", "http_health_before_upgrade": "200", "http_socket_enabled_after_upgrade": "enabled",
+            "http_socket_kept": "yes", "http_health_after_upgrade": "200", "http_adopted_after_upgrade": "1",
             "remove_status": "0", "socket_after_remove": "inactive", "service_after_remove": "inactive",
-            "socket_file_after_remove": "no", "binary_after_remove": "no", "state_after_remove": "yes", "config_after_remove": "yes",
+            "socket_file_after_remove": "no", "http_socket_after_remove": "inactive", "http_socket_file_after_remove": "no",
+            "binary_after_remove": "no", "state_after_remove": "yes", "config_after_remove": "yes",
             "purge_status": "0", "state_after_purge": "no", "config_after_purge": "no", "socket_enabled_after_purge": "no",
+            "reinstall_status": "0", "http_socket_enabled_after_reinstall": "enabled", "http_socket_active_after_reinstall": "active",
+            "http_health_after_reinstall": "200", "http_socket_enabled_after_purge": "no", "units_masked_after_purge": "0",
         ]
         for (key, value) in expected.sorted(by: { $0.key < $1.key }) {
             #expect(found[key] == value, "\(key): \(found[key] ?? "missing")\n\(run.stdout)\(run.stderr)")

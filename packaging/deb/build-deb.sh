@@ -3,9 +3,9 @@
 #
 #   build-deb.sh --bin DIR --out FILE.deb [--version V] [--strip] [--allow-unpackaged-libs] [--fast]
 #
-# The package: /usr/bin/keyholed and keyhole, the systemd units, sysusers.d and tmpfiles.d entries,
-# /etc/keyhole/keyholed.toml as a conffile, the man pages, and the maintainer scripts of this
-# directory. Depends lists the Debian packages that own the shared libraries the binaries name
+# The package: /usr/bin/keyholed and keyhole, the systemd units (keyholed-http.socket shipped
+# disabled), sysusers.d and tmpfiles.d entries, /etc/keyhole/keyholed.toml as a conffile, the man
+# pages, and the maintainer scripts of this directory. Depends lists the Debian packages that own the shared libraries the binaries name
 # (DT_NEEDED, found with ldconfig and dpkg -S), plus systemd and init-system-helpers for the
 # scripts. A library no package owns (a toolchain's Swift runtime in a debug build) is an error
 # unless --allow-unpackaged-libs, for tests that install the package on the machine that built it.
@@ -42,7 +42,8 @@ for b in keyholed keyhole; do
     install -m 0755 "$bin/$b" "$root/usr/bin/$b"
     [ "$strip" = no ] || strip --strip-unneeded "$root/usr/bin/$b"
 done
-install -m 0644 "$packaging/systemd/keyholed.service" "$packaging/systemd/keyholed.socket" "$root/usr/lib/systemd/system/"
+install -m 0644 "$packaging/systemd/keyholed.service" "$packaging/systemd/keyholed.socket" "$packaging/systemd/keyholed-http.socket" \
+    "$root/usr/lib/systemd/system/"
 install -m 0644 "$packaging/systemd/keyhole.sysusers" "$root/usr/lib/sysusers.d/keyhole.conf"
 install -m 0644 "$packaging/systemd/keyhole.tmpfiles" "$root/usr/lib/tmpfiles.d/keyhole.conf"
 install -m 0644 "$packaging/keyholed.toml" "$root/etc/keyhole/keyholed.toml"
