@@ -76,6 +76,8 @@ public final class HTTPListener: Service, Sendable {
                 }
             }
         } catch {
+            // Said at once: keyholed only reports the failure once every other service has stopped.
+            logger.critical("http.listen_failed", metadata: ["error": "\(error)"])
             for channel in channels { try? await channel.close() }
             socketFile?.remove()
             throw error

@@ -77,6 +77,12 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: \(error)")
             throw ExitCode(78)
         }
+        // Under systemd the HTTP socket is systemd's too (keyholed-http.socket): without it, keyholed
+        // would try to bind a path the sandboxed unit cannot write, and serve no HTTP.
+        if adopted != nil, configuration.http != nil, adoptedHTTP == nil {
+            printError("keyholed: configuration error: [http] is set, and systemd passed the main socket but none named 'http': enable keyholed-http.socket (systemctl enable keyholed-http.socket; systemctl stop keyholed.service; systemctl start keyholed-http.socket), or remove [http]")
+            throw ExitCode(78)
+        }
         // Before anything uses NIO's shared event-loop group, which the server and the fetchers share.
         NIOSingletons.groupLoopCountSuggestion = configuration.threads
         // An early SIGHUP (before the reload service listens) must not end keyholed, SIGHUP's default.
@@ -221,7 +227,10 @@ struct Keyholed: AsyncParsableCommand {
         let group = ServiceGroup(configuration: .init(
             // Stopped in reverse order: the server drains its requests while keys still refresh and
             // changes still commit; the committer then flushes what is queued.
-            services: watchdog + [
+            // A service that ends early (a listener that cannot bind) shuts the others down
+            // gracefully: cancelled instead, a server waiting for its drain would never return, and
+            // keyholed would hang half alive, deaf to SIGTERM.
+            services: (watchdog + [
                 .init(service: KeySetRefresher(registry: registry, store: store, logger: logger)),
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
@@ -230,7 +239,9 @@ struct Keyholed: AsyncParsableCommand {
                 .init(service: server),
             ] + (http.map { [.init(service: $0)] } ?? []) + [
                 .init(service: ReloadSignals(reloader: reloader)),
-            ] + systemdStatus,
+            ] + systemdStatus).map {
+                .init(service: $0.service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
+            },
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: lifecycleLogger
         ))

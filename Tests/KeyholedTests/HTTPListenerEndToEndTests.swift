@@ -219,6 +219,23 @@ struct HTTPListenerEndToEndTests {
         try Self.stop(daemon)
     }
 
+    @Test("a socket it cannot bind ends keyholed at once (exit 1, said in the log), not half alive; under socket activation without an http socket, exit 78 with the unit to enable")
+    func listenerFailures() throws {
+        let unbindable = try DaemonProcess(config: "[http]\nsocket = \"/nonexistent-keyhole-dir/h.sock\"\n")
+        #expect(try unbindable.waitForExit(seconds: 30) == 1)
+        #expect(unbindable.stderr.contains("http.listen_failed"), "\(unbindable.stderr)")
+        try? FileManager.default.removeItem(at: unbindable.directory)
+
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let listener = try UnixSocket.bound(to: directory.appendingPathComponent("k.sock").path, listening: 16)
+        defer { close(listener) }
+        let activated = try DaemonProcess(
+            config: "[http]\nsocket = \"\(directory.path)/h.sock\"\n", directory: directory, listener: listener)
+        #expect(try activated.waitForExit(seconds: 30) == 78)
+        #expect(activated.stderr.contains("enable keyholed-http.socket"), "\(activated.stderr)")
+    }
+
     @Test("[http] mistakes stop the start with exit 78: a non-loopback listen, a group it does not serve, an unknown key, a bad cookie name")
     func configurationErrors() throws {
         for (section, message) in [
