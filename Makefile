@@ -12,7 +12,7 @@ APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps opens
 CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
   php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
 # The clients' benchmarks: the same language's Redis client, and Redis.
-BENCH_APT_PACKAGES := redis-server node-redis php-redis ruby-redis
+BENCH_APT_PACKAGES := redis-server node-redis php-redis ruby-redis wrk nginx
 # Reverse proxies run by the forward-auth tests (Tests/proxies); their system services are not needed.
 PROXY_APT_PACKAGES := nginx caddy
 GO_ENV := GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
@@ -138,19 +138,21 @@ test-swift: build-debug
 ## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Then each language
 ## client's session.get next to its Redis client's GET (Scripts/client_bench.py), appended to both.
 ## Installs redis-server, the Redis clients, PyJWT and cryptography when missing. BENCH_ARGS passes
-## options to bench.py (--seconds 5, --rounds 5, --skip-million), CLIENT_BENCH_ARGS to client_bench.py.
+## options to bench.py (--seconds 5, --rounds 5, --skip-million), CLIENT_BENCH_ARGS to client_bench.py,
+## HTTP_BENCH_ARGS to http_bench.py (/authz and the metrics: --seconds 3, --rounds 5).
 BENCH_ARGS ?=
 CLIENT_BENCH_ARGS ?=
 bench: build deps-clients
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  $(call apt_install,$(BENCH_APT_PACKAGES)); \
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
-	  $$sudo systemctl disable --now redis-server >/dev/null 2>&1 || true; }
+	  $$sudo systemctl disable --now redis-server nginx >/dev/null 2>&1 || true; }
 	@$(call apt_install,$(BENCH_APT_PACKAGES))
 	@python3 -c 'import jwt, cryptography' 2>/dev/null || { echo "make bench: installing PyJWT and cryptography"; python3 -m pip install --quiet pyjwt cryptography; }
 	@python3 -c 'import redis' 2>/dev/null || { echo "make bench: installing redis-py"; python3 -m pip install --quiet redis; }
 	python3 Scripts/bench.py $(BENCH_ARGS)
 	python3 Scripts/client_bench.py $(CLIENT_BENCH_ARGS)
+	python3 Scripts/http_bench.py $(HTTP_BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
 ## runtime linked in, so that it needs only Debian's own packages.

@@ -77,12 +77,6 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: \(error)")
             throw ExitCode(78)
         }
-        // Under systemd the HTTP socket is systemd's too (keyholed-http.socket): without it, keyholed
-        // would try to bind a path the sandboxed unit cannot write, and serve no HTTP.
-        if adopted != nil, configuration.http != nil, adoptedHTTP == nil {
-            printError("keyholed: configuration error: [http] is set, and systemd passed the main socket but none named 'http': enable keyholed-http.socket (systemctl enable keyholed-http.socket; systemctl stop keyholed.service; systemctl start keyholed-http.socket), or remove [http]")
-            throw ExitCode(78)
-        }
         // Before anything uses NIO's shared event-loop group, which the server and the fetchers share.
         NIOSingletons.groupLoopCountSuggestion = configuration.threads
         // An early SIGHUP (before the reload service listens) must not end keyholed, SIGHUP's default.
@@ -254,6 +248,11 @@ struct Keyholed: AsyncParsableCommand {
         if let http = apple?.http { try? await http.shutdown() }
         if let error = failure as? ServerError {
             logger.critical("keyholed.listen_failed", metadata: ["error": "\(error)"])
+            // Under the packaged units the HTTP socket is systemd's (keyholed-http.socket): one that
+            // was not passed is bound here, where the sandboxed unit cannot write.
+            if adopted != nil, http != nil, adoptedHTTP == nil {
+                printError("keyholed: [http] is set and systemd passed no socket named 'http': enable keyholed-http.socket (systemctl enable keyholed-http.socket; systemctl stop keyholed.service; systemctl start keyholed-http.socket), or remove [http]")
+            }
             throw ExitCode(1)
         } else if let failure {
             logger.critical("keyholed.failed", metadata: ["error": "\(failure)"])
