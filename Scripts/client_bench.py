@@ -34,6 +34,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_report  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENTS = os.path.join(ROOT, "Protocol", "clients")
 GO_ENV = {"GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOTOOLCHAIN": "local"}
@@ -88,7 +91,7 @@ def raw_floor(keyhole_socket, redis_socket, seconds, servers):
         for _ in range(200):
             call()
         slices, cpu, calls = [], [], 0
-        server_start = cpu_ns(servers[side])
+        server_start = bench_report.cpu_ns(servers[side])
         for _ in range(5):
             n, start, cpu_start = 0, time.perf_counter(), time.process_time()
             while time.perf_counter() - start < seconds / 5:
@@ -98,25 +101,13 @@ def raw_floor(keyhole_socket, redis_socket, seconds, servers):
             slices.append((time.perf_counter() - start) * 1e6 / n)
             cpu.append((time.process_time() - cpu_start) * 1e6 / n)
             calls += n
-        server = (cpu_ns(servers[side]) - server_start) / 1000 / calls
+        server = (bench_report.cpu_ns(servers[side]) - server_start) / 1000 / calls
         return {f"{side}_{'session_get' if side == 'keyhole' else 'get'}_us": statistics.median(slices),
                 f"{side}_cpu_us": statistics.median(cpu), f"{side}_server_cpu_us": round(server, 2)}
     figures = {**measure("keyhole", keyhole_get), **measure("redis", redis_get)}
     kh.close()
     rd.close()
     return figures
-
-
-def cpu_ns(pid):
-    """CPU time process pid has used so far, every thread, in nanoseconds (schedstat's first field)."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:
-            pass  # a thread that ended meanwhile
-    return total
 
 
 # What each bench script (and the raw floor) reports, per call: wall, client CPU, server CPU.
@@ -126,9 +117,9 @@ FIGURES = ["keyhole_session_get_us", "redis_get_us", "keyhole_cpu_us", "redis_cp
 
 def run_client(name, argv, cwd, env, servers):
     """Runs one bench script; its figures, with each server's CPU µs per request added."""
-    before = {side: cpu_ns(pid) for side, pid in servers.items()}
+    before = {side: bench_report.cpu_ns(pid) for side, pid in servers.items()}
     done = subprocess.run(argv, cwd=cwd, env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
-    after = {side: cpu_ns(pid) for side, pid in servers.items()}
+    after = {side: bench_report.cpu_ns(pid) for side, pid in servers.items()}
     if done.returncode != 0:
         raise SystemExit(f"client_bench: {name} failed ({done.returncode}):\n{done.stderr}")
     line = done.stdout.strip().splitlines()[-1]
@@ -216,26 +207,7 @@ def main():
               "spends more CPU than Redis on each request at depth 1 (the server column): until issue 31 "
               "lowers it, a client meets the goal only by costing less than its Redis client."]
     section = "\n".join(lines) + "\n"
-    if options.out:
-        with open(options.out, "w", encoding="utf-8") as f:
-            f.write(section)
-    else:
-        path = os.path.join(ROOT, "BENCHMARKS.md")
-        with open(path, encoding="utf-8") as f:
-            report = f.read()
-        # A section from an earlier run of this script is replaced, not repeated.
-        start = report.find("\n## Clients (issue 27)\n")
-        if start >= 0:
-            end = report.find("\n## ", start + 1)
-            report = report[:start] + (report[end:] if end >= 0 else "\n")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(report.rstrip("\n") + "\n" + section)
-        path = os.path.join(ROOT, "BENCHMARKS.json")
-        with open(path, encoding="utf-8") as f:
-            everything = json.load(f)
-        everything["clients"] = results
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(everything, f, indent=1, sort_keys=True)
+    bench_report.write(section, "Clients (issue 27)", "clients", results, options.out)
     print(section)
 
 

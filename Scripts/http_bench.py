@@ -29,22 +29,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_report  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
 sys.path.insert(0, os.path.join(ROOT, "Protocol", "clients", "python"))
 import keyhole  # noqa: E402
-
-
-def cpu_ns(pid):
-    """CPU time process pid has used so far, every thread, in nanoseconds."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:
-            pass
-    return total
 
 
 def free_port():
@@ -82,9 +73,9 @@ def session_get(daemon, token, seconds, rate=None):
             "--seconds", str(seconds), "--warmup", "0", "--json"]
     if rate:
         argv += ["--interval-ms", f"{16 * 1000 / rate:.4f}"]
-    before = cpu_ns(daemon.pid)
+    before = bench_report.cpu_ns(daemon.pid)
     result = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
-    spent = cpu_ns(daemon.pid) - before
+    spent = bench_report.cpu_ns(daemon.pid) - before
     if result.get("failed"):
         raise SystemExit(f"http_bench: {result['failed']} session.get failed")
     return {"cpu_us": spent / 1000 / max(1, result["answered"]), "per_second": result["per_second"]}
@@ -93,10 +84,10 @@ def session_get(daemon, token, seconds, rate=None):
 def wrk(url, token, seconds, pids):
     """wrk -t1 -c16 against url with the session cookie: requests a second, and CPU µs per request
     of each process in pids (name -> pid)."""
-    before = {name: cpu_ns(pid) for name, pid in pids.items()}
+    before = {name: bench_report.cpu_ns(pid) for name, pid in pids.items()}
     done = subprocess.run(["wrk", "-t1", "-c16", f"-d{max(1, round(seconds))}s", "-H", f"Cookie: kh_session={token}", url],
                           check=True, capture_output=True, text=True)
-    spent = {name: cpu_ns(pid) - before[name] for name, pid in pids.items()}
+    spent = {name: bench_report.cpu_ns(pid) - before[name] for name, pid in pids.items()}
     requests = int(re.search(r"(\d+) requests in", done.stdout).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", done.stdout)
     if non2xx:
@@ -261,25 +252,7 @@ def main():
              "`[metrics] enabled = false` (two keyholeds, same rounds); run-to-run noise on this machine is larger than the "
              "difference the goal is about."]
     section = "\n".join(lines) + "\n"
-    if options.out:
-        with open(options.out, "w", encoding="utf-8") as f:
-            f.write(section)
-    else:
-        path = os.path.join(ROOT, "BENCHMARKS.md")
-        with open(path, encoding="utf-8") as f:
-            report = f.read()
-        start = report.find("\n## HTTP listener and metrics (issue 28)\n")
-        if start >= 0:
-            end = report.find("\n## ", start + 1)
-            report = report[:start] + (report[end:] if end >= 0 else "\n")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(report.rstrip("\n") + "\n" + section)
-        path = os.path.join(ROOT, "BENCHMARKS.json")
-        with open(path, encoding="utf-8") as f:
-            everything = json.load(f)
-        everything["http"] = results
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(everything, f, indent=1, sort_keys=True)
+    bench_report.write(section, "HTTP listener and metrics (issue 28)", "http", results, options.out)
     print(section)
 
 

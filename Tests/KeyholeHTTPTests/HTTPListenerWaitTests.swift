@@ -60,6 +60,16 @@ struct HTTPListenerWaitTests {
         guard store.waitingReads == 1 else { throw RawConnection.Failure(description: "no lookup waits for the disk") }
     }
 
+    /// A session of alice's, durable; then a change of bob's on its way to the disk, its sync held.
+    static func aliceWithAChangeHeld(_ store: Store, _ held: HeldSync) throws -> String {
+        let (token, done) = try create("alice", in: store)
+        done.wait()
+        held.arm()
+        _ = try create("bob", in: store)
+        held.waitUntilEntered()
+        return token
+    }
+
     /// Creates a session for `sub`; returns its token once the store says it is durable.
     static func create(_ sub: String, in store: Store) throws -> (token: String, done: DispatchSemaphore) {
         let done = DispatchSemaphore(value: 0)
@@ -71,12 +81,7 @@ struct HTTPListenerWaitTests {
     @Test("a lookup waiting for a sync that fails is answered 503, and the request pipelined after it waits its turn")
     func waitsForTheSync() async throws {
         try await Self.serve { store, socket, held in
-            let (token, done) = try Self.create("alice", in: store)
-            done.wait()
-            // A change on its way to the disk: its sync is held.
-            held.arm()
-            _ = try Self.create("bob", in: store)
-            held.waitUntilEntered()
+            let token = try Self.aliceWithAChangeHeld(store, held)
             let http = HTTPExchange(try RawConnection(path: socket))
             try http.connection.send(Array((
                 "GET /authz HTTP/1.1\r\nHost: k\r\nCookie: kh_session=\(token)\r\n\r\n" + "GET /healthz HTTP/1.1\r\nHost: k\r\n\r\n").utf8))
@@ -117,11 +122,7 @@ struct HTTPListenerWaitTests {
     @Test("a lookup waiting for a sync that succeeds is answered 200 once it is done")
     func answersAfterTheSync() async throws {
         try await Self.serve { store, socket, held in
-            let (token, done) = try Self.create("alice", in: store)
-            done.wait()
-            held.arm()
-            _ = try Self.create("bob", in: store)
-            held.waitUntilEntered()
+            let token = try Self.aliceWithAChangeHeld(store, held)
             let http = HTTPExchange(try RawConnection(path: socket))
             try http.send("GET", "/authz", headers: ["Cookie": "kh_session=\(token)"])
             try http.send("GET", "/healthz")

@@ -15,11 +15,7 @@ package final class RawConnection: @unchecked Sendable {
     }
 
     package init(path: String, receiveTimeoutSeconds: Int = 15) throws {
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }
-        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        fd = try Self.socket(AF_UNIX, timeoutSeconds: receiveTimeoutSeconds)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
@@ -37,11 +33,7 @@ package final class RawConnection: @unchecked Sendable {
 
     /// A connection to `127.0.0.1:port` (TCP), with the same timeouts.
     package init(loopbackPort port: Int, receiveTimeoutSeconds: Int = 15) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }
-        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        fd = try Self.socket(AF_INET, timeoutSeconds: receiveTimeoutSeconds)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -57,6 +49,16 @@ package final class RawConnection: @unchecked Sendable {
     }
 
     deinit { close(fd) }
+
+    /// A stream socket of `family` whose receives and sends give up after `timeoutSeconds`.
+    private static func socket(_ family: Int32, timeoutSeconds: Int) throws -> Int32 {
+        let fd = Glibc.socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
 
     /// What one recv(2) returns, up to `limit` bytes: empty at the end of the stream (or a reset).
     package func receiveSome(limit: Int = 65_536) throws -> [UInt8] {

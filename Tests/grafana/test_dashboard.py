@@ -26,24 +26,6 @@ import time
 import unittest
 import urllib.parse
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
-DASHBOARD = os.path.join(REPO_ROOT, "packaging", "grafana", "keyholed.json")
-README = os.path.join(REPO_ROOT, "packaging", "grafana", "README.md")
-METRICS_MD = os.path.join(REPO_ROOT, "Sources", "KeyholeMetrics", "METRICS.md")
-HARNESS = os.path.join(REPO_ROOT, "Protocol", "testing", "keyholed_harness.py")
-CONTAINER = os.path.join(REPO_ROOT, "Scripts", "systemd-container.sh")
-FIXTURES = os.path.join(REPO_ROOT, "Tests", "KeyholeJOSETests", "Fixtures")
-KEYHOLED = os.environ.get("KEYHOLED") or os.path.join(REPO_ROOT, ".build", "debug", "keyholed")
-KEYHOLE = os.environ.get("KEYHOLE") or os.path.join(os.path.dirname(KEYHOLED), "keyhole")
-PROMTOOL, PROMETHEUS = "/usr/bin/promtool", "/usr/bin/prometheus"
-NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
-DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
-ROWS = ["Requests", "Connections", "Tokens", "Storage", "Apple", "Forward-auth", "Process"]
-ATTEMPTS = 400  # polls 50 ms apart: 20 s for a process to listen or a condition to hold
-
-sys.path.insert(0, os.path.join(REPO_ROOT, "Protocol", "clients", "python"))
-import keyhole  # noqa: E402  (the repository's Python client)
 
 from dashboard_support import *  # noqa: E402,F401,F403  (the helpers and constants above the tests)
 
