@@ -31,6 +31,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
 
     /// Heads held back past this many stop reading until they are answered.
     private static let maxHeld = 16
+    /// Answers not yet taken by a client that does not read: past this, the connection is closed.
+    static let maxUnsentBytes = 1 << 20
 
     private let listener: HTTPListener.Shared
     private let timer: HTTPHeadTimer
@@ -40,9 +42,12 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     /// Waiting for an answer that comes later (a lookup waiting for the disk).
     private var waiting = false
     private var held = CircularBuffer<HTTPRequestHead>()
-    /// No request after the one being answered: the connection closes after its answer.
+    /// No new request: the connection closes once the one being answered and those held back
+    /// are (a request that is the last one, or a quiesce at shutdown). Nothing more is read.
     private var closing = false
     private var readPending = false
+    /// The stream was found broken: nothing more is read or answered but the one error answer.
+    private var failed = false
     private var context: ChannelHandlerContext?
 
     init(listener: HTTPListener.Shared, timer: HTTPHeadTimer, peer: Peer, logger: Logger) {
@@ -73,7 +78,7 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .head(let head) = unwrapInboundIn(data), !closing else { return }  // bodies are never read
+        guard case .head(let head) = unwrapInboundIn(data), !closing, !failed else { return }  // bodies are never read
         timer.headArrived()
         if waiting || !held.isEmpty {
             held.append(head)
@@ -83,12 +88,25 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        // Back pressure: a client that pipelines far ahead waits for its answers.
-        if held.count >= Self.maxHeld {
+        // Nothing more is read once the connection is ending; and a client that pipelines far
+        // ahead, or does not read its answers, waits for them (back pressure).
+        if closing || failed { return }
+        if held.count >= Self.maxHeld || !context.channel.isWritable {
             readPending = true
         } else {
             context.read()
         }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { resumeReading(context: context) }
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func resumeReading(context: ChannelHandlerContext) {
+        guard readPending, !closing, !failed, held.count < Self.maxHeld, context.channel.isWritable else { return }
+        readPending = false
+        context.read()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -105,32 +123,36 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A head the decoder refused: its answer, then the connection closes (the stream is lost).
-        let status: HTTPResponseStatus = if let error = error as? HTTPParserError, error == .headerOverflow {
-            .requestHeaderFieldsTooLarge
-        } else if error is HTTPParserError {
-            .badRequest
-        } else {
-            .internalServerError
+        // Once the stream is lost, what follows (the decoder's later errors on the same bytes) is
+        // not answered again.
+        guard !failed else { return }
+        failed = true
+        held.removeAll()
+        // Only the kind of error is logged: the decoder's errors carry the bytes read, which may
+        // hold a session token.
+        guard let parserError = error as? HTTPParserError else {
+            logger.debug("http.connection_error", metadata: ["error": "\(type(of: error))"])
+            context.close(promise: nil)
+            return
         }
-        if status == .internalServerError {
-            logger.warning("http.connection_error", metadata: ["error": "\(error)"])
-        }
+        // A head the decoder refused (or one past the buffer's bound): its answer, then the close.
         guard current == nil, !waiting else {
             context.close(promise: nil)
             return
         }
         closing = true
-        held.removeAll()
         current = Current(version: .http1_1, head: false, keepAlive: false)
-        write(HTTPAnswer(status), context: context)
+        write(HTTPAnswer(parserError == .headerOverflow ? .requestHeaderFieldsTooLarge : .badRequest), context: context)
     }
 
     private func start(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
-        // A body announced is not waited for: answered now, and the connection closed after.
+        // A body announced is not waited for: answered now, and the connection closed after. Nor is
+        // an upgrade (or a CONNECT) followed: the decoder stops at it, so nothing after it could be
+        // read as a request.
         let announcesBody = head.headers.contains(name: "transfer-encoding")
             || head.headers["content-length"].contains { $0 != "0" }
-        let last = announcesBody || !head.isKeepAlive || listener.isQuiescing
+        let upgrades = head.method == .CONNECT || head.headers.contains(name: "upgrade")
+        let last = announcesBody || upgrades || !head.isKeepAlive
         if last {
             closing = true
             held.removeAll()
@@ -205,13 +227,12 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
 
     /// Serves the heads held back while an answer waited, until one waits again.
     private func startHeld(context: ChannelHandlerContext) {
-        while !waiting, current == nil, let head = held.popFirst() {
+        // Held heads were read before any close was decided: they are answered (a `last` one has
+        // cleared what followed it).
+        while !waiting, current == nil, !failed, let head = held.popFirst() {
             start(head, context: context)
         }
-        if readPending && held.count < Self.maxHeld {
-            readPending = false
-            context.read()
-        }
+        resumeReading(context: context)
     }
 
     private func write(_ answer: HTTPAnswer, context: ChannelHandlerContext) {
@@ -224,7 +245,16 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
         if keepAlive {
             context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
             timer.answered()
+            // A client that sends and never reads: its answers are not kept for it without bound.
+            if let unsent = try? context.channel.syncOptions?.getOption(.bufferedWritableBytes), unsent > Self.maxUnsentBytes {
+                listener.slowReaders.increment()
+                logger.debug("http.slow_reader", metadata: ["unsent_bytes": "\(unsent)"])
+                closing = true
+                context.close(promise: nil)
+            }
         } else {
+            closing = true
+            timer.closing()
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
         }
@@ -232,7 +262,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
 
     /// The path and the query (without `?`) of a request target.
     static func split(_ uri: String) -> (path: Substring, query: Substring?) {
-        guard let mark = uri.firstIndex(of: "?") else { return (uri[...], nil) }
-        return (uri[..<mark], uri[uri.index(after: mark)...])
+        // By bytes: `?` is ASCII, and a Character search would read grapheme clusters.
+        guard let mark = uri.utf8.firstIndex(of: UInt8(ascii: "?")) else { return (uri[...], nil) }
+        return (uri[..<mark], uri[uri.utf8.index(after: mark)...])
     }
 }

@@ -21,6 +21,9 @@ final class HTTPHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
         /// A head is in and not yet answered; `sawBytes` when more came meanwhile (a pipelined
         /// request, or a body the answer will close the connection on).
         case busy(sawBytes: Bool)
+        /// The last answer (or a 408) is on its way, since then: a client that does not read it
+        /// does not hold the connection past the head timeout.
+        case closing(since: NIODeadline)
     }
 
     private let idleTimeout: TimeAmount
@@ -54,7 +57,7 @@ final class HTTPHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch state {
         case .idle: state = .receiving(since: .now())
-        case .receiving, .busy(sawBytes: true): break
+        case .receiving, .busy(sawBytes: true), .closing: break
         case .busy(sawBytes: false): state = .busy(sawBytes: true)
         }
         context.fireChannelRead(data)
@@ -63,6 +66,12 @@ final class HTTPHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
     /// A whole head reached the handler: no deadline runs until it is answered.
     func headArrived() {
         state = .busy(sawBytes: false)
+    }
+
+    /// The connection's last answer is being written: it is closed once written, or after the head
+    /// timeout if the client does not take it.
+    func closing() {
+        state = .closing(since: .now())
     }
 
     /// The answer went out: wait for the next request (whose bytes may be in already).
@@ -92,6 +101,10 @@ final class HTTPHeadTimer: ChannelInboundHandler, RemovableChannelHandler {
             bytes.writeString("HTTP/1.1 408 Request Timeout\r\nCache-Control: no-store\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             let channel = context.channel
             context.writeAndFlush(wrapOutboundOut(bytes)).whenComplete { _ in channel.close(promise: nil) }
+            state = .closing(since: now)
+        case .closing(let since) where now - since >= headTimeout:
+            // The client does not take its last answer: its slot is not held for it.
+            context.close(promise: nil)
             return
         default:
             break

@@ -1,3 +1,4 @@
+import CoreMetrics
 import KeyholeServer
 import KeyholeStore
 import Logging
@@ -134,9 +135,13 @@ public final class HTTPListener: Service, Sendable {
                     let configuration = shared.configuration
                     let timer = HTTPHeadTimer(idleTimeout: configuration.idleTimeout, headTimeout: configuration.headTimeout)
                     try operations.addHandler(timer)
-                    try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(
-                        leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .drop,
-                        limitConfiguration: Shared.decoderLimits)))
+                    // The decoder keeps at most a head's bound and a read's worth of bytes it has not
+                    // parsed: past that the connection is closed (a client streaming after an upgrade).
+                    try operations.addHandler(ByteToMessageHandler(
+                        HTTPRequestDecoder(
+                            leftOverBytesStrategy: .dropBytes, informationalResponseStrategy: .drop,
+                            limitConfiguration: Shared.decoderLimits),
+                        maximumBufferSize: Shared.maxBufferedBytes))
                     try operations.addHandler(HTTPConnectionHandler(
                         listener: shared, timer: timer, peer: tcp ? .tcp : .unix(nil), logger: logger))
                 }
@@ -192,6 +197,12 @@ extension HTTPListener {
         let quiescing = Atomic(false)
         private let connections = Atomic(0)
         private let logRate = Mutex(LogRate())
+
+        /// Bytes the decoder may hold unparsed: a whole head and a read's worth more.
+        static let maxBufferedBytes = 80 << 10
+
+        /// Connections closed because their answers were not taken (`keyholed_slow_readers_total`).
+        let slowReaders = Counter(label: "keyholed_slow_readers_total")
 
         /// 16 KiB for the request line and headers together and for any one of them, 100 fields.
         static let decoderLimits: NIOHTTPDecoderLimitConfiguration = {

@@ -1,4 +1,3 @@
-import CoreMetrics
 import KeyholeJOSE
 import KeyholeProtocol
 import NIOCore
@@ -26,14 +25,7 @@ public struct IssuerRegistry: Sendable {
         self.cache = cache
         self.encoder = encoder
         Self.watchKeys(of: issuers, cache: cache)
-        VerificationMetrics.shared.register(issuers: issuers.map(\.configuration.name))
-        // Each remote key set's fetch counters from the start: a first fetch is then seen as a change.
-        for keys in issuers where keys.status().isRemote {
-            for result in ["ok", "error"] {
-                Counter(label: "keyholed_key_set_fetches_total", dimensions: [("issuer", keys.configuration.name), ("result", result)])
-                    .increment(by: 0)
-            }
-        }
+        VerificationMetrics.shared.register(issuers)
     }
 
     /// A new key set drops the cached tokens of keys that left it.
@@ -65,6 +57,7 @@ public struct IssuerRegistry: Sendable {
     public func replaceIssuers(_ issuers: [IssuerKeys]) {
         let previous = directory.issuers
         Self.watchKeys(of: issuers.filter { new in !previous.contains { $0 === new } }, cache: cache)
+        VerificationMetrics.shared.register(issuers)
         directory.replace(issuers)
         for keys in previous where !issuers.contains(where: { $0 === keys }) {
             keys.retire()

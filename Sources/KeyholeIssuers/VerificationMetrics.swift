@@ -14,10 +14,18 @@ final class VerificationMetrics: Sendable {
     let cacheMisses = Counter(label: "keyholed_verified_token_cache_misses_total")
     private let counters = Mutex<[String: [String: Counter]]>([:])
 
-    /// Makes the counters every run has (each issuer's `ok`, and tokens routed to none), so that the
-    /// families are exported from the start.
-    func register(issuers: [String]) {
-        for issuer in issuers { count(issuer: issuer, code: nil, by: 0) }
+    /// Makes the counters every run has, so that the families are exported from the start (and an
+    /// issuer a reload adds has its own from then on): each issuer's `ok`, tokens routed to none,
+    /// and each remote key set's fetches.
+    func register(_ issuers: [IssuerKeys]) {
+        for keys in issuers {
+            count(issuer: keys.configuration.name, code: nil, by: 0)
+            guard keys.status().isRemote else { continue }
+            for result in ["ok", "error"] {
+                Counter(label: "keyholed_key_set_fetches_total", dimensions: [("issuer", keys.configuration.name), ("result", result)])
+                    .increment(by: 0)
+            }
+        }
         count(issuer: nil, code: .tokenIssuerUnknown, by: 0)
     }
 

@@ -8,6 +8,8 @@ public final class MetricsExporter: Sendable {
     public let registry: PrometheusCollectorRegistry
     private let collectors: Mutex<[@Sendable (inout Reading) -> Void]>
     private let mirrored = Mutex<[String: (counter: Prometheus.Counter, total: Double)]>([:])
+    /// The gauges the last reading set: one it no longer has (an issuer a reload removed) is dropped.
+    private let gauges = Mutex<[String: Prometheus.Gauge]>([:])
 
     /// What a collector says when the text is made.
     public struct Reading {
@@ -43,16 +45,28 @@ public final class MetricsExporter: Sendable {
         collectors.withLock { $0.append(collector) }
     }
 
+    private static func key(_ name: String, _ labels: [(String, String)]) -> String {
+        name + labels.map { "\u{0}\($0.0)\u{0}\($0.1)" }.joined()
+    }
+
     /// The text now.
     public func text() -> String {
         var reading = Reading()
         for collector in collectors.withLock({ $0 }) { collector(&reading) }
-        for (name, labels, value) in reading.gauges {
-            registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels).set(to: value)
+        gauges.withLock { gauges in
+            var current: [String: Prometheus.Gauge] = [:]
+            for (name, labels, value) in reading.gauges {
+                let gauge = gauges[Self.key(name, labels)]
+                    ?? registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels)
+                gauge.set(to: value)
+                current[Self.key(name, labels)] = gauge
+            }
+            for (key, gauge) in gauges where current[key] == nil { registry.unregisterGauge(gauge) }
+            gauges = current
         }
         mirrored.withLock { mirrored in
             for (name, labels, total) in reading.totals {
-                let key = name + labels.map { "\u{0}\($0.0)\u{0}\($0.1)" }.joined()
+                let key = Self.key(name, labels)
                 var entry = mirrored[key]
                     ?? (registry.makeCounter(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels), 0)
                 // A total that went down (a restart of its owner) starts the counter over from there.

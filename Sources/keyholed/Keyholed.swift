@@ -12,6 +12,7 @@ import KeyholeStore
 import KeyholeSystemd
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -175,6 +176,16 @@ struct Keyholed: AsyncParsableCommand {
             logger.info("systemd.socket_adopted", metadata: ["socket": "\(adopted)", "ignored": "\(configuration.socketPath)"])
         }
         let socketPath = adopted.map { "\($0)" } ?? configuration.socketPath
+        // Ready (to systemd, and in the log) once every listener accepts connections.
+        let listenersToCome = Mutex(configuration.http == nil ? 1 : 2)
+        let listening: @Sendable () -> Void = {
+            guard listenersToCome.withLock({ count -> Bool in
+                count -= 1
+                return count == 0
+            }) else { return }
+            logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
+            notifier.ready(status: status())
+        }
         let server = KeyholeServer(
             configuration: serverConfiguration,
             operations: operations,
@@ -186,11 +197,9 @@ struct Keyholed: AsyncParsableCommand {
                 return figures
             },
             metrics: exporter.text,
-            logger: logger
-        ) {
-            logger.info("keyholed.ready", metadata: ["socket": "\(socketPath)", "pid": "\(getpid())", "version": "\(KeyholeVersion.current)"])
-            notifier.ready(status: status())
-        }
+            logger: logger,
+            onListening: listening
+        )
         reloader.serve(server)
         Self.collectMetrics(exporter, server: server, store: sessionStore, registry: registry, apple: background)
         let http = configuration.http.map { settings in
@@ -201,7 +210,8 @@ struct Keyholed: AsyncParsableCommand {
             }
             return HTTPListener(
                 configuration: settings, store: sessionStore, access: serverConfiguration.access, now: seconds,
-                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, metrics: exporter.text, logger: logger)
+                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, metrics: exporter.text, logger: logger,
+                onListening: listening)
         }
         if let adoptedHTTP, http == nil {
             // Off unless configured: a socket systemd passed for it is not served.

@@ -96,7 +96,7 @@ struct HTTPListenerWaitTests {
         }
     }
 
-    @Test("at shutdown a lookup waiting for the disk is still answered, with Connection: close, then the connection closes")
+    @Test("at shutdown a lookup waiting for the disk is still answered, and the requests held behind it, the last with Connection: close; then the connection closes")
     func drainsAWaitingAnswer() async throws {
         try await Self.serve { store, socket, held, shutdown in
             let (token, done) = try Self.create("alice", in: store)
@@ -108,13 +108,20 @@ struct HTTPListenerWaitTests {
             held.waitUntilEntered()
             let http = HTTPExchange(try RawConnection(path: socket))
             try http.send("GET", "/authz", headers: ["Cookie": "kh_session=\(token)"])
+            try http.send("GET", "/healthz")
+            try http.send("GET", "/healthz")
             try Self.waitUntilALookupWaits(store)
             shutdown()
-            // The idle keep-alive connection is closed at once; the one waiting is answered first.
+            // The idle keep-alive connection is closed at once; the one waiting answers what it had
+            // read (the two held back behind the lookup too), the last with Connection: close.
             #expect(try idle.readsEndOfStream())
             held.release(succeeding: true)
             let authz = try http.readAnswer()
-            #expect(authz.status == 200 && authz.header("Connection") == "close")
+            #expect(authz.status == 200 && authz.header("Connection") == nil)
+            let first = try http.readAnswer()
+            #expect(first.status == 503 && first.body.contains("shutting_down") && first.header("Connection") == nil)
+            let last = try http.readAnswer()
+            #expect(last.status == 503 && last.header("Connection") == "close")
             #expect(try http.readsEndOfStream())
         }
     }

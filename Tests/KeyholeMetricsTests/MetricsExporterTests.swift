@@ -48,6 +48,21 @@ import Testing
         #expect(Self.value(text, "process_resident_memory_bytes").flatMap(Double.init) ?? 0 > 1_000_000)
     }
 
+    @Test func aGaugeTheOwnerNoLongerReadsIsDropped() {
+        let exporter = MetricsExporter(registry: PrometheusCollectorRegistry(), version: "1")
+        let issuers = Mutex(["apple", "google"])
+        exporter.add { reading in
+            for issuer in issuers.withLock({ $0 }) { reading.gauge("keyholed_key_set_keys", [("issuer", issuer)], 3) }
+        }
+        let before = exporter.text()
+        #expect(Self.value(before, #"keyholed_key_set_keys{issuer="google"}"#) == "3.0")
+        // A reload removed google: its gauge goes, apple's stays.
+        issuers.withLock { $0 = ["apple"] }
+        let after = exporter.text()
+        #expect(Self.value(after, #"keyholed_key_set_keys{issuer="google"}"#) == nil)
+        #expect(Self.value(after, #"keyholed_key_set_keys{issuer="apple"}"#) == "3.0")
+    }
+
     @Test func everyCatalogueNameFollowsPrometheusConventions() {
         for (name, entry) in MetricsCatalogue.metrics {
             #expect(name.hasPrefix("keyholed_") || name.hasPrefix("process_"), "\(name)")
