@@ -99,7 +99,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
-            ]
+            ],
+            exclude: ["APPLE_WEB.md"]
         ),
         .target(
             name: "KeyholeMetrics",
