@@ -20,9 +20,11 @@ struct RequireCondition: Equatable, Sendable {
     /// The conditions of a query string (without the `?`). Every parameter must be `require`.
     static func parse(query: Substring) throws(Refusal) -> [RequireCondition] {
         var conditions: [RequireCondition] = []
-        for parameter in query.split(separator: "&", omittingEmptySubsequences: true) {
+        // Split by bytes: `&` and `=` are ASCII, and a Character split would read grapheme clusters.
+        for parameterBytes in query.utf8.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
+            let parameter = Substring(parameterBytes)
             let (name, rawValue) = parameter.utf8.firstIndex(of: UInt8(ascii: "=")).map {
-                (parameter[..<$0], parameter[parameter.index(after: $0)...])
+                (parameter[..<$0], parameter[parameter.utf8.index(after: $0)...])
             } ?? (parameter, parameter[parameter.endIndex...])
             guard name.utf8.elementsEqual("require".utf8) else {
                 throw Refusal(message: "unknown query parameter (only 'require' is taken)")
