@@ -35,11 +35,6 @@ struct HTTPAnswer {
         return answer
     }
 
-    /// The value of header `name` (exact name), for tests.
-    func header(_ name: String) -> String? {
-        headers.first { $0.name == name }?.value
-    }
-
     /// Writes the answer for a request of `version`: without its body for a HEAD (the length stays
     /// the body's), with `Connection: close` when the connection ends after it.
     func write(into buffer: inout ByteBuffer, version: HTTPVersion, keepAlive: Bool, head: Bool) {

@@ -157,8 +157,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
             closing = true
             held.removeAll()
         }
-        // Draining (quiesced): kept open only for the heads still held back.
-        current = Current(version: head.version, head: head.method == .HEAD, keepAlive: !last && (!closing || !held.isEmpty))
+        // Whether a drain (a quiesce) ends the connection with this answer is decided when it is written.
+        current = Current(version: head.version, head: head.method == .HEAD, keepAlive: !last)
         serve(head, context: context)
     }
 

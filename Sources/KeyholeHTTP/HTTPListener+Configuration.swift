@@ -18,12 +18,28 @@ extension HTTPListener {
         }
     }
 
+    /// A TCP address to listen on.
+    public struct Address: Sendable, Equatable, CustomStringConvertible {
+        /// An IP address, as written.
+        public var host: String
+        public var port: Int
+
+        /// `host:port`.
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// `127.0.0.1:9180`.
+        public var description: String { "\(host):\(port)" }
+    }
+
     /// The listener's settings (HTTP.md, "Configuration"); keyholed reads them from `[http]`.
     public struct Configuration: Sendable, Equatable {
         /// The Unix socket.
         public var socket = Socket.path("/run/keyhole/http.sock", mode: 0o660, group: nil)
-        /// A loopback TCP address (host, port), or `nil`.
-        public var listen: (host: String, port: Int)?
+        /// A loopback TCP address, or `nil`.
+        public var listen: Address?
         /// The groups every peer of `listen` gets: TCP carries no credentials.
         public var listenAllow: AccessPolicy.Groups = AccessPolicy.Groups(.health)
         /// The session cookie's name.
@@ -39,14 +55,6 @@ extension HTTPListener {
 
         /// The defaults.
         public init() {}
-
-        /// Equal when every member is.
-        public static func == (lhs: Configuration, rhs: Configuration) -> Bool {
-            lhs.socket == rhs.socket && lhs.listen?.host == rhs.listen?.host && lhs.listen?.port == rhs.listen?.port
-                && lhs.listenAllow == rhs.listenAllow && lhs.cookieName == rhs.cookieName
-                && lhs.maxConnections == rhs.maxConnections && lhs.idleTimeout == rhs.idleTimeout
-                && lhs.headTimeout == rhs.headTimeout && lhs.backlog == rhs.backlog
-        }
     }
 
     /// What `/healthz` says (HTTP.md, "GET /healthz").

@@ -69,11 +69,11 @@ public final class HTTPListener: Service, Sendable {
                 shared.setSocketGroup(SocketFile.group(ofListening: descriptor))
                 channels.append(try await adopt(descriptor, quiescing: quiescing, name: "fd:\(descriptor)"))
             }
-            if let (host, port) = configuration.listen {
+            if let address = configuration.listen {
                 do {
-                    channels.append(try await bootstrap(quiescing: quiescing, tcp: true).bind(host: host, port: port).get())
+                    channels.append(try await bootstrap(quiescing: quiescing, tcp: true).bind(host: address.host, port: address.port).get())
                 } catch {
-                    throw ServerError.bindFailed("\(host):\(port)", "\(error)")
+                    throw ServerError.bindFailed("\(address)", "\(error)")
                 }
             }
         } catch {
@@ -84,7 +84,7 @@ public final class HTTPListener: Service, Sendable {
             throw error
         }
         logger.info("http.listening", metadata: [
-            "socket": "\(configuration.socket)", "listen": "\(configuration.listen.map { "\($0.host):\($0.port)" } ?? "none")",
+            "socket": "\(configuration.socket)", "listen": "\(configuration.listen.map(\.description) ?? "none")",
         ])
         onListening()
         let drained = group.any().makePromise(of: Void.self)
@@ -230,8 +230,11 @@ extension HTTPListener {
         }
 
         func openConnection() -> Bool {
-            connections.wrappingAdd(1, ordering: .relaxed).newValue <= configuration.maxConnections
-                || { connections.wrappingSubtract(1, ordering: .relaxed); return false }()
+            guard connections.wrappingAdd(1, ordering: .relaxed).newValue <= configuration.maxConnections else {
+                connections.wrappingSubtract(1, ordering: .relaxed)
+                return false
+            }
+            return true
         }
 
         func closeConnection() {

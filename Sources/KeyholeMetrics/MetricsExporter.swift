@@ -56,10 +56,10 @@ public final class MetricsExporter: Sendable {
         gauges.withLock { gauges in
             var current: [String: Prometheus.Gauge] = [:]
             for (name, labels, value) in reading.gauges {
-                let gauge = gauges[Self.key(name, labels)]
-                    ?? registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels)
+                let key = Self.key(name, labels)
+                let gauge = gauges[key] ?? registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor(name), labels: labels)
                 gauge.set(to: value)
-                current[Self.key(name, labels)] = gauge
+                current[key] = gauge
             }
             for (key, gauge) in gauges where current[key] == nil { registry.unregisterGauge(gauge) }
             gauges = current
@@ -72,7 +72,11 @@ public final class MetricsExporter: Sendable {
                 // A total that went down (a restart of its owner) starts the counter over from there.
                 let step = total - entry.total
                 // Whole steps stay integers in the text (a count of syncs reads 5, not 5.0).
-                if step > 0 { if step == step.rounded() { entry.counter.increment(by: Int64(step)) } else { entry.counter.increment(by: step) } }
+                if step > 0 && step == step.rounded() {
+                    entry.counter.increment(by: Int64(step))
+                } else if step > 0 {
+                    entry.counter.increment(by: step)
+                }
                 entry.total = total
                 mirrored[key] = entry
             }

@@ -161,7 +161,7 @@ extension AppleOperations {
                     }
                 }
                 if changed?.applied == true {
-                    SessionMetrics.revoked(changed?.sessions ?? 0, SessionMetrics.consentRevoked)
+                    SessionMetrics.count(changed?.sessions ?? 0, in: SessionMetrics.consentRevoked)
                     logger.notice("apple.consent_revoked", metadata: [
                         "sub": "\(event.sub)", "on_revoked": "\(configuration.onRevoked.rawValue)",
                         "sessions_revoked": "\(changed?.sessions ?? 0)", "trigger": "notification", "audit": "true",

@@ -183,7 +183,7 @@ public final class AppleRefreshChecks: Service, Sendable {
             return .noToken
         }
         let sessions = changed.sessions
-        SessionMetrics.revoked(sessions, SessionMetrics.consentRevoked)
+        SessionMetrics.count(sessions, in: SessionMetrics.consentRevoked)
         state.withLock { state in
             state.checks += 1
             state.consentRevoked += 1

@@ -6,10 +6,8 @@ import NIOCore
 /// whatever the outcome (single use), expiring, and bounded per peer and in all. A state machine:
 /// the caller gives the time and keeps it under a lock; no I/O.
 struct AppleWebPending {
-    /// The bounds and the lifetime.
+    /// The bounds (a record's lifetime is its own `expiresAt`).
     struct Configuration: Sendable, Equatable {
-        /// Seconds a record lives.
-        var lifetime: Int64 = 600
         /// Records one uid may have pending; past it, its oldest goes.
         var perPeer = 10_000
         /// Records in all; past it, the asking uid's oldest goes, or, with none, the new one is refused.
@@ -72,11 +70,7 @@ struct AppleWebPending {
     /// refuses (a state seen by someone else cannot be probed, and the browser starts again).
     mutating func take(state: SHA256.Digest, binding: SHA256.Digest, now: Int64) -> Result<Record, Refusal> {
         guard let record = records.removeValue(forKey: state) else { return .failure(.unknown) }
-        counts[record.peer, default: 1] -= 1
-        if counts[record.peer] == 0 {
-            counts[record.peer] = nil
-            queues[record.peer] = nil
-        }
+        released(record.peer)
         guard now < record.expiresAt else { return .failure(.expired) }
         guard Self.equalInConstantTime(record.binding, binding) else { return .failure(.notThisBrowser) }
         return .success(record)
@@ -87,11 +81,7 @@ struct AppleWebPending {
         let expired = records.filter { $0.value.expiresAt <= now }
         for (state, record) in expired {
             records[state] = nil
-            counts[record.peer, default: 1] -= 1
-            if counts[record.peer] == 0 {
-                counts[record.peer] = nil
-                queues[record.peer] = nil
-            }
+            released(record.peer)
         }
         // Queues keep states taken or swept until met: trimmed here so they stay bounded.
         for (peer, queue) in queues {
@@ -100,12 +90,20 @@ struct AppleWebPending {
         return expired.count
     }
 
+    /// One of `peer`'s records is gone: a peer with none left is forgotten, queue and all.
+    private mutating func released(_ peer: UInt32) {
+        counts[peer, default: 1] -= 1
+        if counts[peer] == 0 {
+            counts[peer] = nil
+            queues[peer] = nil
+        }
+    }
+
     /// Drops `peer`'s oldest pending record; `false` when it has none.
     private mutating func dropOldest(of peer: UInt32) -> Bool {
         while let state = queues[peer]?.popFirst() {
             guard records.removeValue(forKey: state) != nil else { continue }
-            counts[peer, default: 1] -= 1
-            if counts[peer] == 0 { counts[peer] = nil }
+            released(peer)
             return true
         }
         return false

@@ -21,8 +21,8 @@ enum SessionMetrics {
         Counter(label: "keyholed_sessions_revoked_total", dimensions: [("reason", reason)])
     }
 
-    /// Counts `count` sessions revoked with `counter`.
-    static func revoked(_ count: Int, _ counter: Counter) {
+    /// Counts `count` sessions revoked in `counter`.
+    static func count(_ count: Int, in counter: Counter) {
         if count > 0 { counter.increment(by: count) }
     }
 

@@ -46,7 +46,7 @@ extension StoreOperations {
                     }
                     return try store.revokeSession(id: id, now: time, completion: done)
                 } answer: { revoked in
-                    SessionMetrics.revoked(revoked ? 1 : 0, SessionMetrics.revoked)
+                    SessionMetrics.count(revoked ? 1 : 0, in: SessionMetrics.revoked)
                     return .object(["revoked": .bool(revoked)])
                 }
             },
@@ -58,7 +58,7 @@ extension StoreOperations {
                 return try StoreCommit.run { done throws(StoreError) in
                     try store.revokeSessions(of: principal, now: time, completion: done)
                 } answer: { count in
-                    SessionMetrics.revoked(count, SessionMetrics.revokedAll)
+                    SessionMetrics.count(count, in: SessionMetrics.revokedAll)
                     return .object(["revoked": .int(Int64(count))])
                 }
             },

@@ -82,7 +82,7 @@ extension StoreOperations {
     /// The audit line for a deletion (once it is durable): who asked is in the logger's metadata
     /// (peer_uid, peer_pid) for a request.
     static func logUserDeleted(_ principal: Principal, sessions: Int64, trigger: String, logger: Logger) {
-        SessionMetrics.revoked(Int(sessions), SessionMetrics.userDeleted)
+        SessionMetrics.count(Int(sessions), in: SessionMetrics.userDeleted)
         logger.notice("user.deleted", metadata: [
             "issuer": "\(principal.issuer)", "sub": "\(principal.sub)", "sessions_revoked": "\(sessions)",
             "trigger": "\(trigger)", "audit": "true",

@@ -61,7 +61,7 @@ extension DaemonConfiguration {
     }
 
     /// `127.0.0.1:9180`, `[::1]:9180`; a non-loopback address only with `allow_non_loopback`.
-    private static func address(_ text: String, allowNonLoopback: Bool, section: ConfigFile.Section) throws(ConfigError) -> (host: String, port: Int) {
+    private static func address(_ text: String, allowNonLoopback: Bool, section: ConfigFile.Section) throws(ConfigError) -> HTTPListener.Address {
         let host: Substring
         let portText: Substring
         if text.hasPrefix("["), let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") {
@@ -82,7 +82,7 @@ extension DaemonConfiguration {
         if !allowNonLoopback && !isLoopback(address) {
             throw section.error("listen", "\(text) is not a loopback address: every host that reaches it could ask; set allow_non_loopback = true to mean it")
         }
-        return (String(host), port)
+        return HTTPListener.Address(host: String(host), port: port)
     }
 
     private static func isLoopback(_ address: SocketAddress) -> Bool {

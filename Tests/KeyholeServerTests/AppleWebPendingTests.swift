@@ -48,7 +48,7 @@ import Testing
     }
 
     @Test func aPeerOverItsBoundLosesItsOwnOldestNotAnothersAndTheTotalIsKept() {
-        var pending = AppleWebPending(configuration: .init(lifetime: 600, perPeer: 2, total: 3))
+        var pending = AppleWebPending(configuration: .init(perPeer: 2, total: 3))
         let inserted = pending.insert(state: Self.digest("other"), record: Self.record(peer: 1000))
         #expect(inserted)
         let inserted2 = pending.insert(state: Self.digest("a1"), record: Self.record(peer: 33))
@@ -64,7 +64,7 @@ import Testing
         let taken2 = pending.take(state: Self.digest("other"), binding: Self.digest("cookie"), now: 0) == .success(Self.record(peer: 1000))
         #expect(taken2)
         // A peer with nothing pending cannot push others out when the total is reached.
-        var full = AppleWebPending(configuration: .init(lifetime: 600, perPeer: 10, total: 2))
+        var full = AppleWebPending(configuration: .init(perPeer: 10, total: 2))
         let inserted5 = full.insert(state: Self.digest("b1"), record: Self.record(peer: 33))
         #expect(inserted5)
         let inserted6 = full.insert(state: Self.digest("b2"), record: Self.record(peer: 33))
@@ -75,7 +75,7 @@ import Testing
     }
 
     @Test func takenStatesDoNotPileUpInAPeersQueue() {
-        var pending = AppleWebPending(configuration: .init(lifetime: 600, perPeer: 3, total: 100))
+        var pending = AppleWebPending(configuration: .init(perPeer: 3, total: 100))
         for n in 0..<1000 {
             let inserted = pending.insert(state: Self.digest("s\(n)"), record: Self.record())
             #expect(inserted)
