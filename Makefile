@@ -33,7 +33,7 @@ SANITIZER_JOBS ?= -j 1
 # tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps deps-clients build build-debug run test test-python test-proxies test-grafana test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
+.PHONY: all deps deps-clients build build-debug build-lean run test test-python test-allocations test-proxies test-grafana test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
 
 all: build
 
@@ -89,11 +89,28 @@ run: build
 
 ## test: every test: each language client's suite with its own runner against a real keyholed
 ## (Python, Node.js, PHP, Ruby, Go), make bench's judging (Scripts/test_bench.py), then the Swift suites.
-test: build-debug test-python test-proxies test-grafana test-clients test-swift
+test: build-debug test-python test-allocations test-proxies test-grafana test-clients test-swift
 
 test-python: build-debug
 	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Protocol/clients/python -v
 	python3 -m unittest discover -s Scripts -v
+
+## build-lean: the lean load generator and the allocation counter (Scripts/lean/), C with gcc.
+LEAN_DIR := $(CURDIR)/.build/lean
+build-lean: $(LEAN_DIR)/lean-load $(LEAN_DIR)/malloc_count.so
+$(LEAN_DIR)/lean-load: Scripts/lean/lean_load.c
+	@mkdir -p $(LEAN_DIR)
+	gcc -O2 -Wall -Wextra -Werror -o $@ $<
+$(LEAN_DIR)/malloc_count.so: Scripts/lean/malloc_count.c
+	@mkdir -p $(LEAN_DIR)
+	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
+
+## test-allocations: a release keyholed's heap allocations per request against Tests/allocations/budgets.json
+## (a release build of keyholed, as it ships: a debug build allocates differently).
+test-allocations: deps build-lean
+	$(SWIFT) build -c release --product keyholed
+	@python3 -c 'import cryptography' 2>/dev/null || { echo "make test: installing cryptography"; python3 -m pip install --quiet cryptography; }
+	python3 -m unittest discover -s Tests/allocations -v
 
 ## test-clients: the Node.js, PHP, Ruby and Go clients' suites (installs their toolchains when missing).
 ## test-grafana: the Grafana dashboard (packaging/grafana) against METRICS.md, promtool, a real keyholed,
@@ -139,10 +156,12 @@ test-swift: build-debug
 ## client's session.get next to its Redis client's GET (Scripts/client_bench.py), appended to both.
 ## Installs redis-server, the Redis clients, PyJWT and cryptography when missing. BENCH_ARGS passes
 ## options to bench.py (--seconds 5, --rounds 5, --skip-million), CLIENT_BENCH_ARGS to client_bench.py,
-## HTTP_BENCH_ARGS to http_bench.py (/authz and the metrics: --seconds 3, --rounds 5).
+## HTTP_BENCH_ARGS to http_bench.py (/authz and the metrics: --seconds 3, --rounds 5), LEAN_BENCH_ARGS to
+## lean_bench.py (keyholed's CPU per request against Redis's with the lean C client, and allocations per
+## request: --seconds 2, --rounds 3).
 BENCH_ARGS ?=
 CLIENT_BENCH_ARGS ?=
-bench: build deps-clients
+bench: build build-lean deps-clients
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  $(call apt_install,$(BENCH_APT_PACKAGES)); \
 	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
@@ -153,6 +172,7 @@ bench: build deps-clients
 	python3 Scripts/bench.py $(BENCH_ARGS)
 	python3 Scripts/client_bench.py $(CLIENT_BENCH_ARGS)
 	python3 Scripts/http_bench.py $(HTTP_BENCH_ARGS)
+	python3 Scripts/lean_bench.py $(LEAN_BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
 ## runtime linked in, so that it needs only Debian's own packages.

@@ -23,26 +23,26 @@ public enum SHA256 {
     /// The 32-byte digest of `bytes`, or `nil` if libcrypto fails (never a made-up value: a digest of
     /// zeros would make every input look alike).
     public static func digest(_ bytes: some Collection<UInt8>) -> [UInt8]? {
+        guard let algorithm else { return nil }
         var output = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
         let input = Array(bytes)
-        let ok = output.withUnsafeMutableBufferPointer { out in
-            algorithm != nil && EVP_Digest(input, input.count, out.baseAddress, &length, algorithm, nil) == 1
+        let ok = output.withUnsafeMutableBytes { out in
+            input.withUnsafeBytes { DigestContext.sha256($0, into: out.baseAddress!, algorithm: algorithm) }
         }
-        return ok && length == 32 ? output : nil
+        return ok ? output : nil
     }
 
     /// The digest of `text`'s UTF-8 bytes, without copying them; `nil` if libcrypto fails.
     public static func digest(utf8 text: String) -> Digest? {
+        guard let algorithm else { return nil }
         var text = text
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        var length: UInt32 = 0
         let ok = text.withUTF8 { bytes in
             withUnsafeMutableBytes(of: &words) { out in
-                algorithm != nil && EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, algorithm, nil) == 1
+                DigestContext.sha256(UnsafeRawBufferPointer(bytes), into: out.baseAddress!, algorithm: algorithm)
             }
         }
-        return ok && length == 32 ? Digest(words: words) : nil
+        return ok ? Digest(words: words) : nil
     }
 
     /// The digest as lowercase hex, as native Apple apps send a hashed nonce; `nil` if libcrypto fails.

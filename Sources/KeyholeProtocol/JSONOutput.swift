@@ -189,6 +189,9 @@ public struct JSONOutput: ~Copyable {
         return count
     }
 
+    /// Objects of at most this many members are ordered without allocating.
+    static let smallObjectMembers = 16
+
     /// Writes any JSON value; object members in sorted order, non-finite numbers as `null`.
     public mutating func write(value: JSONValue) {
         if overflowed {
@@ -222,13 +225,41 @@ public struct JSONOutput: ~Copyable {
             write(byte: UInt8(ascii: "]"))
         case .object(let members):
             write(byte: UInt8(ascii: "{"))
-            var first = true
-            for (key, value) in members.sorted(by: { $0.key < $1.key }) {
-                if !first { write(byte: UInt8(ascii: ",")) }
-                first = false
-                write(string: key)
-                write(byte: UInt8(ascii: ":"))
-                write(value: value)
+            if members.count <= Self.smallObjectMembers {
+                // Most answers are small objects: their order is found on the stack, where `sorted`
+                // would allocate an array for every object written.
+                withUnsafeTemporaryAllocation(of: [String: JSONValue].Index.self, capacity: members.count) { order in
+                    var count = 0
+                    for index in members.indices {
+                        order.initializeElement(at: count, to: index)
+                        count += 1
+                    }
+                    // Insertion sort: at most smallObjectMembers members, so bounded work.
+                    for sorted in 1..<Swift.max(count, 1) {
+                        var at = sorted
+                        while at > 0, members[order[at]].key < members[order[at - 1]].key {
+                            order.swapAt(at, at - 1)
+                            at -= 1
+                        }
+                    }
+                    for position in 0..<count {
+                        let (key, value) = members[order[position]]
+                        if position > 0 { write(byte: UInt8(ascii: ",")) }
+                        write(string: key)
+                        write(byte: UInt8(ascii: ":"))
+                        write(value: value)
+                    }
+                    _ = order.prefix(count).deinitialize()
+                }
+            } else {
+                var first = true
+                for (key, value) in members.sorted(by: { $0.key < $1.key }) {
+                    if !first { write(byte: UInt8(ascii: ",")) }
+                    first = false
+                    write(string: key)
+                    write(byte: UInt8(ascii: ":"))
+                    write(value: value)
+                }
             }
             write(byte: UInt8(ascii: "}"))
         }

@@ -28,6 +28,18 @@ struct JSONValueTests {
         #expect(JSONValue.object(["b": 1, "a": 2, "c": ["z": 1, "y": 2]]).jsonText == #"{"a":2,"b":1,"c":{"y":2,"z":1}}"#)
     }
 
+    @Test("members sorted on both paths: small objects ordered on the stack, bigger ones by sorted()",
+          arguments: [0, 1, 2, 15, 16, 17, 40])
+    func sortedMembersAtEverySize(count: Int) {
+        // Zero-padded, so that the keys' sorted order is their numeric order; inserted in reverse.
+        let keys = (0..<count).map { n in "k" + String(repeating: "0", count: 3 - String(n).count) + String(n) }
+        var members: [String: JSONValue] = [:]
+        for key in keys.reversed() { members[key] = .object(["y": .int(1), "x": .string(key)]) }
+        let text = JSONValue.object(members).jsonText
+        let expected = "{" + keys.map { #""\#($0)":{"x":"\#($0)","y":1}"# }.joined(separator: ",") + "}"
+        #expect(text == expected)
+    }
+
     @Test("non-finite numbers become null")
     func nonFinite() {
         #expect(JSONValue.double(.nan).jsonText == "null")

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""`make bench`, lean-client part (issue 31): keyholed's CPU per request against Redis's, with a client
+lean enough that the server is the bottleneck, and keyholed's heap allocations per request.
+
+The client is lean-load (Scripts/lean/lean_load.c: one C thread on epoll, requests made before the run,
+no allocation per request), the same for both servers. Servers, all on Unix sockets in one temporary
+directory: a release keyholed with fsync "always" holding 100 000 sessions and one issuer (reads), a
+second one for session.create (writes), keyhole-bench floor-server (SwiftNIO and keyholed's framing
+answering canned bytes), and two redis-servers with appendfsync always: one holding 100 000 strings of
+300 bytes and 100 000 hashes shaped like a session (GET, HGETALL), one empty for SET of new keys.
+
+For each setting (connections, depth) and round, every keyholed scenario and every Redis command runs
+for --seconds, Redis first in even rounds; a server's CPU per request is every thread's run time from
+/proc/PID/task/*/schedstat over the requests answered. Ratios pair each keyholed scenario with its
+Redis peer within a round; the report gives the median over rounds. Goals (issue 31, 16 connections):
+ping at most 1.0x Redis GET's CPU per request, session.get 1.2x at depth 1 and 1.5x at depth 8,
+cached token.verify 1.3x, session.get's throughput at least 0.9x GET's.
+
+keyholed runs with Scripts/lean/malloc_count.c preloaded, which counts every allocation of the process;
+allocations per request are taken over a run of each scenario at 16 connections (the steady state,
+not the first requests of a connection). Scripts/test_allocations.py holds make test to budgets.
+
+Appends a "Lean client" section to BENCHMARKS.md and a "lean" member to BENCHMARKS.json, or writes
+--out alone.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_report  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE = os.path.join(ROOT, ".build", "release")
+LEAN = os.path.join(ROOT, ".build", "lean")
+LEAN_LOAD = os.path.join(LEAN, "lean-load")
+MALLOC_COUNT = os.path.join(LEAN, "malloc_count.so")
+SETTINGS = ((1, 1), (16, 1), (64, 1), (16, 8))
+# keyholed's scenarios and the Redis command each is set against (session.get against two).
+PEERS = {"ping": ["GET"], "floor": ["GET"], "session.get": ["GET", "HGETALL"], "token.verify cached": ["GET"],
+         "session.create": ["SET"]}
+GOALS = [  # (scenario, peer, connections, depth, what, limit)
+    ("ping", "GET", 16, 1, "cpu", 1.0),
+    ("session.get", "GET", 16, 1, "cpu", 1.2),
+    ("session.get", "GET", 16, 8, "cpu", 1.5),
+    ("token.verify cached", "GET", 16, 1, "cpu", 1.3),
+    ("session.get", "GET", 16, 1, "throughput", 0.9),
+]
+ALLOCATION_GOALS = {"ping": 0, "session.get": 4, "token.verify cached": 4}
+
+
+def wait_for_socket(path, process, seconds=60):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return
+        if process.poll() is not None:
+            raise SystemExit(f"lean_bench: {process.args[0]} exited with {process.returncode}")
+        time.sleep(0.05)
+    raise SystemExit(f"lean_bench: no socket at {path}")
+
+
+class Counter:
+    """The counts malloc_count.so keeps in a file: allocations, bytes, frees."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def read(self):
+        with open(self.path, "rb") as f:
+            return struct.unpack("<3Q", f.read(24))
+
+
+def lean_load(socket, seconds, connections, depth, *extra, server_pid=None, warmup=0.3):
+    argv = [LEAN_LOAD, "--socket", socket, "--connections", str(connections), "--depth", str(depth),
+            "--seconds", str(seconds), "--warmup", str(warmup), *extra]
+    if server_pid:
+        argv += ["--server-pid", str(server_pid)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"lean_bench: {' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def allocations_per_request(counter, socket, extra, seconds=1.0, connections=16, server_pid=None):
+    """Allocations (and bytes) per request over one run, counted from before its first request to after
+    its last answer: lean-load with no warm-up, so that every request sent is one answered or in flight."""
+    before = counter.read()
+    result = lean_load(socket, seconds, connections, 1, *extra, warmup=0, server_pid=server_pid)
+    after = counter.read()
+    answered = result["answered"]
+    return {"allocations": round((after[0] - before[0]) / answered, 2),
+            "bytes": round((after[1] - before[1]) / answered), "answered": answered}
+
+
+class Keyholed:
+    """A release keyholed on a fresh state directory, its allocations counted, stopped with SIGTERM."""
+
+    def __init__(self, directory, name, config):
+        self.directory = os.path.join(directory, name)
+        os.makedirs(self.directory)
+        self.socket = os.path.join(self.directory, "k.sock")
+        self.config = os.path.join(self.directory, "keyholed.toml")
+        self.counts = os.path.join(self.directory, "malloc-counts")
+        with open(self.config, "w") as f:
+            f.write(config)
+        self.process = None
+
+    def start(self, keyholed=os.path.join(RELEASE, "keyholed")):
+        env = dict(os.environ, LD_PRELOAD=MALLOC_COUNT, MALLOC_COUNT_FILE=self.counts)
+        with open(os.path.join(self.directory, "keyholed.log"), "a") as log:
+            self.process = subprocess.Popen(
+                [keyholed, "--config", self.config, "--socket", self.socket,
+                 "--state-dir", os.path.join(self.directory, "state"), "--log-level", "warning"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+        wait_for_socket(self.socket, self.process)
+        self.counter = Counter(self.counts)
+        return self
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def fill_redis(socket, keys):
+    """keys strings kh:N of 300 bytes, and keys hashes khh:N shaped like a session's answer."""
+    subprocess.run(["redis-cli", "-s", socket, "DEBUG", "POPULATE", str(keys), "kh", "300"], check=True,
+                   capture_output=True)
+    commands = bytearray()
+    for n in range(keys):
+        fields = [b"HSET", b"khh:%d" % n, b"id", b"%032x" % n, b"sub", b"001234.%032x.0001" % n,
+                  b"issuer", b"local", b"created_at", b"1764115200", b"expires_at", b"1766707200",
+                  b"last_seen_at", b"1764115200", b"idle_timeout_s", b"604800", b"data", b"{}"]
+        commands += b"*%d\r\n" % len(fields)
+        for field in fields:
+            commands += b"$%d\r\n%s\r\n" % (len(field), field)
+    subprocess.run(["redis-cli", "-s", socket, "--pipe"], input=bytes(commands), check=True, capture_output=True)
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def measure(options, directory):
+    tokens = os.path.join(directory, "tokens")
+    subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", tokens,
+                    "--count", "1"], check=True, capture_output=True)
+    with open(os.path.join(tokens, "issuer.toml")) as f:
+        issuer = f.read()
+    one_token = os.path.join(tokens, "tokens.txt")
+    reads = Keyholed(directory, "reads", f'[storage]\nfsync = "always"\n\n{issuer}\n').start()
+    writes = Keyholed(directory, "writes", '[storage]\nfsync = "always"\n').start()
+    helpers = []
+    try:
+        sessions = os.path.join(directory, "sessions.txt")
+        subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket",
+                        reads.socket, "--count", str(options.sessions), "--users", str(options.sessions // 10),
+                        "--issuer", "local", "--out", sessions], check=True, capture_output=True)
+
+        def redis(name):
+            redis_dir = os.path.join(directory, name)
+            os.makedirs(redis_dir)
+            socket = os.path.join(redis_dir, "redis.sock")
+            process = subprocess.Popen(
+                ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
+                 "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes",
+                 "--loglevel", "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL)
+            helpers.append(process)
+            wait_for_socket(socket, process)
+            return process, socket
+
+        redis_reads, redis_reads_socket = redis("redis")
+        fill_redis(redis_reads_socket, options.sessions)
+        redis_writes, redis_writes_socket = redis("redis-new")
+        floor_socket = os.path.join(directory, "floor.sock")
+        floor = subprocess.Popen([os.path.join(RELEASE, "keyhole-bench"), "floor-server", "--socket", floor_socket],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        helpers.append(floor)
+        wait_for_socket(floor_socket, floor)
+
+        runs = {"creates": 0}
+
+        def create_args():
+            runs["creates"] += 1
+            return ("--op", "session.create", "--keys", "10000", "--key-prefix", f"bench{runs['creates']}")
+
+        def set_args():
+            runs["creates"] += 1
+            return ("--redis", "--op", "SET", "--keys", "1000000", "--key-prefix", f"new{runs['creates']}",
+                    "--value-bytes", "300")
+
+        keyholed_cases = {
+            "ping": (reads.socket, reads.pid, lambda: ()),
+            "floor": (floor_socket, floor.pid, lambda: ()),
+            "session.get": (reads.socket, reads.pid, lambda: ("--op", "session.get", "--args", sessions)),
+            "token.verify cached": (reads.socket, reads.pid, lambda: ("--op", "token.verify", "--args", one_token)),
+            "session.create": (writes.socket, writes.pid, create_args),
+        }
+        redis_cases = {
+            "GET": (redis_reads_socket, redis_reads.pid, lambda: ("--redis", "--op", "GET", "--keys", str(options.sessions))),
+            "HGETALL": (redis_reads_socket, redis_reads.pid,
+                        lambda: ("--redis", "--op", "HGETALL", "--keys", str(options.sessions), "--key-prefix", "khh")),
+            "SET": (redis_writes_socket, redis_writes.pid, set_args),
+        }
+        samples = []
+        for round_number in range(options.rounds):
+            for connections, depth in SETTINGS:
+                sides = [keyholed_cases, redis_cases]
+                if round_number % 2:
+                    sides.reverse()
+                for side in sides:
+                    for name, (socket, pid, extra) in side.items():
+                        result = lean_load(socket, options.seconds, connections, depth, *extra(), server_pid=pid)
+                        result.update({"name": name, "round": round_number, "connections": connections, "depth": depth})
+                        samples.append(result)
+                        print(f"lean_bench: round {round_number + 1} {name:20} {connections:2}x{depth}: "
+                              f"{result['per_second']:>8.0f}/s server {result['server_cpu_ns_per_request']:>6.0f} ns "
+                              f"(share {result['server_cpu_share']:.2f}, client {result['client_cpu_share']:.2f})",
+                              file=sys.stderr, flush=True)
+        allocations = {
+            "ping": allocations_per_request(reads.counter, reads.socket, ()),
+            "session.get": allocations_per_request(reads.counter, reads.socket, ("--op", "session.get", "--args", sessions)),
+            "token.verify cached": allocations_per_request(reads.counter, reads.socket,
+                                                           ("--op", "token.verify", "--args", one_token)),
+            "session.create": allocations_per_request(writes.counter, writes.socket, create_args()),
+        }
+        return samples, allocations
+    finally:
+        reads.stop()
+        writes.stop()
+        for process in helpers:
+            process.terminate()
+            process.wait()
+
+
+def summarize(samples, rounds):
+    """Per setting and pair: medians of each side and of the per-round ratios."""
+    def sample(name, round_number, connections, depth):
+        for s in samples:
+            if (s["name"], s["round"], s["connections"], s["depth"]) == (name, round_number, connections, depth):
+                return s
+        return None
+
+    rows = []
+    for connections, depth in SETTINGS:
+        for scenario, peers in PEERS.items():
+            for peer in peers:
+                pairs = [(sample(scenario, r, connections, depth), sample(peer, r, connections, depth))
+                         for r in range(rounds)]
+                pairs = [(k, r) for k, r in pairs if k and r]
+                if not pairs:
+                    continue
+                rows.append({
+                    "scenario": scenario, "peer": peer, "connections": connections, "depth": depth,
+                    "keyholed_ns": median([k["server_cpu_ns_per_request"] for k, _ in pairs]),
+                    "redis_ns": median([r["server_cpu_ns_per_request"] for _, r in pairs]),
+                    "cpu_ratio": round(median([k["server_cpu_ns_per_request"] / r["server_cpu_ns_per_request"]
+                                               for k, r in pairs]), 2),
+                    "keyholed_per_second": median([k["per_second"] for k, _ in pairs]),
+                    "redis_per_second": median([r["per_second"] for _, r in pairs]),
+                    "throughput_ratio": round(median([k["per_second"] / r["per_second"] for k, r in pairs]), 2),
+                    "redis_server_share": median([r["server_cpu_share"] for _, r in pairs]),
+                    "redis_client_share": median([r["client_cpu_share"] for _, r in pairs]),
+                })
+    return rows
+
+
+def report(rows, allocations, options):
+    def row(scenario, peer, connections, depth):
+        for r in rows:
+            if (r["scenario"], r["peer"], r["connections"], r["depth"]) == (scenario, peer, connections, depth):
+                return r
+        return None
+
+    today = datetime.date.today().isoformat()
+    lines = [
+        "## Lean client (issue 31)", "",
+        f"Written by Scripts/lean_bench.py on {today}: lean-load (Scripts/lean/lean_load.c, one C thread on epoll, "
+        "requests made before the run) drives a release keyholed (fsync \"always\", 100 000 sessions) and redis-server "
+        "(appendfsync always, 100 000 strings of 300 bytes and 100 000 hashes shaped like a session) on Unix sockets; "
+        f"{options.rounds} rounds of {options.seconds} s per case, each side first in turn. Server CPU per request is "
+        "every thread's run time over the requests answered; a ratio is keyholed's over Redis's within a round, "
+        "median of the rounds.", "",
+        "| connections x depth | keyholed | Redis | keyholed CPU ns/request | Redis CPU ns/request | CPU ratio | "
+        "keyholed/s | Redis/s | throughput ratio |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['connections']} x {r['depth']} | {r['scenario']} | {r['peer']} | {r['keyholed_ns']:.0f} | "
+                     f"{r['redis_ns']:.0f} | {r['cpu_ratio']:.2f}x | {r['keyholed_per_second']:.0f} | "
+                     f"{r['redis_per_second']:.0f} | {r['throughput_ratio']:.2f}x |")
+    get16 = row("ping", "GET", 16, 1)
+    if get16:
+        lines += ["", f"The client is not the bottleneck: at 16 connections Redis GET kept its server at "
+                      f"{get16['redis_server_share']:.2f} of a core while lean-load used {get16['redis_client_share']:.2f} "
+                      "(medians)."]
+    lines += ["", "| goal (16 connections) | measured | met |", "|---|---|---|"]
+    goals = []
+    for scenario, peer, connections, depth, what, limit in GOALS:
+        r = row(scenario, peer, connections, depth)
+        if not r:
+            continue
+        if what == "cpu":
+            value, met = r["cpu_ratio"], r["cpu_ratio"] <= limit
+            text = f"{scenario} CPU per request at most {limit}x Redis {peer}'s, depth {depth}"
+        else:
+            value, met = r["throughput_ratio"], r["throughput_ratio"] >= limit
+            text = f"{scenario} throughput at least {limit}x Redis {peer}'s, depth {depth}"
+        goals.append({"goal": text, "measured": value, "met": met})
+        lines.append(f"| {text} | {value:.2f}x | {'yes' if met else 'no'} |")
+    for scenario, limit in ALLOCATION_GOALS.items():
+        value = allocations[scenario]["allocations"]
+        met = value <= limit + 0.1
+        text = f"{scenario} heap allocations per request at most {limit}"
+        goals.append({"goal": text, "measured": value, "met": met})
+        lines.append(f"| {text} | {value:.2f} | {'yes' if met else 'no'} |")
+    lines += ["", "Heap allocations per request (keyholed, whole process, 16 connections, depth 1; "
+                  "Scripts/lean/malloc_count.c preloaded):", "",
+              "| request | allocations | bytes |", "|---|---:|---:|"]
+    for scenario, figures in allocations.items():
+        lines.append(f"| {scenario} | {figures['allocations']:.2f} | {figures['bytes']} |")
+    return "\n".join(lines) + "\n", goals
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=100000)
+    parser.add_argument("--out", help="write the section to this file alone")
+    options = parser.parse_args()
+    for path in (LEAN_LOAD, MALLOC_COUNT, os.path.join(RELEASE, "keyholed"), os.path.join(RELEASE, "keyhole-bench")):
+        if not os.path.exists(path):
+            raise SystemExit(f"lean_bench: {path} is missing (make bench builds it)")
+    directory = tempfile.mkdtemp(prefix="khlb", dir="/tmp")
+    try:
+        samples, allocations = measure(options, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    rows = summarize(samples, options.rounds)
+    section, goals = report(rows, allocations, options)
+    print(section)
+    bench_report.write(section, "Lean client (issue 31)", "lean",
+                       {"rows": rows, "allocations": allocations, "goals": goals, "samples": samples}, options.out)
+
+
+if __name__ == "__main__":
+    main()
