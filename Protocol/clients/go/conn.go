@@ -1,17 +1,14 @@
 package keyhole
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // MaxFrameBytes is the largest payload a frame may carry, either way (PROTOCOL.md section 2).
@@ -482,82 +479,4 @@ func (c *conn) fail(e *Error) {
 func (e *Error) clone() *Error {
 	c := *e
 	return &c
-}
-
-// parseResponse checks one payload against PROTOCOL.md section 4. hasID is false for a null or
-// absent id; an id that is a string or an integer no request of ours can have gets hasID true and
-// an id of 0 (never used), so it is dropped.
-func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
-	if !utf8.Valid(body) {
-		return 0, false, o, errors.New("not UTF-8")
-	}
-	m, err := topLevelMembers(body)
-	if err != nil {
-		return 0, false, o, err
-	}
-	if raw, ok := m["id"]; ok && !bytes.Equal(raw, []byte("null")) {
-		hasID = true
-		switch {
-		case raw[0] == '"':
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				return 0, false, o, errors.New("bad id")
-			}
-		case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-			if bytes.ContainsAny(raw, ".eE") {
-				return 0, false, o, fmt.Errorf("id %s is not an integer", raw)
-			}
-			id, _ = strconv.ParseUint(string(raw), 10, 64) // negative or too large: not ours
-		default:
-			return 0, false, o, fmt.Errorf("id %s is neither a string, an integer nor null", raw)
-		}
-	}
-	switch string(m["ok"]) {
-	case "true":
-		r := m["result"]
-		if len(r) == 0 || r[0] != '{' {
-			return 0, false, o, errors.New("ok is true but result is not an object")
-		}
-		o.result = json.RawMessage(r)
-	case "false":
-		e, perr := parseError(m["error"])
-		if perr != nil {
-			return 0, false, o, perr
-		}
-		o.err = e
-	default:
-		return 0, false, o, errors.New("ok is neither true nor false")
-	}
-	return id, hasID, o, nil
-}
-
-func parseError(raw []byte) (*Error, error) {
-	var m map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
-		return nil, errors.New("ok is false but error is not an object")
-	}
-	e := &Error{}
-	if json.Unmarshal(m["code"], &e.Code) != nil || len(m["code"]) == 0 || m["code"][0] != '"' {
-		return nil, errors.New("error.code is not a string")
-	}
-	if msg, ok := m["message"]; ok && string(msg) != "null" {
-		if msg[0] != '"' || json.Unmarshal(msg, &e.Message) != nil {
-			return nil, errors.New("error.message is not a string")
-		}
-	}
-	if r, ok := m["retry_after_ms"]; ok && string(r) != "null" {
-		var f float64
-		if json.Unmarshal(r, &f) != nil || f < 0 {
-			return nil, errors.New("error.retry_after_ms is not a non-negative number")
-		}
-		e.RetryAfterMs = int64(f)
-	}
-	if a, ok := m["apple_error"]; ok && len(a) > 0 && a[0] == '"' {
-		_ = json.Unmarshal(a, &e.AppleError)
-	}
-	if !serverCodes[e.Code] {
-		e.Message = fmt.Sprintf("%s (unknown code %q)", e.Message, e.Code)
-		e.Code = CodeInternal
-	}
-	return e, nil
 }

@@ -199,7 +199,15 @@ func (c *Client) callInto(ctx context.Context, op string, args any, out any) err
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
+	switch out := out.(type) {
+	case *Session: // the call made on every request: read by hand (decode.go)
+		err = decodeSession(raw, out)
+	case *User:
+		err = decodeUser(raw, out)
+	default:
+		err = json.Unmarshal(raw, out)
+	}
+	if err != nil {
 		return clientError(CodeProtocolError, op+": unexpected result: "+err.Error(), err)
 	}
 	return nil

@@ -80,3 +80,19 @@ func TestEscapedMemberNames(t *testing.T) {
 		t.Errorf("long escaped name: %+v %v", o, err)
 	}
 }
+
+// topLevelMembers collects eachMember's members by name (escapes decoded, the last copy winning).
+func topLevelMembers(b []byte) (map[string][]byte, error) {
+	members := map[string][]byte{}
+	err := eachMember(b, func(name []byte, escaped bool, raw []byte) error {
+		n, known, err := memberName(name)
+		if known {
+			members[n] = raw
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return members, nil
+}

@@ -141,14 +141,11 @@ func decodeMap(raw json.RawMessage) (map[string]any, error) {
 
 // call is Call without decoding the result.
 func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage, error) {
-	if args == nil {
-		args = struct{}{}
-	}
-	argsJSON, err := json.Marshal(args)
+	argsJSON, err := encodeArgs(args)
 	if err != nil {
 		return nil, fmt.Errorf("keyhole: %s: args: %w", op, err)
 	}
-	opJSON, _ := json.Marshal(op)
+	opJSON := appendJSONString(make([]byte, 0, len(op)+2), op)
 	if len(argsJSON)+len(opJSON)+64 > MaxFrameBytes {
 		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, len(argsJSON))
 	}

@@ -1,0 +1,273 @@
+package keyhole
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// session.get is the call an app makes on every request, and encoding/json's Unmarshal of its
+// result (a reflective walk after a validating scan) cost more than the rest of the client's work
+// on the call. Session and User are therefore read by hand, on the scanner the connection already
+// checked the payload with; whatever the hand-written reader does not take exactly as encoding/json
+// would (a member name with escapes or differing only in case, a member repeated, a value of a type
+// the field does not hold, a number that is not an int64, ...) sends the whole result through
+// encoding/json instead, so the outcome (values and errors) is always encoding/json's.
+
+// errSlow stops a hand-written read: encoding/json reads the result instead.
+var errSlow = errors.New("left to encoding/json")
+
+// decodeSession reads a session.get result into s, as json.Unmarshal(raw, s) would.
+func decodeSession(raw []byte, s *Session) error {
+	if readSession(raw, s) {
+		return nil
+	}
+	*s = Session{}
+	return json.Unmarshal(raw, s)
+}
+
+// decodeUser reads a user.get result into u, as json.Unmarshal(raw, u) would.
+func decodeUser(raw []byte, u *User) error {
+	if readUser(raw, u) {
+		return nil
+	}
+	*u = User{}
+	return json.Unmarshal(raw, u)
+}
+
+// readSession is the hand-written reader: false when it leaves raw to encoding/json.
+func readSession(raw []byte, s *Session) bool {
+	var f fields
+	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return sessionMember(s, &f, name, escaped, v) }) == nil
+}
+
+func readUser(raw []byte, u *User) bool {
+	var f fields
+	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return userMember(u, &f, name, escaped, v) }) == nil
+}
+
+func readName(raw []byte, nm *Name) bool {
+	var f fields
+	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return nameMember(nm, &f, name, escaped, v) }) == nil
+}
+
+// fields is what a struct's hand-written reader has read (bits of seen, for members repeated).
+type fields struct{ seen uint32 }
+
+// first marks member bit as read; false if it was already.
+func (f *fields) first(bit uint32) bool {
+	if f.seen&bit != 0 {
+		return false
+	}
+	f.seen |= bit
+	return true
+}
+
+var sessionMembers = []string{"id", "issuer", "sub", "created_at", "expires_at", "last_seen_at", "idle_timeout_s", "data", "user"}
+
+func sessionMember(s *Session, f *fields, name []byte, escaped bool, v []byte) error {
+	if escaped {
+		return errSlow
+	}
+	ok := false
+	switch n := name[1 : len(name)-1]; string(n) {
+	case "id":
+		ok = f.first(1<<0) && readString(v, &s.ID)
+	case "issuer":
+		ok = f.first(1<<1) && readString(v, &s.Issuer)
+	case "sub":
+		ok = f.first(1<<2) && readString(v, &s.Sub)
+	case "created_at":
+		ok = f.first(1<<3) && readInt(v, &s.CreatedAt)
+	case "expires_at":
+		ok = f.first(1<<4) && readInt(v, &s.ExpiresAt)
+	case "last_seen_at":
+		ok = f.first(1<<5) && readInt(v, &s.LastSeenAt)
+	case "idle_timeout_s":
+		ok = f.first(1<<6) && readInt(v, &s.IdleTimeoutS)
+	case "data":
+		ok = f.first(1<<7) && readMap(v, &s.Data)
+	case "user":
+		ok = f.first(1 << 8)
+		if ok && string(v) != "null" {
+			s.User = &User{}
+			ok = v[0] == '{' && readUser(v, s.User)
+		}
+	default:
+		ok = !foldsTo(n, sessionMembers)
+	}
+	if !ok {
+		return errSlow
+	}
+	return nil
+}
+
+var userMembers = []string{"issuer", "sub", "created_at", "updated_at", "last_login_at", "email", "email_verified",
+	"is_private_email", "name", "consent_revoked_at", "email_enabled"}
+
+func userMember(u *User, f *fields, name []byte, escaped bool, v []byte) error {
+	if escaped {
+		return errSlow
+	}
+	ok := false
+	switch n := name[1 : len(name)-1]; string(n) {
+	case "issuer":
+		ok = f.first(1<<0) && readString(v, &u.Issuer)
+	case "sub":
+		ok = f.first(1<<1) && readString(v, &u.Sub)
+	case "created_at":
+		ok = f.first(1<<2) && readInt(v, &u.CreatedAt)
+	case "updated_at":
+		ok = f.first(1<<3) && readInt(v, &u.UpdatedAt)
+	case "last_login_at":
+		ok = f.first(1<<4) && readOptInt(v, &u.LastLoginAt)
+	case "email":
+		ok = f.first(1<<5) && readOptString(v, &u.Email)
+	case "email_verified":
+		ok = f.first(1<<6) && readOptBool(v, &u.EmailVerified)
+	case "is_private_email":
+		ok = f.first(1<<7) && readOptBool(v, &u.IsPrivateEmail)
+	case "name":
+		ok = f.first(1 << 8)
+		if ok && string(v) != "null" {
+			u.Name = &Name{}
+			ok = v[0] == '{' && readName(v, u.Name)
+		}
+	case "consent_revoked_at":
+		ok = f.first(1<<9) && readOptInt(v, &u.ConsentRevokedAt)
+	case "email_enabled":
+		ok = f.first(1<<10) && readOptBool(v, &u.EmailEnabled)
+	default:
+		ok = !foldsTo(n, userMembers)
+	}
+	if !ok {
+		return errSlow
+	}
+	return nil
+}
+
+var nameMembers = []string{"given", "family"}
+
+func nameMember(nm *Name, f *fields, name []byte, escaped bool, v []byte) error {
+	if escaped {
+		return errSlow
+	}
+	ok := false
+	switch n := name[1 : len(name)-1]; string(n) {
+	case "given":
+		ok = f.first(1<<0) && readOptString(v, &nm.Given)
+	case "family":
+		ok = f.first(1<<1) && readOptString(v, &nm.Family)
+	default:
+		ok = !foldsTo(n, nameMembers)
+	}
+	if !ok {
+		return errSlow
+	}
+	return nil
+}
+
+// foldsTo reports whether an unknown name matches one of names but for case, as encoding/json
+// would match it (bytes.EqualFold folds at least as widely: such a name is left to encoding/json).
+func foldsTo(name []byte, names []string) bool {
+	for _, n := range names {
+		if bytes.EqualFold(name, []byte(n)) {
+			return true
+		}
+	}
+	return false
+}
+
+// The readers below take a value as encoding/json does into a field of that type (null leaves the
+// field as it is, or sets a pointer or map to nil); false: a value they leave to encoding/json.
+
+func readString(v []byte, dst *string) bool {
+	if string(v) == "null" {
+		return true
+	}
+	s, ok := jsonString(v)
+	*dst = s
+	return ok
+}
+
+func readInt(v []byte, dst *int64) bool {
+	if string(v) == "null" {
+		return true
+	}
+	n, ok := parseInt(v)
+	*dst = n
+	return ok
+}
+
+// parseInt reads an integer as strconv.ParseInt(string(v), 10, 64) does (whose error would copy v
+// into a string on every call): ok false for anything that is not one, or out of range.
+func parseInt(v []byte) (int64, bool) {
+	digits := v
+	if len(v) > 0 && v[0] == '-' {
+		digits = v[1:]
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			n = -1
+			break
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n < 0 || len(digits) == 0 || len(digits) > 18 { // 18 digits never overflow; the rest is strconv's
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		return n, err == nil
+	}
+	if len(digits) < len(v) {
+		n = -n
+	}
+	return n, true
+}
+
+func readOptInt(v []byte, dst **int64) bool {
+	if string(v) == "null" {
+		*dst = nil
+		return true
+	}
+	n := new(int64)
+	*dst = n
+	return readInt(v, n)
+}
+
+func readOptString(v []byte, dst **string) bool {
+	if string(v) == "null" {
+		*dst = nil
+		return true
+	}
+	s := new(string)
+	*dst = s
+	return readString(v, s)
+}
+
+func readOptBool(v []byte, dst **bool) bool {
+	switch string(v) {
+	case "null":
+		*dst = nil
+	case "true", "false":
+		b := string(v) == "true"
+		*dst = &b
+	default:
+		return false
+	}
+	return true
+}
+
+func readMap(v []byte, dst *map[string]any) bool {
+	switch {
+	case string(v) == "null":
+		*dst = nil
+		return true
+	case string(v) == "{}":
+		*dst = map[string]any{}
+		return true
+	case v[0] == '{':
+		return json.Unmarshal(v, dst) == nil
+	}
+	return false
+}
