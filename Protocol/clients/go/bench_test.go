@@ -2,6 +2,7 @@ package keyhole
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 )
 
@@ -14,8 +15,7 @@ const benchToken = "kh_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 func BenchmarkEncodeRequest(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		args, _ := encodeArgs(map[string]any{"session": benchToken})
-		encodeRequest(uint64(i), appendJSONString(nil, "session.get"), args)
+		encodeRequest(uint64(i), "session.get", oneArg{"session", benchToken})
 	}
 }
 
@@ -24,7 +24,8 @@ func BenchmarkEncodeRequestStdlib(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		args, _ := json.Marshal(map[string]any{"session": benchToken})
 		op, _ := json.Marshal("session.get")
-		encodeRequest(uint64(i), op, args)
+		frame := append(append(append(append([]byte(`....{"v":1,"id":`), strconv.FormatUint(uint64(i), 10)...), op...), args...), '}')
+		_ = frame
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 )
 
 // session.get is the call an app makes on every request, and encoding/json's Unmarshal of its
@@ -38,18 +39,55 @@ func decodeUser(raw []byte, u *User) error {
 
 // readSession is the hand-written reader: false when it leaves raw to encoding/json.
 func readSession(raw []byte, s *Session) bool {
+	if !utf8.Valid(raw) { // encoding/json makes each bad byte U+FFFD
+		return false
+	}
+	t := text{raw: raw}
 	var f fields
-	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return sessionMember(s, &f, name, escaped, v) }) == nil
+	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return sessionMember(&t, s, &f, name, escaped, v) }) == nil
 }
 
 func readUser(raw []byte, u *User) bool {
-	var f fields
-	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return userMember(u, &f, name, escaped, v) }) == nil
+	if !utf8.Valid(raw) {
+		return false
+	}
+	t := text{raw: raw}
+	return readUserIn(&t, raw, u)
 }
 
-func readName(raw []byte, nm *Name) bool {
+func readUserIn(t *text, raw []byte, u *User) bool {
 	var f fields
-	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return nameMember(nm, &f, name, escaped, v) }) == nil
+	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return userMember(t, u, &f, name, escaped, v) }) == nil
+}
+
+func readName(t *text, raw []byte, nm *Name) bool {
+	var f fields
+	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return nameMember(t, nm, &f, name, escaped, v) }) == nil
+}
+
+// text makes the strings of one result, in valid UTF-8: those without escapes are parts of one
+// copy of the result, one allocation instead of one per string.
+type text struct {
+	raw []byte
+	all string // raw as a string, once a string needs it
+}
+
+// string reads a JSON string value v, a part of t.raw, as encoding/json does.
+func (t *text) string(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(v, '\\') >= 0 {
+		return jsonString(v)
+	}
+	i := cap(t.raw) - cap(v) // v's offset in raw, checked below to be that
+	if i < 0 || i+len(v) > len(t.raw) || &t.raw[i] != &v[0] {
+		return jsonString(v)
+	}
+	if t.all == "" {
+		t.all = string(t.raw)
+	}
+	return t.all[i+1 : i+len(v)-1], true
 }
 
 // fields is what a struct's hand-written reader has read (bits of seen, for members repeated).
@@ -66,18 +104,18 @@ func (f *fields) first(bit uint32) bool {
 
 var sessionMembers = []string{"id", "issuer", "sub", "created_at", "expires_at", "last_seen_at", "idle_timeout_s", "data", "user"}
 
-func sessionMember(s *Session, f *fields, name []byte, escaped bool, v []byte) error {
+func sessionMember(t *text, s *Session, f *fields, name []byte, escaped bool, v []byte) error {
 	if escaped {
 		return errSlow
 	}
 	ok := false
 	switch n := name[1 : len(name)-1]; string(n) {
 	case "id":
-		ok = f.first(1<<0) && readString(v, &s.ID)
+		ok = f.first(1<<0) && t.readString(v, &s.ID)
 	case "issuer":
-		ok = f.first(1<<1) && readString(v, &s.Issuer)
+		ok = f.first(1<<1) && t.readString(v, &s.Issuer)
 	case "sub":
-		ok = f.first(1<<2) && readString(v, &s.Sub)
+		ok = f.first(1<<2) && t.readString(v, &s.Sub)
 	case "created_at":
 		ok = f.first(1<<3) && readInt(v, &s.CreatedAt)
 	case "expires_at":
@@ -92,7 +130,7 @@ func sessionMember(s *Session, f *fields, name []byte, escaped bool, v []byte) e
 		ok = f.first(1 << 8)
 		if ok && string(v) != "null" {
 			s.User = &User{}
-			ok = v[0] == '{' && readUser(v, s.User)
+			ok = v[0] == '{' && readUserIn(t, v, s.User)
 		}
 	default:
 		ok = !foldsTo(n, sessionMembers)
@@ -106,16 +144,16 @@ func sessionMember(s *Session, f *fields, name []byte, escaped bool, v []byte) e
 var userMembers = []string{"issuer", "sub", "created_at", "updated_at", "last_login_at", "email", "email_verified",
 	"is_private_email", "name", "consent_revoked_at", "email_enabled"}
 
-func userMember(u *User, f *fields, name []byte, escaped bool, v []byte) error {
+func userMember(t *text, u *User, f *fields, name []byte, escaped bool, v []byte) error {
 	if escaped {
 		return errSlow
 	}
 	ok := false
 	switch n := name[1 : len(name)-1]; string(n) {
 	case "issuer":
-		ok = f.first(1<<0) && readString(v, &u.Issuer)
+		ok = f.first(1<<0) && t.readString(v, &u.Issuer)
 	case "sub":
-		ok = f.first(1<<1) && readString(v, &u.Sub)
+		ok = f.first(1<<1) && t.readString(v, &u.Sub)
 	case "created_at":
 		ok = f.first(1<<2) && readInt(v, &u.CreatedAt)
 	case "updated_at":
@@ -123,7 +161,7 @@ func userMember(u *User, f *fields, name []byte, escaped bool, v []byte) error {
 	case "last_login_at":
 		ok = f.first(1<<4) && readOptInt(v, &u.LastLoginAt)
 	case "email":
-		ok = f.first(1<<5) && readOptString(v, &u.Email)
+		ok = f.first(1<<5) && t.readOptString(v, &u.Email)
 	case "email_verified":
 		ok = f.first(1<<6) && readOptBool(v, &u.EmailVerified)
 	case "is_private_email":
@@ -132,7 +170,7 @@ func userMember(u *User, f *fields, name []byte, escaped bool, v []byte) error {
 		ok = f.first(1 << 8)
 		if ok && string(v) != "null" {
 			u.Name = &Name{}
-			ok = v[0] == '{' && readName(v, u.Name)
+			ok = v[0] == '{' && readName(t, v, u.Name)
 		}
 	case "consent_revoked_at":
 		ok = f.first(1<<9) && readOptInt(v, &u.ConsentRevokedAt)
@@ -149,16 +187,16 @@ func userMember(u *User, f *fields, name []byte, escaped bool, v []byte) error {
 
 var nameMembers = []string{"given", "family"}
 
-func nameMember(nm *Name, f *fields, name []byte, escaped bool, v []byte) error {
+func nameMember(t *text, nm *Name, f *fields, name []byte, escaped bool, v []byte) error {
 	if escaped {
 		return errSlow
 	}
 	ok := false
 	switch n := name[1 : len(name)-1]; string(n) {
 	case "given":
-		ok = f.first(1<<0) && readOptString(v, &nm.Given)
+		ok = f.first(1<<0) && t.readOptString(v, &nm.Given)
 	case "family":
-		ok = f.first(1<<1) && readOptString(v, &nm.Family)
+		ok = f.first(1<<1) && t.readOptString(v, &nm.Family)
 	default:
 		ok = !foldsTo(n, nameMembers)
 	}
@@ -182,11 +220,11 @@ func foldsTo(name []byte, names []string) bool {
 // The readers below take a value as encoding/json does into a field of that type (null leaves the
 // field as it is, or sets a pointer or map to nil); false: a value they leave to encoding/json.
 
-func readString(v []byte, dst *string) bool {
+func (t *text) readString(v []byte, dst *string) bool {
 	if string(v) == "null" {
 		return true
 	}
-	s, ok := jsonString(v)
+	s, ok := t.string(v)
 	*dst = s
 	return ok
 }
@@ -235,14 +273,14 @@ func readOptInt(v []byte, dst **int64) bool {
 	return readInt(v, n)
 }
 
-func readOptString(v []byte, dst **string) bool {
+func (t *text) readOptString(v []byte, dst **string) bool {
 	if string(v) == "null" {
 		*dst = nil
 		return true
 	}
 	s := new(string)
 	*dst = s
-	return readString(v, s)
+	return t.readString(v, s)
 }
 
 func readOptBool(v []byte, dst **bool) bool {

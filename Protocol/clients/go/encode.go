@@ -2,6 +2,7 @@ package keyhole
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"unicode/utf8"
@@ -19,16 +20,47 @@ import (
 // then left to encoding/json, which reports the cycle.
 const maxHandDepth = 32
 
-// encodeArgs returns args as JSON (nil: {}), by hand when it can, else with encoding/json.
-func encodeArgs(args any) ([]byte, error) {
+// encodeRequest returns the frame of request id: op with args (nil: {}), its length first. Args
+// are encoded by hand when they can be, else with encoding/json; an error (and nothing to send) for
+// args that cannot be encoded, or a request too large for a frame.
+func encodeRequest(id uint64, op string, args any) ([]byte, error) {
+	size := 48 + len(op) + 96
+	if a, ok := args.(oneArg); ok {
+		size = 48 + len(op) + len(a.name) + len(a.value) + 8
+	}
+	b := make([]byte, 4, size)
+	b = append(b, `{"v":1,"id":`...)
+	b = strconv.AppendUint(b, id, 10)
+	b = append(b, `,"op":`...)
+	opStart := len(b)
+	b = appendJSONString(b, op)
+	opLen := len(b) - opStart
+	b = append(b, `,"args":`...)
+	argsStart := len(b)
 	if args == nil {
-		return []byte("{}"), nil
+		b = append(b, "{}"...)
+	} else if hand, ok := appendJSONValue(b, args, 0); ok {
+		b = hand
+	} else {
+		j, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("keyhole: %s: args: %w", op, err)
+		}
+		b = append(b[:argsStart], j...)
 	}
-	if b, ok := appendJSONValue(make([]byte, 0, 128), args, 0); ok {
-		return b, nil
+	argsLen := len(b) - argsStart
+	// Room left for the envelope whatever the id, so that a re-send with a longer id fits too.
+	if argsLen+opLen+64 > MaxFrameBytes {
+		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, argsLen)
 	}
-	return json.Marshal(args)
+	b = append(b, '}')
+	n := len(b) - 4
+	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	return b, nil
 }
+
+// oneArg is args of one string member ({"session": token}): a helper's call without a map.
+type oneArg struct{ name, value string }
 
 // appendJSONValue appends v as JSON; ok is false for a value it leaves to encoding/json.
 func appendJSONValue(b []byte, v any, depth int) ([]byte, bool) {
@@ -48,6 +80,12 @@ func appendJSONValue(b []byte, v any, depth int) ([]byte, bool) {
 		return strconv.AppendInt(b, x, 10), true
 	case struct{}:
 		return append(b, "{}"...), true
+	case oneArg:
+		b = append(b, '{')
+		b = appendJSONString(b, x.name)
+		b = append(b, ':')
+		b = appendJSONString(b, x.value)
+		return append(b, '}'), true
 	case map[string]any:
 		if depth >= maxHandDepth {
 			return b, false
@@ -62,22 +100,20 @@ func appendJSONObject(b []byte, m map[string]any, depth int) ([]byte, bool) {
 	if m == nil {
 		return append(b, "null"...), true
 	}
+	var keys []string
 	var small [8]string
-	keys := small[:0]
-	if len(m) > len(small) {
-		keys = make([]string, 0, len(m))
-	}
-	for k := range m {
-		keys = append(keys, k)
-	}
-	if len(keys) <= len(small) {
-		for i := 1; i < len(keys); i++ { // insertion sort: no interface, no allocation
+	if len(m) <= len(small) {
+		keys = small[:0]
+		for k := range m {
+			keys = append(keys, k)
+		}
+		for i := 1; i < len(keys); i++ { // insertion sort: small stays on the stack
 			for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
 				keys[j], keys[j-1] = keys[j-1], keys[j]
 			}
 		}
 	} else {
-		sort.Strings(keys)
+		keys = sortedKeys(m)
 	}
 	b = append(b, '{')
 	for i, k := range keys {
@@ -94,6 +130,23 @@ func appendJSONObject(b []byte, m map[string]any, depth int) ([]byte, bool) {
 	return append(b, '}'), true
 }
 
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// plainASCII: the ASCII bytes a JSON string holds as they are.
+var plainASCII = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string: '"' and '\' escaped, control characters as \n, \r,
@@ -105,7 +158,7 @@ func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if plainASCII[c] {
 				i++
 				continue
 			}

@@ -2,6 +2,7 @@ package keyhole
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"math/rand"
 	"reflect"
@@ -101,7 +102,7 @@ func TestEncoderValuesAgreeWithEncodingJSON(t *testing.T) {
 	if _, ok := appendJSONValue(nil, cyclic, 0); ok {
 		t.Fatal("a cyclic map was encoded by hand")
 	}
-	if _, err := encodeArgs(cyclic); err == nil {
+	if _, err := encodeRequest(1, "debug.echo", cyclic); err == nil {
 		t.Fatal("a cyclic map was encoded")
 	}
 	// Nesting up to the limit is done by hand.
@@ -126,5 +127,42 @@ func TestArgsThatAreNotJSON(t *testing.T) {
 	_, err = c.Call(context.Background(), "debug.echo", map[string]any{"big": strings.Repeat("x", MaxFrameBytes)})
 	if err == nil || ErrorCode(err) != "" || !strings.Contains(err.Error(), "larger than a frame") {
 		t.Fatalf("oversize args: %v", err)
+	}
+}
+
+// A request's frame: its length, then the envelope with the args as encoding/json has them.
+func TestEncodeRequest(t *testing.T) {
+	for _, c := range []struct {
+		op   string
+		args any
+		want string
+	}{
+		{"ping", nil, `{}`},
+		{"session.get", oneArg{"session", "kh_\"x\u00e9\xff"}, `{"session":"kh_\"x\u00e9\ufffd"}`},
+		{"debug.echo", map[string]any{"n": 1, "f": 1.5, "l": []any{"a", nil}}, `{"f":1.5,"l":["a",null],"n":1}`},
+		{"op\n\"", map[string]any{}, `{}`},
+	} {
+		frame, err := encodeRequest(18446744073709551615, c.op, c.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := binary.BigEndian.Uint32(frame); int(n) != len(frame)-4 {
+			t.Fatalf("%s: length %d for a payload of %d bytes", c.op, n, len(frame)-4)
+		}
+		var got struct {
+			V    int
+			ID   uint64
+			Op   string
+			Args json.RawMessage
+		}
+		if err := json.Unmarshal(frame[4:], &got); err != nil || !utf8.Valid(frame[4:]) {
+			t.Fatalf("%s: %q: %v", c.op, frame[4:], err)
+		}
+		var args, want any
+		json.Unmarshal(got.Args, &args)
+		json.Unmarshal([]byte(c.want), &want)
+		if got.V != 1 || got.ID != 18446744073709551615 || got.Op != c.op || !reflect.DeepEqual(args, want) {
+			t.Errorf("%s: %s", c.op, frame[4:])
+		}
 	}
 }

@@ -286,20 +286,20 @@ func (c *Client) CreateSession(ctx context.Context, sub string, opts SessionOpti
 
 // GetSession returns the live session a token names, with its user; ErrSessionNotFound if none.
 func (c *Client) GetSession(ctx context.Context, token string) (*Session, error) {
-	return callT[Session](c, ctx, "session.get", map[string]any{"session": token})
+	return callT[Session](c, ctx, "session.get", oneArg{"session", token})
 }
 
 // RevokeSession revokes the session a token names; it reports whether a live one was revoked.
 func (c *Client) RevokeSession(ctx context.Context, token string) (bool, error) {
-	return c.revoke(ctx, map[string]any{"session": token})
+	return c.revoke(ctx, oneArg{"session", token})
 }
 
 // RevokeSessionByID revokes a session by its id (from ListSessions).
 func (c *Client) RevokeSessionByID(ctx context.Context, id string) (bool, error) {
-	return c.revoke(ctx, map[string]any{"id": id})
+	return c.revoke(ctx, oneArg{"id", id})
 }
 
-func (c *Client) revoke(ctx context.Context, args map[string]any) (bool, error) {
+func (c *Client) revoke(ctx context.Context, args oneArg) (bool, error) {
 	var r struct {
 		Revoked *bool `json:"revoked"`
 	}

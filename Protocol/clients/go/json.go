@@ -242,6 +242,20 @@ func (s *jsonScanner) name() (escaped bool, err error) {
 		return false, s.fail("a string")
 	}
 	s.i++
+	// Most strings of a response are short: byte by byte first, then by IndexByte.
+	short := s.b[s.i:]
+	if len(short) > 24 {
+		short = short[:24]
+	}
+	for j, c := range short {
+		if c == '"' {
+			s.i += j + 1
+			return false, nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+	}
 	q := bytes.IndexByte(s.b[s.i:], '"')
 	if q < 0 {
 		return false, s.fail("the end of a string")

@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,13 +140,10 @@ func decodeMap(raw json.RawMessage) (map[string]any, error) {
 
 // call is Call without decoding the result.
 func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage, error) {
-	argsJSON, err := encodeArgs(args)
+	id := atomic.AddUint64(&c.nextID, 1)
+	frame, err := encodeRequest(id, op, args)
 	if err != nil {
-		return nil, fmt.Errorf("keyhole: %s: args: %w", op, err)
-	}
-	opJSON := appendJSONString(make([]byte, 0, len(op)+2), op)
-	if len(argsJSON)+len(opJSON)+64 > MaxFrameBytes {
-		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, len(argsJSON))
+		return nil, err
 	}
 	cc := newCallCtx(ctx, c.timeout)
 	defer cc.release()
@@ -157,9 +153,13 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 	resent := false
 	written := false // an attempt was written: from then on the outcome is unknown, never "unavailable"
 	backoff := time.Duration(0)
-	for {
-		id := atomic.AddUint64(&c.nextID, 1)
-		frame := encodeRequest(id, opJSON, argsJSON)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 { // a new id (and the same args) for each attempt
+			id = atomic.AddUint64(&c.nextID, 1)
+			if frame, err = encodeRequest(id, op, args); err != nil {
+				return nil, err
+			}
+		}
 		cn, err := c.connection(ctx)
 		if err != nil {
 			if written {
@@ -350,18 +350,4 @@ func (c *Client) unreachable(last error, ctx context.Context) *Error {
 		last = ctx.Err()
 	}
 	return clientError(CodeUnavailable, fmt.Sprintf("cannot reach keyholed at %s before the deadline: %v", c.path, last), last)
-}
-
-func encodeRequest(id uint64, opJSON, argsJSON []byte) []byte {
-	b := make([]byte, 4, 4+40+len(opJSON)+len(argsJSON))
-	b = append(b, `{"v":1,"id":`...)
-	b = strconv.AppendUint(b, id, 10)
-	b = append(b, `,"op":`...)
-	b = append(b, opJSON...)
-	b = append(b, `,"args":`...)
-	b = append(b, argsJSON...)
-	b = append(b, '}')
-	n := len(b) - 4
-	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-	return b
 }
