@@ -17,6 +17,10 @@ func TestTopLevelMembersAgreesWithEncodingJSON(t *testing.T) {
 		`{"a":"\/"}`, `{"a":1E5,"b":-0}`, `{"a":-01}`, `{"\u0061":1}`,
 		`{"ok":false,"\u006fk":true}`, `{"\u006fk":true,"ok":false}`, `{"a\"b":1,"\n":2,"\ud83d\ude00":3}`,
 		`{"\ud800":1}`, `{"a\u0000":1}`,
+		// Past the first 24 bytes, read byte by byte, a string is read by IndexByte.
+		`{"a":"` + repeat("x", 30) + `"}`, `{"a":"` + repeat("x", 24) + `\n"}`, "{\"a\":\"" + repeat("x", 27) + "\t\"}",
+		`{"a":"` + repeat("x", 23) + `\"", "b":1}`, `{"a":"` + repeat("x", 40) + `\u00e9` + repeat("y", 40) + `"}`,
+		`{"a":"` + repeat("x", 40) + `\x"}`, `{"` + repeat("k", 30) + `":1}`,
 	}
 	for _, in := range inputs {
 		var m map[string]json.RawMessage
