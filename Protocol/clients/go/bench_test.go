@@ -33,7 +33,7 @@ func BenchmarkParseResponse(b *testing.B) {
 	b.ReportAllocs()
 	body := []byte(benchAnswer)
 	for i := 0; i < b.N; i++ {
-		if _, _, _, err := parseResponse(body); err != nil {
+		if _, _, _, err := parseResponse(body, 0, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -41,7 +41,7 @@ func BenchmarkParseResponse(b *testing.B) {
 
 func BenchmarkDecodeSession(b *testing.B) {
 	b.ReportAllocs()
-	_, _, o, _ := parseResponse([]byte(benchAnswer))
+	_, _, o, _ := parseResponse([]byte(benchAnswer), 0, nil)
 	for i := 0; i < b.N; i++ {
 		var s Session
 		if err := decodeSession(o.result, &s); err != nil {
@@ -52,7 +52,7 @@ func BenchmarkDecodeSession(b *testing.B) {
 
 func BenchmarkDecodeSessionStdlib(b *testing.B) {
 	b.ReportAllocs()
-	_, _, o, _ := parseResponse([]byte(benchAnswer))
+	_, _, o, _ := parseResponse([]byte(benchAnswer), 0, nil)
 	for i := 0; i < b.N; i++ {
 		var s Session
 		if err := json.Unmarshal(o.result, &s); err != nil {

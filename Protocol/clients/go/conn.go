@@ -21,6 +21,9 @@ type outcome struct {
 	err    *Error
 	lost   error
 	lead   bool
+	// decoded: the result was read into the call's own target by the reading call itself, which
+	// was this call (parseResponse); result is then nil.
+	decoded bool
 }
 
 // status says how a send ended.
@@ -63,6 +66,11 @@ type conn struct {
 	over      bool          // the connection ended: done is closed
 	leadStop  chan struct{} // the reading call's watch on a cancellable context; nil: none
 	spare     chan outcome  // a reader's channel once done with, for the next call (one fewer allocation a call)
+
+	// The reading call's id and the value its result is read into (callCtx.into), so that its own
+	// answer is read into it as it is checked (parseResponse). Only the reader touches them.
+	ownID   uint64
+	ownInto any
 
 	buf []byte    // read and not yet dispatched (part of a frame); only the reader touches it
 	rdl time.Time // the socket's read deadline (only the reader touches it)
@@ -248,7 +256,7 @@ func (c *conn) wait(ctx *callCtx, id uint64, ch chan outcome) (status, outcome) 
 	c.mu.Unlock()
 	for {
 		if lead {
-			if o, ok := c.lead(ctx, ch); ok {
+			if o, ok := c.lead(ctx, id, ch); ok {
 				return classify(o)
 			}
 			// ctx ended while reading: the role is handed on.
@@ -338,7 +346,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // lead reads as the reader until ch has this call's outcome (ok) or ctx ends (not ok); either way
 // it hands the role on before it returns.
-func (c *conn) lead(ctx *callCtx, ch chan outcome) (outcome, bool) {
+func (c *conn) lead(ctx *callCtx, id uint64, ch chan outcome) (outcome, bool) {
 	var stop chan struct{}
 	if cancelled := ctx.cancelled(); cancelled != nil {
 		// A read does not watch ctx: a goroutine cuts it short when ctx ends before its deadline.
@@ -358,7 +366,9 @@ func (c *conn) lead(ctx *callCtx, ch chan outcome) (outcome, bool) {
 			}
 		}()
 	}
+	c.ownID, c.ownInto = id, ctx.into
 	o, ok := c.readUntil(ctx, ch)
+	c.ownID, c.ownInto = 0, nil
 	c.mu.Lock()
 	if stop != nil {
 		c.leadStop = nil
@@ -444,10 +454,9 @@ func (c *conn) dispatch() {
 		if uint64(len(b)-4) < uint64(n) {
 			break
 		}
-		body := make([]byte, n) // the result outlives the buffer
-		copy(body, b[4:4+n])
+		body := b[4 : 4+n]
 		b = b[4+n:]
-		id, hasID, o, err := parseResponse(body)
+		id, hasID, o, err := parseResponse(body, c.ownID, c.ownInto)
 		if err != nil {
 			c.fail(clientError(CodeProtocolError, "keyholed sent an invalid response: "+err.Error(), nil))
 			return

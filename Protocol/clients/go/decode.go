@@ -19,50 +19,94 @@ import (
 // errSlow stops a hand-written read: encoding/json reads the result instead.
 var errSlow = errors.New("left to encoding/json")
 
-// decodeSession reads a session.get result into s, as json.Unmarshal(raw, s) would.
-func decodeSession(raw []byte, s *Session) error {
-	if readSession(raw, s) {
+// decodeSession reads a session.get result into out, as json.Unmarshal(raw, out) would.
+func decodeSession(raw []byte, out *Session) error {
+	*out = Session{}
+	if readSession(raw, out) {
 		return nil
 	}
-	*s = Session{}
-	return json.Unmarshal(raw, s)
+	*out = Session{}
+	return json.Unmarshal(raw, out)
 }
 
-// decodeUser reads a user.get result into u, as json.Unmarshal(raw, u) would.
-func decodeUser(raw []byte, u *User) error {
-	if readUser(raw, u) {
+// decodeUser reads a user.get result into out, as json.Unmarshal(raw, out) would.
+func decodeUser(raw []byte, out *User) error {
+	*out = User{}
+	if readUser(raw, out) {
 		return nil
 	}
-	*u = User{}
-	return json.Unmarshal(raw, u)
+	*out = User{}
+	return json.Unmarshal(raw, out)
 }
 
-// readSession is the hand-written reader: false when it leaves raw to encoding/json.
-func readSession(raw []byte, s *Session) bool {
+// readSession is the hand-written reader alone: false when it leaves raw to encoding/json.
+func readSession(raw []byte, out *Session) bool {
 	if !utf8.Valid(raw) { // encoding/json makes each bad byte U+FFFD
 		return false
 	}
-	t := text{raw: raw}
-	var f fields
-	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return sessionMember(&t, s, &f, name, escaped, v) }) == nil
+	r := resultReader{s: &jsonScanner{b: raw}, t: text{raw: raw}}
+	return r.s.whole(func() error { return r.session(0, out) }) == nil
 }
 
-func readUser(raw []byte, u *User) bool {
+func readUser(raw []byte, out *User) bool {
 	if !utf8.Valid(raw) {
 		return false
 	}
-	t := text{raw: raw}
-	return readUserIn(&t, raw, u)
+	r := resultReader{s: &jsonScanner{b: raw}, t: text{raw: raw}}
+	return r.s.whole(func() error { return r.user(0, out) }) == nil
 }
 
-func readUserIn(t *text, raw []byte, u *User) bool {
-	var f fields
-	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return userMember(t, u, &f, name, escaped, v) }) == nil
+// resultReader reads a result from a scanner, as the connection's reader does for the answer of
+// its own call while it checks the response (one pass over the bytes), or from the result alone.
+// On any error (errSlow, or the JSON's) the scanner is left mid-value: the caller starts over.
+type resultReader struct {
+	s *jsonScanner
+	t text // over the bytes s reads, valid UTF-8
 }
 
-func readName(t *text, raw []byte, nm *Name) bool {
+// into reads the object at the scanner's position into out (a *Session or *User, made empty
+// first), nested depth deep; errSlow for another type.
+func (r *resultReader) into(depth int, out any) error {
+	switch out := out.(type) {
+	case *Session:
+		*out = Session{}
+		return r.session(depth, out)
+	case *User:
+		*out = User{}
+		return r.user(depth, out)
+	}
+	return errSlow
+}
+
+func (r *resultReader) session(depth int, out *Session) error {
 	var f fields
-	return eachMember(raw, func(name []byte, escaped bool, v []byte) error { return nameMember(t, nm, &f, name, escaped, v) }) == nil
+	return r.s.object(depth, func(name []byte, escaped bool) error { return r.sessionMember(depth+1, out, &f, name, escaped) })
+}
+
+func (r *resultReader) user(depth int, out *User) error {
+	var f fields
+	return r.s.object(depth, func(name []byte, escaped bool) error { return r.userMember(depth+1, out, &f, name, escaped) })
+}
+
+func (r *resultReader) name(depth int, out *Name) error {
+	var f fields
+	return r.s.object(depth, func(name []byte, escaped bool) error { return r.nameMember(depth+1, out, &f, name, escaped) })
+}
+
+// nested reads a member that is an object or null: null leaves the pointer nil (as encoding/json
+// sets it); an object is read by read.
+func (r *resultReader) nested(depth int, read func() error) error {
+	if r.s.peek() == '{' {
+		return read()
+	}
+	v, err := r.s.value(depth)
+	if err != nil {
+		return err
+	}
+	if string(v) != "null" {
+		return errSlow
+	}
+	return nil
 }
 
 // text makes the strings of one result, in valid UTF-8: those without escapes are parts of one
@@ -104,12 +148,28 @@ func (f *fields) first(bit uint32) bool {
 
 var sessionMembers = []string{"id", "issuer", "sub", "created_at", "expires_at", "last_seen_at", "idle_timeout_s", "data", "user"}
 
-func sessionMember(t *text, s *Session, f *fields, name []byte, escaped bool, v []byte) error {
+// sessionMember reads one member of a session, its value depth deep.
+func (r *resultReader) sessionMember(depth int, s *Session, f *fields, name []byte, escaped bool) error {
 	if escaped {
 		return errSlow
 	}
+	n := name[1 : len(name)-1]
+	if string(n) == "user" {
+		if !f.first(1 << 8) {
+			return errSlow
+		}
+		return r.nested(depth, func() error {
+			s.User = &User{}
+			return r.user(depth, s.User)
+		})
+	}
+	v, err := r.s.value(depth)
+	if err != nil {
+		return err
+	}
 	ok := false
-	switch n := name[1 : len(name)-1]; string(n) {
+	t := &r.t
+	switch string(n) {
 	case "id":
 		ok = f.first(1<<0) && t.readString(v, &s.ID)
 	case "issuer":
@@ -126,12 +186,6 @@ func sessionMember(t *text, s *Session, f *fields, name []byte, escaped bool, v 
 		ok = f.first(1<<6) && readInt(v, &s.IdleTimeoutS)
 	case "data":
 		ok = f.first(1<<7) && readMap(v, &s.Data)
-	case "user":
-		ok = f.first(1 << 8)
-		if ok && string(v) != "null" {
-			s.User = &User{}
-			ok = v[0] == '{' && readUserIn(t, v, s.User)
-		}
 	default:
 		ok = !foldsTo(n, sessionMembers)
 	}
@@ -144,12 +198,27 @@ func sessionMember(t *text, s *Session, f *fields, name []byte, escaped bool, v 
 var userMembers = []string{"issuer", "sub", "created_at", "updated_at", "last_login_at", "email", "email_verified",
 	"is_private_email", "name", "consent_revoked_at", "email_enabled"}
 
-func userMember(t *text, u *User, f *fields, name []byte, escaped bool, v []byte) error {
+func (r *resultReader) userMember(depth int, u *User, f *fields, name []byte, escaped bool) error {
 	if escaped {
 		return errSlow
 	}
+	n := name[1 : len(name)-1]
+	if string(n) == "name" {
+		if !f.first(1 << 8) {
+			return errSlow
+		}
+		return r.nested(depth, func() error {
+			u.Name = &Name{}
+			return r.name(depth, u.Name)
+		})
+	}
+	v, err := r.s.value(depth)
+	if err != nil {
+		return err
+	}
 	ok := false
-	switch n := name[1 : len(name)-1]; string(n) {
+	t := &r.t
+	switch string(n) {
 	case "issuer":
 		ok = f.first(1<<0) && t.readString(v, &u.Issuer)
 	case "sub":
@@ -166,12 +235,6 @@ func userMember(t *text, u *User, f *fields, name []byte, escaped bool, v []byte
 		ok = f.first(1<<6) && readOptBool(v, &u.EmailVerified)
 	case "is_private_email":
 		ok = f.first(1<<7) && readOptBool(v, &u.IsPrivateEmail)
-	case "name":
-		ok = f.first(1 << 8)
-		if ok && string(v) != "null" {
-			u.Name = &Name{}
-			ok = v[0] == '{' && readName(t, v, u.Name)
-		}
 	case "consent_revoked_at":
 		ok = f.first(1<<9) && readOptInt(v, &u.ConsentRevokedAt)
 	case "email_enabled":
@@ -187,16 +250,21 @@ func userMember(t *text, u *User, f *fields, name []byte, escaped bool, v []byte
 
 var nameMembers = []string{"given", "family"}
 
-func nameMember(t *text, nm *Name, f *fields, name []byte, escaped bool, v []byte) error {
+func (r *resultReader) nameMember(depth int, nm *Name, f *fields, name []byte, escaped bool) error {
 	if escaped {
 		return errSlow
 	}
+	n := name[1 : len(name)-1]
+	v, err := r.s.value(depth)
+	if err != nil {
+		return err
+	}
 	ok := false
-	switch n := name[1 : len(name)-1]; string(n) {
+	switch string(n) {
 	case "given":
-		ok = f.first(1<<0) && t.readOptString(v, &nm.Given)
+		ok = f.first(1<<0) && r.t.readOptString(v, &nm.Given)
 	case "family":
-		ok = f.first(1<<1) && t.readOptString(v, &nm.Family)
+		ok = f.first(1<<1) && r.t.readOptString(v, &nm.Family)
 	default:
 		ok = !foldsTo(n, nameMembers)
 	}

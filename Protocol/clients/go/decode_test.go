@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 const fullSession = `{"created_at":1730673678,"data":{"cart":[1,2.5,"x"],"n":null},"expires_at":1733265678,` +
@@ -27,6 +28,24 @@ func checkSession(t *testing.T, raw string) {
 	}
 	if werr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s:\n got %s\nwant %s", raw, dump(got), dump(want))
+	}
+	// Read by the connection's reader as it checks the response, when the answer is its own.
+	body := []byte(`{"id":9,"ok":true,"result":` + raw + `}`)
+	var fused Session
+	_, _, o, perr := parseResponse(body, 9, &fused)
+	if perr != nil {
+		if json.Valid(body) && utf8.Valid(body) && strings.HasPrefix(raw, "{") {
+			t.Fatalf("%s: the response reader refused it: %v", raw, perr)
+		}
+	} else {
+		if !o.decoded {
+			gerr = decodeSession(o.result, &fused) // what callInto does then
+		} else if o.result != nil {
+			t.Fatalf("%s: decoded, and a result kept too", raw)
+		}
+		if fmt.Sprint(gerr) != fmt.Sprint(werr) || werr == nil && !reflect.DeepEqual(fused, want) {
+			t.Fatalf("%s: read with the response (decoded %v): %s %v, want %s %v", raw, o.decoded, dump(fused), gerr, dump(want), werr)
+		}
 	}
 	var gu, wu User
 	gerr = decodeUser([]byte(raw), &gu)
@@ -118,6 +137,53 @@ func TestParseIntAgreesWithStrconv(t *testing.T) {
 		want, err := strconv.ParseInt(s, 10, 64)
 		if ok != (err == nil) || ok && n != want {
 			t.Errorf("%q: %d %v, strconv: %d %v", s, n, ok, want, err)
+		}
+	}
+}
+
+// The reading call's own answer is read into its target in the pass that checks the response;
+// any other answer keeps its result (a copy: the read buffer is reused), and so does one the
+// hand-written reader leaves to encoding/json.
+func TestOwnAnswerReadWithTheResponse(t *testing.T) {
+	result := `{"created_at":1,"data":{},"expires_at":2,"id":"i","idle_timeout_s":3,"issuer":"apple","last_seen_at":4,"sub":"x","user":null}`
+	var want Session
+	json.Unmarshal([]byte(result), &want)
+	for _, c := range []struct {
+		body    string
+		decoded bool
+		err     bool
+	}{
+		{`{"id":9,"ok":true,"result":` + result + `}`, true, false},
+		{`{"ok":true,"result":` + result + `,"id":9}`, false, false},                 // the id after the result
+		{`{"id":8,"ok":true,"result":` + result + `}`, false, false},                 // another call's
+		{`{"id":9,"ok":true,"result":` + result + `,"id":8}`, false, false},          // an id repeated: the last one's
+		{`{"id":9,"ok":true,"result":{"a":1},"result":` + result + `}`, true, false}, // the last result
+		{`{"id":9,"ok":true,"result":` + result + `,"result":{"ID":"x"}}`, false, false},
+		{`{"id":9,"ok":true,"result":{"ID":"x"}}`, false, false}, // left to encoding/json
+		{`{"id":9,"ok":false,"error":{"code":"internal"},"result":` + result + `}`, false, false},
+		{`{"id":9,"ok":true,"result":{"id":"i",}}`, false, true},              // not JSON: the connection's error
+		{`{"id":9,"ok":true,"result":{"sub":"x","ID":1,"a":[}}`, false, true}, // not JSON past what the reader left
+		{`{"id":9,"ok":true,"result":{"user":{"sub":"x"}}`, false, true},
+	} {
+		body := []byte(c.body)
+		var s Session
+		id, _, o, err := parseResponse(body, 9, &s)
+		if (err != nil) != c.err || o.decoded != c.decoded {
+			t.Errorf("%s: decoded %v, error %v", c.body, o.decoded, err)
+			continue
+		}
+		if err != nil || o.err != nil {
+			continue
+		}
+		for i := range body {
+			body[i] = 'X' // the buffer is reused: nothing read from it may change
+		}
+		if o.decoded {
+			if id != 9 || o.result != nil || !reflect.DeepEqual(s, want) {
+				t.Errorf("%s: %d %s %s", c.body, id, o.result, dump(s))
+			}
+		} else if !json.Valid(o.result) {
+			t.Errorf("%s: result %q", c.body, o.result)
 		}
 	}
 }

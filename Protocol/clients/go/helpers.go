@@ -195,8 +195,13 @@ type ReloadResult struct {
 
 // callInto calls op and decodes its result into out.
 func (c *Client) callInto(ctx context.Context, op string, args any, out any) error {
-	raw, err := c.call(ctx, op, args)
-	if err != nil {
+	var into any
+	switch out.(type) {
+	case *Session, *User: // read as the answer is checked, when the call reads its own answer
+		into = out
+	}
+	raw, decoded, err := c.call(ctx, op, args, into)
+	if err != nil || decoded {
 		return err
 	}
 	switch out := out.(type) {

@@ -27,55 +27,79 @@ var errJSON = errors.New("not JSON")
 // object, with only whitespace around it; an error f returns stops the walk and is returned.
 func eachMember(b []byte, f func(name []byte, escaped bool, raw []byte) error) error {
 	s := jsonScanner{b: b}
+	return s.whole(func() error {
+		return s.object(0, func(name []byte, escaped bool) error {
+			raw, err := s.value(1)
+			if err != nil {
+				return err
+			}
+			return f(name, escaped, raw)
+		})
+	})
+}
+
+// whole runs read on the one object s.b holds, with only whitespace around it.
+func (s *jsonScanner) whole(read func() error) error {
 	s.space()
-	if s.i >= len(b) || b[s.i] != '{' {
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
 		if _, err := s.value(0); err != nil {
 			return err
 		}
 		return errors.New("not a JSON object")
 	}
+	if err := read(); err != nil {
+		return err
+	}
+	s.space()
+	if s.i != len(s.b) {
+		return s.fail("end of input")
+	}
+	return nil
+}
+
+// object walks the object at s's position, nested depth deep, calling f with each member's name as
+// written (quotes included; escaped: it has escapes) and s at the member's value, which f must read
+// (with value, or a reader of its own on s).
+func (s *jsonScanner) object(depth int, f func(name []byte, escaped bool) error) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%w: nested deeper than %d", errJSON, maxDepth)
+	}
+	if s.peek() != '{' {
+		return s.fail("'{'")
+	}
 	s.i++
 	s.space()
 	if s.peek() == '}' {
 		s.i++
-	} else {
-		for {
-			s.space()
-			start := s.i
-			escaped, err := s.name()
-			if err != nil {
-				return err
-			}
-			name := b[start:s.i]
-			s.space()
-			if s.peek() != ':' {
-				return s.fail("':'")
-			}
-			s.i++
-			s.space()
-			raw, err := s.value(1)
-			if err != nil {
-				return err
-			}
-			if err := f(name, escaped, raw); err != nil {
-				return err
-			}
-			s.space()
-			if c := s.peek(); c == ',' {
-				s.i++
-				continue
-			} else if c == '}' {
-				s.i++
-				break
-			}
-			return s.fail("',' or '}'")
+		return nil
+	}
+	for {
+		s.space()
+		start := s.i
+		escaped, err := s.name()
+		if err != nil {
+			return err
 		}
+		name := s.b[start:s.i]
+		s.space()
+		if s.peek() != ':' {
+			return s.fail("':'")
+		}
+		s.i++
+		s.space()
+		if err := f(name, escaped); err != nil {
+			return err
+		}
+		s.space()
+		if c := s.peek(); c == ',' {
+			s.i++
+			continue
+		} else if c == '}' {
+			s.i++
+			return nil
+		}
+		return s.fail("',' or '}'")
 	}
-	s.space()
-	if s.i != len(b) {
-		return s.fail("end of input")
-	}
-	return nil
 }
 
 // memberName returns a quoted member name's text. A name written with escapes ("\u006fk") is the

@@ -70,17 +70,17 @@ func TestHasControl(t *testing.T) {
 // A member name written with escapes is the same member ("\u006fk" is "ok"): the last one wins, as
 // in encoding/json, so an answer cannot read as a failure to this client and a success to others.
 func TestEscapedMemberNames(t *testing.T) {
-	_, _, o, err := parseResponse([]byte(`{"id":1,"ok":false,"\u006fk":true,"result":{"a":1}}`))
+	_, _, o, err := parseResponse([]byte(`{"id":1,"ok":false,"\u006fk":true,"result":{"a":1}}`), 0, nil)
 	if err != nil || o.err != nil || string(o.result) != `{"a":1}` {
 		t.Errorf("escaped ok: %+v %v, want the result", o, err)
 	}
-	id, hasID, _, err := parseResponse([]byte(`{"\u0069d":7,"ok":true,"result":{}}`))
+	id, hasID, _, err := parseResponse([]byte(`{"\u0069d":7,"ok":true,"result":{}}`), 0, nil)
 	if err != nil || !hasID || id != 7 {
 		t.Errorf("escaped id: %d %v %v", id, hasID, err)
 	}
 	// An escaped name too long to be a response's member is skipped, not decoded.
 	long := `{"ok":true,"result":{},"` + repeat(`\u0061`, 1000) + `":1}`
-	if _, _, o, err := parseResponse([]byte(long)); err != nil || string(o.result) != `{}` {
+	if _, _, o, err := parseResponse([]byte(long), 0, nil); err != nil || string(o.result) != `{}` {
 		t.Errorf("long escaped name: %+v %v", o, err)
 	}
 }

@@ -12,32 +12,67 @@ import (
 // absent id; an id that is a string or an integer no request of ours can have gets hasID true and
 // an id of 0 (never used), so it is dropped. A member repeated is read from its last copy, and an
 // escaped name ("\u006fk") is the same member as the plain one, as encoding/json reads them.
-func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
+//
+// The outcome holds no reference to body (the connection's read buffer): its result is a copy.
+// When the answer is own's (the reading call's id, before its result in the payload), its result
+// is read into into (a *Session or *User; nil: none) in the same pass that checks it, and
+// o.decoded says so; o.result is then nil. into is written only then, or when the payload turns
+// out to be another id's or a failure: the reader is into's caller, who empties it before reading
+// a result of its own.
+func parseResponse(body []byte, own uint64, into any) (id uint64, hasID bool, o outcome, err error) {
 	if !utf8.Valid(body) {
 		return 0, false, o, errors.New("not UTF-8")
 	}
 	var idRaw, okRaw, resultRaw, errorRaw []byte
-	err = eachMember(body, func(name []byte, escaped bool, raw []byte) error {
-		if escaped {
-			n, known, err := memberName(name)
-			if err != nil || !known {
+	decoded := false
+	s := jsonScanner{b: body}
+	err = s.whole(func() error {
+		return s.object(0, func(name []byte, escaped bool) error {
+			if escaped {
+				n, known, err := memberName(name)
+				if err != nil {
+					return err
+				}
+				if !known {
+					n = ""
+				}
+				name = []byte(n)
+			} else {
+				name = name[1 : len(name)-1]
+			}
+			start := s.i
+			if string(name) == "result" {
+				decoded = false
+				if into != nil && idRaw != nil && s.peek() == '{' {
+					if n, ok := parseInt(idRaw); ok && n > 0 && uint64(n) == own {
+						r := resultReader{s: &s, t: text{raw: body}}
+						if decoded = r.into(1, into) == nil; !decoded {
+							s.i = start // read it again, to check it
+						}
+					}
+				}
+				if !decoded {
+					if _, err := s.value(1); err != nil {
+						return err
+					}
+				}
+				resultRaw = body[start:s.i]
+				return nil
+			}
+			raw, err := s.value(1)
+			if err != nil {
 				return err
 			}
-			name = []byte(n)
-		} else {
-			name = name[1 : len(name)-1]
-		}
-		switch string(name) {
-		case "id":
-			idRaw = raw
-		case "ok":
-			okRaw = raw
-		case "result":
-			resultRaw = raw
-		case "error":
-			errorRaw = raw
-		}
-		return nil
+			switch string(name) {
+			case "id":
+				idRaw = raw
+			case "ok":
+				okRaw = raw
+			case "error":
+				errorRaw = raw
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return 0, false, o, err
@@ -67,7 +102,11 @@ func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
 		if len(resultRaw) == 0 || resultRaw[0] != '{' {
 			return 0, false, o, errors.New("ok is true but result is not an object")
 		}
-		o.result = json.RawMessage(resultRaw)
+		if decoded && hasID && id == own {
+			o.decoded = true
+		} else {
+			o.result = append(json.RawMessage(nil), resultRaw...)
+		}
 	case "false":
 		e, perr := parseError(errorRaw)
 		if perr != nil {
