@@ -14,6 +14,7 @@ import (
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time
+	into     any // where the result goes when the call reads its own answer: *Session, *User or nil
 
 	mu     sync.Mutex
 	inner  context.Context // made on the first Done

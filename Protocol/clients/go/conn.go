@@ -1,17 +1,14 @@
 package keyhole
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // MaxFrameBytes is the largest payload a frame may carry, either way (PROTOCOL.md section 2).
@@ -24,6 +21,9 @@ type outcome struct {
 	err    *Error
 	lost   error
 	lead   bool
+	// decoded: the result was read into the call's own target by the reading call itself, which
+	// was this call (parseResponse); result is then nil.
+	decoded bool
 }
 
 // status says how a send ended.
@@ -65,6 +65,12 @@ type conn struct {
 	writing   uint64        // the call between joining pending and the end of its write (0: none): never handed the role
 	over      bool          // the connection ended: done is closed
 	leadStop  chan struct{} // the reading call's watch on a cancellable context; nil: none
+	spare     chan outcome  // a reader's channel once done with, for the next call (one fewer allocation a call)
+
+	// The reading call's id and the value its result is read into (callCtx.into), so that its own
+	// answer is read into it as it is checked (parseResponse). Only the reader touches them.
+	ownID   uint64
+	ownInto any
 
 	buf []byte    // read and not yet dispatched (part of a frame); only the reader touches it
 	rdl time.Time // the socket's read deadline (only the reader touches it)
@@ -180,13 +186,17 @@ func (c *conn) send(ctx *callCtx, id uint64, frame []byte) (status, outcome) {
 			return timedOut, outcome{}
 		}
 	}
-	ch := make(chan outcome, 2) // the role of reader, then an outcome at the end of the connection
 	c.mu.Lock()
 	if !c.accepting {
 		err := c.connErr
 		c.mu.Unlock()
 		<-c.wturn
 		return notWritten, outcome{err: err}
+	}
+	ch := c.spare
+	c.spare = nil
+	if ch == nil {
+		ch = make(chan outcome, 2) // the role of reader, then an outcome at the end of the connection
 	}
 	c.pending[id] = ch
 	c.writing = id
@@ -197,8 +207,7 @@ func (c *conn) send(ctx *callCtx, id uint64, frame []byte) (status, outcome) {
 	c.writing = 0
 	c.mu.Unlock()
 	if werr != nil {
-		var ne net.Error
-		timeout := errors.As(werr, &ne) && ne.Timeout()
+		timeout := isTimeout(werr)
 		if n == 0 && timeout {
 			// Nothing went out: the stream is as good as it was; only this call is over.
 			c.forget(id, ch)
@@ -247,7 +256,7 @@ func (c *conn) wait(ctx *callCtx, id uint64, ch chan outcome) (status, outcome) 
 	c.mu.Unlock()
 	for {
 		if lead {
-			if o, ok := c.lead(ctx, ch); ok {
+			if o, ok := c.lead(ctx, id, ch); ok {
 				return classify(o)
 			}
 			// ctx ended while reading: the role is handed on.
@@ -317,8 +326,7 @@ func (c *conn) write(frame []byte, deadline time.Time) (int, error) {
 	for {
 		m, err := c.nc.Write(frame[n:])
 		n += m
-		var ne net.Error
-		if err != nil && errors.As(err, &ne) && ne.Timeout() && time.Now().Before(deadline) {
+		if err != nil && isTimeout(err) && time.Now().Before(deadline) {
 			// An earlier call's deadline: this call's is later.
 			c.setWriteDeadline(deadline)
 			continue
@@ -327,12 +335,18 @@ func (c *conn) write(frame []byte, deadline time.Time) (int, error) {
 	}
 }
 
+// isTimeout reports whether err is a deadline's (its net.Error goes to the heap: called on errors only).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // aLongTimeAgo is a read deadline that makes a read at work return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
 // lead reads as the reader until ch has this call's outcome (ok) or ctx ends (not ok); either way
 // it hands the role on before it returns.
-func (c *conn) lead(ctx *callCtx, ch chan outcome) (outcome, bool) {
+func (c *conn) lead(ctx *callCtx, id uint64, ch chan outcome) (outcome, bool) {
 	var stop chan struct{}
 	if cancelled := ctx.cancelled(); cancelled != nil {
 		// A read does not watch ctx: a goroutine cuts it short when ctx ends before its deadline.
@@ -352,11 +366,18 @@ func (c *conn) lead(ctx *callCtx, ch chan outcome) (outcome, bool) {
 			}
 		}()
 	}
+	c.ownID, c.ownInto = id, ctx.into
 	o, ok := c.readUntil(ctx, ch)
+	c.ownID, c.ownInto = 0, nil
 	c.mu.Lock()
 	if stop != nil {
 		c.leadStop = nil
 		close(stop)
+	}
+	if ok && len(ch) == 0 {
+		// Its outcome taken, ch is out of pending, and nothing else can be sent to it (the role is
+		// not handed to the reader): the next call's.
+		c.spare = ch
 	}
 	c.handOver()
 	c.mu.Unlock()
@@ -385,8 +406,7 @@ func (c *conn) readUntil(ctx *callCtx, ch chan outcome) (outcome, bool) {
 			c.dispatch()
 		}
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if isTimeout(err) {
 				if ctx.Err() != nil {
 					return outcome{}, false
 				}
@@ -434,10 +454,9 @@ func (c *conn) dispatch() {
 		if uint64(len(b)-4) < uint64(n) {
 			break
 		}
-		body := make([]byte, n) // the result outlives the buffer
-		copy(body, b[4:4+n])
+		body := b[4 : 4+n]
 		b = b[4+n:]
-		id, hasID, o, err := parseResponse(body)
+		id, hasID, o, err := parseResponse(body, c.ownID, c.ownInto)
 		if err != nil {
 			c.fail(clientError(CodeProtocolError, "keyholed sent an invalid response: "+err.Error(), nil))
 			return
@@ -482,82 +501,4 @@ func (c *conn) fail(e *Error) {
 func (e *Error) clone() *Error {
 	c := *e
 	return &c
-}
-
-// parseResponse checks one payload against PROTOCOL.md section 4. hasID is false for a null or
-// absent id; an id that is a string or an integer no request of ours can have gets hasID true and
-// an id of 0 (never used), so it is dropped.
-func parseResponse(body []byte) (id uint64, hasID bool, o outcome, err error) {
-	if !utf8.Valid(body) {
-		return 0, false, o, errors.New("not UTF-8")
-	}
-	m, err := topLevelMembers(body)
-	if err != nil {
-		return 0, false, o, err
-	}
-	if raw, ok := m["id"]; ok && !bytes.Equal(raw, []byte("null")) {
-		hasID = true
-		switch {
-		case raw[0] == '"':
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				return 0, false, o, errors.New("bad id")
-			}
-		case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-			if bytes.ContainsAny(raw, ".eE") {
-				return 0, false, o, fmt.Errorf("id %s is not an integer", raw)
-			}
-			id, _ = strconv.ParseUint(string(raw), 10, 64) // negative or too large: not ours
-		default:
-			return 0, false, o, fmt.Errorf("id %s is neither a string, an integer nor null", raw)
-		}
-	}
-	switch string(m["ok"]) {
-	case "true":
-		r := m["result"]
-		if len(r) == 0 || r[0] != '{' {
-			return 0, false, o, errors.New("ok is true but result is not an object")
-		}
-		o.result = json.RawMessage(r)
-	case "false":
-		e, perr := parseError(m["error"])
-		if perr != nil {
-			return 0, false, o, perr
-		}
-		o.err = e
-	default:
-		return 0, false, o, errors.New("ok is neither true nor false")
-	}
-	return id, hasID, o, nil
-}
-
-func parseError(raw []byte) (*Error, error) {
-	var m map[string]json.RawMessage
-	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
-		return nil, errors.New("ok is false but error is not an object")
-	}
-	e := &Error{}
-	if json.Unmarshal(m["code"], &e.Code) != nil || len(m["code"]) == 0 || m["code"][0] != '"' {
-		return nil, errors.New("error.code is not a string")
-	}
-	if msg, ok := m["message"]; ok && string(msg) != "null" {
-		if msg[0] != '"' || json.Unmarshal(msg, &e.Message) != nil {
-			return nil, errors.New("error.message is not a string")
-		}
-	}
-	if r, ok := m["retry_after_ms"]; ok && string(r) != "null" {
-		var f float64
-		if json.Unmarshal(r, &f) != nil || f < 0 {
-			return nil, errors.New("error.retry_after_ms is not a non-negative number")
-		}
-		e.RetryAfterMs = int64(f)
-	}
-	if a, ok := m["apple_error"]; ok && len(a) > 0 && a[0] == '"' {
-		_ = json.Unmarshal(a, &e.AppleError)
-	}
-	if !serverCodes[e.Code] {
-		e.Message = fmt.Sprintf("%s (unknown code %q)", e.Message, e.Code)
-		e.Code = CodeInternal
-	}
-	return e, nil
 }

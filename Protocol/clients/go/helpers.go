@@ -195,11 +195,24 @@ type ReloadResult struct {
 
 // callInto calls op and decodes its result into out.
 func (c *Client) callInto(ctx context.Context, op string, args any, out any) error {
-	raw, err := c.call(ctx, op, args)
-	if err != nil {
+	var into any
+	switch out.(type) {
+	case *Session, *User: // read as the answer is checked, when the call reads its own answer
+		into = out
+	}
+	raw, decoded, err := c.call(ctx, op, args, into)
+	if err != nil || decoded {
 		return err
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
+	switch out := out.(type) {
+	case *Session: // the call made on every request: read by hand (decode.go)
+		err = decodeSession(raw, out)
+	case *User:
+		err = decodeUser(raw, out)
+	default:
+		err = json.Unmarshal(raw, out)
+	}
+	if err != nil {
 		return clientError(CodeProtocolError, op+": unexpected result: "+err.Error(), err)
 	}
 	return nil
@@ -278,20 +291,20 @@ func (c *Client) CreateSession(ctx context.Context, sub string, opts SessionOpti
 
 // GetSession returns the live session a token names, with its user; ErrSessionNotFound if none.
 func (c *Client) GetSession(ctx context.Context, token string) (*Session, error) {
-	return callT[Session](c, ctx, "session.get", map[string]any{"session": token})
+	return callT[Session](c, ctx, "session.get", oneArg{"session", token})
 }
 
 // RevokeSession revokes the session a token names; it reports whether a live one was revoked.
 func (c *Client) RevokeSession(ctx context.Context, token string) (bool, error) {
-	return c.revoke(ctx, map[string]any{"session": token})
+	return c.revoke(ctx, oneArg{"session", token})
 }
 
 // RevokeSessionByID revokes a session by its id (from ListSessions).
 func (c *Client) RevokeSessionByID(ctx context.Context, id string) (bool, error) {
-	return c.revoke(ctx, map[string]any{"id": id})
+	return c.revoke(ctx, oneArg{"id", id})
 }
 
-func (c *Client) revoke(ctx context.Context, args map[string]any) (bool, error) {
+func (c *Client) revoke(ctx context.Context, args oneArg) (bool, error) {
 	var r struct {
 		Revoked *bool `json:"revoked"`
 	}

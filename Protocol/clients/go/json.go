@@ -7,10 +7,11 @@ import (
 	"fmt"
 )
 
-// A strict RFC 8259 reader for the one thing the connection's reader needs: a response payload's
-// top-level members, each as its raw bytes. encoding/json's validating scanner manages some tens
-// of MB/s, too slow for a 16 MiB answer within a call's deadline; this one skips strings with
-// bytes.IndexByte. (Results are decoded with encoding/json afterwards, by the caller.)
+// A strict RFC 8259 reader for what the connection's reader needs: a response payload's top-level
+// members, each as its raw bytes. encoding/json's validating scanner manages some tens of MB/s, too
+// slow for a 16 MiB answer within a call's deadline; this one skips strings with bytes.IndexByte.
+// (Results are decoded afterwards, by the caller: session.get's and user.get's by hand on this
+// reader (decode.go), the others with encoding/json.)
 
 const maxDepth = 512
 
@@ -21,62 +22,84 @@ type jsonScanner struct {
 
 var errJSON = errors.New("not JSON")
 
-// topLevelMembers returns the members of the JSON object b (the last of a repeated name wins, as
-// encoding/json does). b must hold exactly one value, with only whitespace around it.
-func topLevelMembers(b []byte) (map[string][]byte, error) {
-	s := &jsonScanner{b: b}
+// eachMember calls f with each member of the JSON object b, in order: its name as written, quotes
+// included (escaped: it has escapes, see memberName), and its value's bytes. b must hold exactly one
+// object, with only whitespace around it; an error f returns stops the walk and is returned.
+func eachMember(b []byte, f func(name []byte, escaped bool, raw []byte) error) error {
+	s := jsonScanner{b: b}
+	return s.whole(func() error {
+		return s.object(0, func(name []byte, escaped bool) error {
+			raw, err := s.value(1)
+			if err != nil {
+				return err
+			}
+			return f(name, escaped, raw)
+		})
+	})
+}
+
+// whole runs read on the one object s.b holds, with only whitespace around it.
+func (s *jsonScanner) whole(read func() error) error {
 	s.space()
-	if s.i >= len(b) || b[s.i] != '{' {
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
 		if _, err := s.value(0); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, errors.New("not a JSON object")
+		return errors.New("not a JSON object")
 	}
-	members := map[string][]byte{}
+	if err := read(); err != nil {
+		return err
+	}
+	s.space()
+	if s.i != len(s.b) {
+		return s.fail("end of input")
+	}
+	return nil
+}
+
+// object walks the object at s's position, nested depth deep, calling f with each member's name as
+// written (quotes included; escaped: it has escapes) and s at the member's value, which f must read
+// (with value, or a reader of its own on s).
+func (s *jsonScanner) object(depth int, f func(name []byte, escaped bool) error) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%w: nested deeper than %d", errJSON, maxDepth)
+	}
+	if s.peek() != '{' {
+		return s.fail("'{'")
+	}
 	s.i++
 	s.space()
 	if s.peek() == '}' {
 		s.i++
-	} else {
-		for {
-			s.space()
-			start := s.i
-			if err := s.str(); err != nil {
-				return nil, err
-			}
-			name, known, err := memberName(b[start:s.i])
-			if err != nil {
-				return nil, err
-			}
-			s.space()
-			if s.peek() != ':' {
-				return nil, s.fail("':'")
-			}
-			s.i++
-			s.space()
-			raw, err := s.value(1)
-			if err != nil {
-				return nil, err
-			}
-			if known {
-				members[name] = raw
-			}
-			s.space()
-			if c := s.peek(); c == ',' {
-				s.i++
-				continue
-			} else if c == '}' {
-				s.i++
-				break
-			}
-			return nil, s.fail("',' or '}'")
+		return nil
+	}
+	for {
+		s.space()
+		start := s.i
+		escaped, err := s.name()
+		if err != nil {
+			return err
 		}
+		name := s.b[start:s.i]
+		s.space()
+		if s.peek() != ':' {
+			return s.fail("':'")
+		}
+		s.i++
+		s.space()
+		if err := f(name, escaped); err != nil {
+			return err
+		}
+		s.space()
+		if c := s.peek(); c == ',' {
+			s.i++
+			continue
+		} else if c == '}' {
+			s.i++
+			return nil
+		}
+		return s.fail("',' or '}'")
 	}
-	s.space()
-	if s.i != len(b) {
-		return nil, s.fail("end of input")
-	}
-	return members, nil
 }
 
 // memberName returns a quoted member name's text. A name written with escapes ("\u006fk") is the
@@ -233,51 +256,68 @@ func (s *jsonScanner) number() error {
 
 // str skips a string (the payload is known to be UTF-8 already).
 func (s *jsonScanner) str() error {
+	_, err := s.name()
+	return err
+}
+
+// name skips a string, and reports whether it has escapes.
+func (s *jsonScanner) name() (escaped bool, err error) {
 	if s.peek() != '"' {
-		return s.fail("a string")
+		return false, s.fail("a string")
 	}
 	s.i++
-	for {
-		q := bytes.IndexByte(s.b[s.i:], '"')
-		if q < 0 {
-			return s.fail("the end of a string")
-		}
-		seg := s.b[s.i : s.i+q]
-		if bytes.IndexByte(seg, '\\') < 0 {
-			if hasControl(seg) {
-				return s.fail("no control character in a string")
-			}
-			s.i += q + 1
-			return nil
-		}
-		// Escapes: walk this stretch byte by byte.
-		for s.i < len(s.b) {
-			c := s.b[s.i]
-			switch {
-			case c == '"':
-				s.i++
-				return nil
-			case c < 0x20:
-				return s.fail("no control character in a string")
-			case c == '\\':
-				s.i++
-				switch s.peek() {
-				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-					s.i++
-				case 'u':
-					if s.i+5 > len(s.b) || !isHex4(s.b[s.i+1:s.i+5]) {
-						return s.fail("four hex digits")
-					}
-					s.i += 5
-				default:
-					return s.fail("an escape")
-				}
-			default:
-				s.i++
-			}
-		}
-		return s.fail("the end of a string")
+	// Most strings of a response are short: byte by byte first, then by IndexByte.
+	short := s.b[s.i:]
+	if len(short) > 24 {
+		short = short[:24]
 	}
+	for j, c := range short {
+		if c == '"' {
+			s.i += j + 1
+			return false, nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+	}
+	q := bytes.IndexByte(s.b[s.i:], '"')
+	if q < 0 {
+		return false, s.fail("the end of a string")
+	}
+	if seg := s.b[s.i : s.i+q]; bytes.IndexByte(seg, '\\') < 0 {
+		if hasControl(seg) {
+			return false, s.fail("no control character in a string")
+		}
+		s.i += q + 1
+		return false, nil
+	}
+	// Escapes: walk the string byte by byte.
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return true, nil
+		case c < 0x20:
+			return false, s.fail("no control character in a string")
+		case c == '\\':
+			s.i++
+			switch s.peek() {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i++
+			case 'u':
+				if s.i+5 > len(s.b) || !isHex4(s.b[s.i+1:s.i+5]) {
+					return false, s.fail("four hex digits")
+				}
+				s.i += 5
+			default:
+				return false, s.fail("an escape")
+			}
+		default:
+			s.i++
+		}
+	}
+	return false, s.fail("the end of a string")
 }
 
 func isHex4(b []byte) bool {

@@ -17,6 +17,10 @@ func TestTopLevelMembersAgreesWithEncodingJSON(t *testing.T) {
 		`{"a":"\/"}`, `{"a":1E5,"b":-0}`, `{"a":-01}`, `{"\u0061":1}`,
 		`{"ok":false,"\u006fk":true}`, `{"\u006fk":true,"ok":false}`, `{"a\"b":1,"\n":2,"\ud83d\ude00":3}`,
 		`{"\ud800":1}`, `{"a\u0000":1}`,
+		// Past the first 24 bytes, read byte by byte, a string is read by IndexByte.
+		`{"a":"` + repeat("x", 30) + `"}`, `{"a":"` + repeat("x", 24) + `\n"}`, "{\"a\":\"" + repeat("x", 27) + "\t\"}",
+		`{"a":"` + repeat("x", 23) + `\"", "b":1}`, `{"a":"` + repeat("x", 40) + `\u00e9` + repeat("y", 40) + `"}`,
+		`{"a":"` + repeat("x", 40) + `\x"}`, `{"` + repeat("k", 30) + `":1}`,
 	}
 	for _, in := range inputs {
 		var m map[string]json.RawMessage
@@ -66,17 +70,33 @@ func TestHasControl(t *testing.T) {
 // A member name written with escapes is the same member ("\u006fk" is "ok"): the last one wins, as
 // in encoding/json, so an answer cannot read as a failure to this client and a success to others.
 func TestEscapedMemberNames(t *testing.T) {
-	_, _, o, err := parseResponse([]byte(`{"id":1,"ok":false,"\u006fk":true,"result":{"a":1}}`))
+	_, _, o, err := parseResponse([]byte(`{"id":1,"ok":false,"\u006fk":true,"result":{"a":1}}`), 0, nil)
 	if err != nil || o.err != nil || string(o.result) != `{"a":1}` {
 		t.Errorf("escaped ok: %+v %v, want the result", o, err)
 	}
-	id, hasID, _, err := parseResponse([]byte(`{"\u0069d":7,"ok":true,"result":{}}`))
+	id, hasID, _, err := parseResponse([]byte(`{"\u0069d":7,"ok":true,"result":{}}`), 0, nil)
 	if err != nil || !hasID || id != 7 {
 		t.Errorf("escaped id: %d %v %v", id, hasID, err)
 	}
 	// An escaped name too long to be a response's member is skipped, not decoded.
 	long := `{"ok":true,"result":{},"` + repeat(`\u0061`, 1000) + `":1}`
-	if _, _, o, err := parseResponse([]byte(long)); err != nil || string(o.result) != `{}` {
+	if _, _, o, err := parseResponse([]byte(long), 0, nil); err != nil || string(o.result) != `{}` {
 		t.Errorf("long escaped name: %+v %v", o, err)
 	}
+}
+
+// topLevelMembers collects eachMember's members by name (escapes decoded, the last copy winning).
+func topLevelMembers(b []byte) (map[string][]byte, error) {
+	members := map[string][]byte{}
+	err := eachMember(b, func(name []byte, escaped bool, raw []byte) error {
+		n, known, err := memberName(name)
+		if known {
+			members[n] = raw
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return members, nil
 }

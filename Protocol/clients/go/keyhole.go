@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,7 +121,7 @@ func (c *Client) Call(ctx context.Context, op string, args map[string]any) (map[
 	if args != nil {
 		a = args
 	}
-	raw, err := c.call(ctx, op, a)
+	raw, _, err := c.call(ctx, op, a, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -139,20 +138,16 @@ func decodeMap(raw json.RawMessage) (map[string]any, error) {
 	return m, nil
 }
 
-// call is Call without decoding the result.
-func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage, error) {
-	if args == nil {
-		args = struct{}{}
-	}
-	argsJSON, err := json.Marshal(args)
+// call is Call without decoding the result; or, with into (a *Session or *User), with its result
+// read into into when the call reads its own answer (decoded true, and no raw result).
+func (c *Client) call(ctx context.Context, op string, args any, into any) (json.RawMessage, bool, error) {
+	id := atomic.AddUint64(&c.nextID, 1)
+	frame, err := encodeRequest(id, op, args)
 	if err != nil {
-		return nil, fmt.Errorf("keyhole: %s: args: %w", op, err)
-	}
-	opJSON, _ := json.Marshal(op)
-	if len(argsJSON)+len(opJSON)+64 > MaxFrameBytes {
-		return nil, fmt.Errorf("keyhole: %s: a request of %d bytes is larger than a frame may be", op, len(argsJSON))
+		return nil, false, err
 	}
 	cc := newCallCtx(ctx, c.timeout)
+	cc.into = into
 	defer cc.release()
 	ctx = cc
 
@@ -160,21 +155,25 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 	resent := false
 	written := false // an attempt was written: from then on the outcome is unknown, never "unavailable"
 	backoff := time.Duration(0)
-	for {
-		id := atomic.AddUint64(&c.nextID, 1)
-		frame := encodeRequest(id, opJSON, argsJSON)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 { // a new id (and the same args) for each attempt
+			id = atomic.AddUint64(&c.nextID, 1)
+			if frame, err = encodeRequest(id, op, args); err != nil {
+				return nil, false, err
+			}
+		}
 		cn, err := c.connection(ctx)
 		if err != nil {
 			if written {
-				return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer to %s, and its re-send could not reach keyholed: outcome unknown: %v", op, err), err)
+				return nil, false, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer to %s, and its re-send could not reach keyholed: outcome unknown: %v", op, err), err)
 			}
-			return nil, err
+			return nil, false, err
 		}
 		st, o := cn.send(cc, id, frame)
 		switch st {
 		case answered:
 			if o.err == nil {
-				return o.result, nil
+				return o.result, o.decoded, nil
 			}
 			switch o.err.Code {
 			case CodeShuttingDown: // rule 3: nothing more on that connection
@@ -190,25 +189,25 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 					continue
 				}
 			}
-			return nil, o.err
+			return nil, false, o.err
 		case notWritten: // rule 1, unless keyholed said why it closed (rule 4)
 			if o.err != nil {
 				if o.err.Code == CodeOverloaded && c.waitOverloaded && o.err.RetryAfterMs > 0 &&
 					waitWithin(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {
 					continue
 				}
-				return nil, o.err.clone()
+				return nil, false, o.err.clone()
 			}
 			if backoff > 0 && !pause(ctx, backoff) {
 				if written {
-					return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer to %s, and its re-send could not be written: outcome unknown: %v", op, o.lost), o.lost)
+					return nil, false, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer to %s, and its re-send could not be written: outcome unknown: %v", op, o.lost), o.lost)
 				}
-				return nil, clientError(CodeUnavailable, fmt.Sprintf("keyholed at %s kept closing the connection before the request was sent", c.path), o.lost)
+				return nil, false, clientError(CodeUnavailable, fmt.Sprintf("keyholed at %s kept closing the connection before the request was sent", c.path), o.lost)
 			}
 			backoff = nextBackoff(backoff)
 		case lost: // rule 2
 			if c.isClosed() {
-				return nil, clientError(CodeConnectionLost, "the client was closed with the request unanswered: outcome unknown", o.lost)
+				return nil, false, clientError(CodeConnectionLost, "the client was closed with the request unanswered: outcome unknown", o.lost)
 			}
 			if safe && !resent {
 				resent = true
@@ -219,9 +218,9 @@ func (c *Client) call(ctx context.Context, op string, args any) (json.RawMessage
 			if safe {
 				why = "its re-send was lost too"
 			}
-			return nil, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer (%s): outcome unknown: %v", why, o.lost), o.lost)
+			return nil, false, clientError(CodeConnectionLost, fmt.Sprintf("the connection to keyholed ended before the answer (%s): outcome unknown: %v", why, o.lost), o.lost)
 		case timedOut:
-			return nil, clientError(CodeTimeout, fmt.Sprintf("no answer to %s within the deadline", op), ctx.Err())
+			return nil, false, clientError(CodeTimeout, fmt.Sprintf("no answer to %s within the deadline", op), ctx.Err())
 		}
 	}
 }
@@ -353,18 +352,4 @@ func (c *Client) unreachable(last error, ctx context.Context) *Error {
 		last = ctx.Err()
 	}
 	return clientError(CodeUnavailable, fmt.Sprintf("cannot reach keyholed at %s before the deadline: %v", c.path, last), last)
-}
-
-func encodeRequest(id uint64, opJSON, argsJSON []byte) []byte {
-	b := make([]byte, 4, 4+40+len(opJSON)+len(argsJSON))
-	b = append(b, `{"v":1,"id":`...)
-	b = strconv.AppendUint(b, id, 10)
-	b = append(b, `,"op":`...)
-	b = append(b, opJSON...)
-	b = append(b, `,"args":`...)
-	b = append(b, argsJSON...)
-	b = append(b, '}')
-	n := len(b) - 4
-	b[0], b[1], b[2], b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-	return b
 }
