@@ -6,7 +6,7 @@ namespace Keyhole;
 
 // Imported so that PHP binds them when it compiles (and turns strlen, is_string and the like
 // into opcodes) instead of looking for Keyhole\strlen first on every call.
-use function bin2hex, fclose, fread, fwrite, getenv, hrtime, in_array, is_float, is_int, is_resource, is_string,
+use function bin2hex, fclose, fread, fwrite, getenv, hrtime, in_array, is_array, is_float, is_int, is_resource, is_string,
     min, random_bytes, stream_get_meta_data, stream_set_blocking, stream_set_chunk_size, stream_set_timeout,
     stream_set_write_buffer, stream_socket_client, stream_socket_shutdown, strlen, substr, unpack, usleep;
 
