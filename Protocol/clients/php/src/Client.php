@@ -4,6 +4,12 @@ declare(strict_types=1);
 
 namespace Keyhole;
 
+// Imported so that PHP binds them when it compiles (and turns strlen, is_string and the like
+// into opcodes) instead of looking for Keyhole\strlen first on every call.
+use function bin2hex, fclose, fread, fwrite, getenv, hrtime, in_array, is_array, is_float, is_int, is_resource, is_string,
+    min, random_bytes, stream_get_meta_data, stream_set_blocking, stream_set_chunk_size, stream_set_timeout,
+    stream_set_write_buffer, stream_socket_client, stream_socket_shutdown, strlen, substr, unpack, usleep;
+
 /**
  * A blocking client for keyholed (PROTOCOL.md), PHP 8.1+, standard library only.
  *
@@ -69,11 +75,14 @@ final class Client
 
     private string $path;
     private float $timeout;
+    /** $timeout in nanoseconds, for hrtime(). */
+    private int $timeoutNs;
     private bool $persistent;
     private bool $retryOverloaded;
 
     /** @var resource|null */
     private $stream = null;
+    /** The id prefix and its dot: "<12 hex digits>." */
     private string $prefix = '';
     private int $counter = 0;
     /** Bytes of a frame read in part when a call timed out (non-persistent connections only). */
@@ -107,6 +116,7 @@ final class Client
             throw new \InvalidArgumentException('Keyhole\\Client: timeout must be a positive number of seconds');
         }
         $this->timeout = (float)$timeout;
+        $this->timeoutNs = (int)($this->timeout * 1e9);
         $this->persistent = (bool)($options['persistent'] ?? false);
         $this->retryOverloaded = (bool)($options['retry_overloaded'] ?? false);
     }
@@ -155,17 +165,18 @@ final class Client
      */
     public function call(string $op, array $args = []): array
     {
-        $deadline = hrtime(true) + (int)($this->timeout * 1e9);
+        $deadline = hrtime(true) + $this->timeoutNs;
         $safe = self::SAFE_TO_REPEAT[$op] ?? false;
         $args = Wire::objectify($op, $args);
         $resent = false;  // the one re-send of a written request has been used
         $written = false; // an attempt of this call went out: its effect may be unknown
         $unsent = 0;
         while (true) {
-            if (!$this->connected()) {
+            if ($this->stream === null || !is_resource($this->stream)) {
+                $this->close(); // another Client sharing the persistent socket may have closed it
                 $this->connect($deadline, $op, $written);
             }
-            $id = $this->prefix . '.' . (++$this->counter);
+            $id = $this->prefix . ++$this->counter;
             $frame = Wire::encode($id, $op, $args);
             $state = $this->write($frame, $deadline, $op, $written);
             if ($state === self::UNSENT) {
@@ -179,7 +190,7 @@ final class Client
                     }
                     continue;
                 }
-                $answer = ['ok' => false, 'error' => $refusal, 'connection' => true];
+                $answer = $refusal;
             } else {
                 $written = true;
                 $answer = $state === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
@@ -195,14 +206,10 @@ final class Client
                     ? "the connection to keyholed ended twice before answering $op; it may or may not have taken effect"
                     : "the connection to keyholed ended before answering $op; it may or may not have taken effect");
             }
-            if ($answer['connection'] ?? false) {
-                // Rule 4: an error about the connection (id null); keyholed closes it.
-                $this->close();
+            if (is_array($answer)) {
+                return $answer;
             }
-            if ($answer['ok']) {
-                return $answer['result'];
-            }
-            $error = $answer['error'];
+            $error = $answer;
             if ($error->code() === 'shutting_down') {
                 // Rule 3: not completed; nothing more goes on this connection.
                 $this->close();
@@ -267,7 +274,7 @@ final class Client
                 $this->stream = $stream;
                 $this->buffer = '';
                 $this->refused = null;
-                $this->prefix = bin2hex(random_bytes(6));
+                $this->prefix = bin2hex(random_bytes(6)) . '.';
                 $this->counter = 0;
                 return;
             }
@@ -293,8 +300,8 @@ final class Client
         if ($left <= 0) {
             return false;
         }
-        $seconds = intdiv($left, 1000000000);
-        stream_set_timeout($this->stream, $seconds, intdiv($left % 1000000000, 1000));
+        // In microseconds, rounded up (PHP carries whole seconds over itself).
+        stream_set_timeout($this->stream, 0, (int)(($left + 999) / 1000));
         return true;
     }
 
@@ -333,31 +340,49 @@ final class Client
     }
 
     /**
-     * Reads frames until the answer with $id. Returns ['ok' => true, 'result' => array] or
-     * ['ok' => false, 'error' => KeyholeException, 'connection' => bool], or null when the
-     * connection ended first.
+     * Reads frames until the answer with $id: its result, or its error; null when the connection
+     * ended first.
      *
      * Rule 4: after an error with a null id keyholed still answers the requests it had read, then
-     * closes; the call gets its answer if it comes, else that error when the connection ends.
+     * closes; the call gets its answer if it comes, else that error when the connection ends. The
+     * connection is closed either way.
      */
-    private function await(string $id, int $deadline, string $op): ?array
+    private function await(string $id, int $deadline, string $op): array|KeyholeException|null
     {
         while (true) {
             $payload = $this->readFrame($deadline, $op);
             if ($payload === null) {
-                return $this->refused === null ? null : ['ok' => false, 'error' => $this->refused, 'connection' => true];
+                $refused = $this->refused;
+                if ($refused !== null) {
+                    $this->close();
+                }
+                return $refused;
             }
-            $answer = $this->decode($payload);
-            if ($answer['id'] === $id) {
-                $this->own = true;
-                return ['connection' => $this->refused !== null] + $answer;
+            $answer = Wire::result($payload, $id);
+            if ($answer === null) {
+                try {
+                    $message = Wire::decode($payload);
+                } catch (KeyholeException $e) {
+                    $this->close(); // protocol_error
+                    throw $e;
+                }
+                if ($message['id'] !== $id) {
+                    if ($message['id'] === null && !$message['ok'] && $this->own) {
+                        $this->refused ??= $message['error'];
+                    }
+                    // An answer to an id this call does not wait for (an earlier call's, late),
+                    // or an error with a null id that may have been about what others sent on a
+                    // persistent socket before this Client took it: dropped. The call waits for
+                    // its answer or the end.
+                    continue;
+                }
+                $answer = $message['ok'] ? $message['result'] : $message['error'];
             }
-            if ($answer['id'] === null && !$answer['ok'] && $this->own) {
-                $this->refused ??= $answer['error'];
+            $this->own = true;
+            if ($this->refused !== null) {
+                $this->close(); // rule 4: keyholed closes it
             }
-            // An answer to an id this call does not wait for (an earlier call's, late), or an
-            // error with a null id that may have been about what others sent on a persistent
-            // socket before this Client took it: dropped. The call waits for its answer or the end.
+            return $answer;
         }
     }
 
@@ -399,6 +424,24 @@ final class Client
     /** One frame's payload, or null at end of stream (or a reset). */
     private function readFrame(int $deadline, string $op): ?string
     {
+        if ($this->buffer === '' && $this->arm($deadline)) {
+            // The common case, no part of a frame read before: the header, then the payload,
+            // which PHP's stream buffer holds already when the frame came in one piece. Anything
+            // short (a frame in pieces, the end, a timeout, a bad length) goes on below with what
+            // was read, as if fill had read it.
+            $head = @fread($this->stream, 4);
+            if (is_string($head) && strlen($head) === 4) {
+                $length = unpack('N', $head)[1];
+                if ($length > 0 && $length <= self::MAX_FRAME_BYTES && $this->arm($deadline)) {
+                    $payload = @fread($this->stream, $length);
+                    if (is_string($payload) && strlen($payload) === $length) {
+                        return $payload;
+                    }
+                    $head .= (string)$payload;
+                }
+            }
+            $this->buffer = (string)$head;
+        }
         if (!$this->fill(4, $deadline, $op)) {
             return null;
         }
@@ -449,16 +492,5 @@ final class Client
             $this->close();
         }
         throw new KeyholeException('timeout', "keyholed did not answer $op within the deadline; it may or may not have taken effect");
-    }
-
-    /** Wire::decode, closing the connection on a protocol_error. */
-    private function decode(string $payload): array
-    {
-        try {
-            return Wire::decode($payload);
-        } catch (KeyholeException $e) {
-            $this->close();
-            throw $e;
-        }
     }
 }

@@ -8,6 +8,7 @@ use Keyhole\Client;
 use Keyhole\KeyholeException;
 use Keyhole\Tests\Support\Harness;
 use Keyhole\Tests\Support\Paths;
+use Keyhole\Wire;
 use PHPUnit\Framework\TestCase;
 
 /** The client against a real keyholed (Protocol/testing/keyholed_harness.py). */
@@ -107,6 +108,36 @@ final class IntegrationTest extends TestCase
             $this->assertSame(0, $e->getCode());
             $this->assertNull($e->retryAfterMs());
         }
+    }
+
+    /**
+     * keyholed's answers to session.get (a hit and a miss) and ping as they come off the socket:
+     * a success is in the usual form that Wire::result decodes without its envelope (the client's
+     * short way, which would otherwise be lost without a test failing), to what Wire::decode makes of it.
+     */
+    public function testUsualAnswersTakeTheShortWay(): void
+    {
+        $token = $this->client()->sessionCreate('php-short-way', 'local', data: ['é' => "\"\\/\n"])['session'];
+        $stream = stream_socket_client('unix://' . self::$harness->socket, $errno, $errstr, 5.0);
+        $this->assertIsResource($stream, $errstr);
+        stream_set_timeout($stream, 5);
+        $answer = static function (string $id, string $op, array|\stdClass $args) use ($stream): string {
+            fwrite($stream, Wire::encode($id, $op, $args));
+            $length = unpack('N', (string)stream_get_contents($stream, 4))[1];
+            return (string)stream_get_contents($stream, $length);
+        };
+        foreach ([['session.get', ['session' => $token]], ['ping', new \stdClass()]] as $n => [$op, $args]) {
+            $id = "0a1b2c3d4e5f.$n";
+            $payload = $answer($id, $op, $args);
+            $result = Wire::result($payload, $id);
+            $this->assertNotNull($result, $payload);
+            $this->assertSame(Wire::decode($payload)['result'], $result);
+        }
+        $this->assertSame(['é' => "\"\\/\n"], Wire::result($answer('0a1b2c3d4e5f.2', 'session.get', ['session' => $token]), '0a1b2c3d4e5f.2')['data']);
+        $payload = $answer('0a1b2c3d4e5f.3', 'session.get', ['session' => 'kh_' . str_repeat('A', 43)]);
+        $this->assertNull(Wire::result($payload, '0a1b2c3d4e5f.3'));
+        $this->assertSame('session_not_found', Wire::decode($payload)['error']->code());
+        fclose($stream);
     }
 
     public function testEmptyArraysAreSentAsObjects(): void
