@@ -33,6 +33,7 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        .systemLibrary(name: "CKeyholeLinux"),
         .systemLibrary(
             name: "CKeyholeSystemd",
             pkgConfig: "libsystemd",
@@ -100,7 +101,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
-            exclude: ["APPLE_WEB.md"]
+            exclude: ["APPLE_WEB.md", "REQUEST_LOOP.md"]
         ),
         .target(
             name: "KeyholeMetrics",
@@ -168,6 +169,7 @@ let package = Package(
         .executableTarget(
             name: "keyhole-bench",
             dependencies: [
+                "CKeyholeLinux",
                 "KeyholeProtocol",
                 "KeyholeJOSE",
                 "KeyholeServer",

@@ -7,7 +7,9 @@ no allocation per request), the same for both servers. Servers, all on Unix sock
 directory: a release keyholed with fsync "always" holding 100 000 sessions and one issuer (reads), a
 second one for session.create (writes), keyhole-bench floor-server (SwiftNIO and keyholed's framing
 answering canned bytes), and two redis-servers with appendfsync always: one holding 100 000 strings of
-300 bytes and 100 000 hashes shaped like a session (GET, HGETALL), one empty for SET of new keys.
+300 bytes and 100 000 hashes shaped like a session (GET, HGETALL), one empty for SET of new keys;
+and keyhole-bench raw-floor-server, the floor's work on a plain epoll loop in Swift without SwiftNIO:
+what a purpose-built loop would cost.
 
 For each setting (connections, depth) and round, every keyholed scenario and every Redis command runs
 for --seconds, Redis first in even rounds; a server's CPU per request is every thread's run time from
@@ -47,7 +49,7 @@ LEAN_LOAD = os.path.join(LEAN, "lean-load")
 MALLOC_COUNT = os.path.join(LEAN, "malloc_count.so")
 SETTINGS = ((1, 1), (16, 1), (64, 1), (16, 8))
 # keyholed's scenarios and the Redis command each is set against (session.get against two).
-PEERS = {"ping": ["GET"], "floor": ["GET"], "session.get": ["GET", "HGETALL"], "token.verify cached": ["GET"],
+PEERS = {"ping": ["GET"], "floor": ["GET"], "raw floor": ["GET"], "session.get": ["GET", "HGETALL"], "token.verify cached": ["GET"],
          "session.create": ["SET"]}
 GOALS = [  # (scenario, peer, connections, depth, what, limit)
     ("ping", "GET", 16, 1, "cpu", 1.0),
@@ -197,6 +199,11 @@ def measure(options, directory):
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         helpers.append(floor)
         wait_for_socket(floor_socket, floor)
+        raw_socket = os.path.join(directory, "raw-floor.sock")
+        raw = subprocess.Popen([os.path.join(RELEASE, "keyhole-bench"), "raw-floor-server", "--socket", raw_socket],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        helpers.append(raw)
+        wait_for_socket(raw_socket, raw)
 
         runs = {"creates": 0}
 
@@ -212,6 +219,7 @@ def measure(options, directory):
         keyholed_cases = {
             "ping": (reads.socket, reads.pid, lambda: ()),
             "floor": (floor_socket, floor.pid, lambda: ()),
+            "raw floor": (raw_socket, raw.pid, lambda: ()),
             "session.get": (reads.socket, reads.pid, lambda: ("--op", "session.get", "--args", sessions)),
             "token.verify cached": (reads.socket, reads.pid, lambda: ("--op", "token.verify", "--args", one_token)),
             "session.create": (writes.socket, writes.pid, create_args),
@@ -222,9 +230,14 @@ def measure(options, directory):
                         lambda: ("--redis", "--op", "HGETALL", "--keys", str(options.sessions), "--key-prefix", "khh")),
             "SET": (redis_writes_socket, redis_writes.pid, set_args),
         }
+        if options.only:
+            keep = options.only.split(",")
+            keyholed_cases = {name: case for name, case in keyholed_cases.items() if name in keep}
+            peers = {peer for name in keep for peer in PEERS.get(name, [])}
+            redis_cases = {name: case for name, case in redis_cases.items() if name in peers}
         samples = []
         for round_number in range(options.rounds):
-            for connections, depth in SETTINGS:
+            for connections, depth in options.settings:
                 sides = [keyholed_cases, redis_cases]
                 if round_number % 2:
                     sides.reverse()
@@ -253,7 +266,7 @@ def measure(options, directory):
             process.wait()
 
 
-def summarize(samples, rounds):
+def summarize(samples, rounds, settings=SETTINGS):
     """Per setting and pair: medians of each side and of the per-round ratios."""
     def sample(name, round_number, connections, depth):
         for s in samples:
@@ -262,7 +275,7 @@ def summarize(samples, rounds):
         return None
 
     rows = []
-    for connections, depth in SETTINGS:
+    for connections, depth in settings:
         for scenario, peers in PEERS.items():
             for peer in peers:
                 pairs = [(sample(scenario, r, connections, depth), sample(peer, r, connections, depth))
@@ -347,8 +360,12 @@ def main():
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sessions", type=int, default=100000)
+    parser.add_argument("--settings", default=",".join(f"{c}x{d}" for c, d in SETTINGS),
+                        help="connections x depth, comma-separated (default: %(default)s)")
+    parser.add_argument("--only", help="keyholed scenarios to run, comma-separated (default: all)")
     parser.add_argument("--out", help="write the section to this file alone")
     options = parser.parse_args()
+    options.settings = [tuple(int(n) for n in setting.split("x")) for setting in options.settings.split(",")]
     for path in (LEAN_LOAD, MALLOC_COUNT, os.path.join(RELEASE, "keyholed"), os.path.join(RELEASE, "keyhole-bench")):
         if not os.path.exists(path):
             raise SystemExit(f"lean_bench: {path} is missing (make bench builds it)")
@@ -357,7 +374,7 @@ def main():
         samples, allocations = measure(options, directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    rows = summarize(samples, options.rounds)
+    rows = summarize(samples, options.rounds, options.settings)
     section, goals = report(rows, allocations, options)
     print(section)
     bench_report.write(section, "Lean client (issue 31)", "lean",

@@ -5,11 +5,14 @@ public enum FrameEncoder {
     /// Writes one frame whose body `body` produces, straight into `buffer`.
     ///
     /// The length is reserved first and filled in afterwards, so the body is serialised once, in place.
-    public static func writeFrame(into buffer: inout ByteBuffer, body: (inout ByteBuffer) -> Void) {
+    /// When `body` throws, what it wrote stays in `buffer` with the length unset: the caller discards it.
+    public static func writeFrame<Failure: Error>(
+        into buffer: inout ByteBuffer, body: (inout ByteBuffer) throws(Failure) -> Void
+    ) throws(Failure) {
         let lengthIndex = buffer.writerIndex
         buffer.writeInteger(UInt32(0))
         let bodyStart = buffer.writerIndex
-        body(&buffer)
+        try body(&buffer)
         buffer.setInteger(UInt32(buffer.writerIndex - bodyStart), at: lengthIndex)
     }
 }

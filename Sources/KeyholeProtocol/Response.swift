@@ -26,17 +26,17 @@ public struct Response: Sendable, Hashable {
 
     /// Writes the response's JSON body (without the frame header), members in a fixed order.
     public func write(to buffer: inout ByteBuffer) {
-        buffer.writeStaticString("{\"id\":")
-        (id?.jsonValue ?? .null).write(to: &buffer)
         switch outcome {
         case .success(let result):
-            buffer.writeStaticString(",\"ok\":true,\"result\":")
+            Self.writeSuccessHead(id: id, to: &buffer)
             if let encodedResult {
                 buffer.writeImmutableBuffer(encodedResult)
             } else {
                 JSONValue.object(result).write(to: &buffer)
             }
         case .failure(let error):
+            buffer.writeStaticString("{\"id\":")
+            (id?.jsonValue ?? .null).write(to: &buffer)
             buffer.writeStaticString(",\"ok\":false,\"error\":{\"code\":")
             JSONValue.writeString(error.code.rawValue, to: &buffer)
             buffer.writeStaticString(",\"message\":")
@@ -52,6 +52,14 @@ public struct Response: Sendable, Hashable {
             buffer.writeInteger(UInt8(ascii: "}"))
         }
         buffer.writeInteger(UInt8(ascii: "}"))
+    }
+
+    /// Writes a success's body up to its result: `{"id":…,"ok":true,"result":`. The result object and
+    /// one closing `}` follow; for a server that writes a result in place, with no `Response` made.
+    public static func writeSuccessHead(id: RequestID?, to buffer: inout ByteBuffer) {
+        buffer.writeStaticString("{\"id\":")
+        (id?.jsonValue ?? .null).write(to: &buffer)
+        buffer.writeStaticString(",\"ok\":true,\"result\":")
     }
 
     /// Reads a response from a frame body, as a client does.

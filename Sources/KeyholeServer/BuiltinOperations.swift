@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import NIOCore
 
 #if canImport(Glibc)
 import Glibc
@@ -11,13 +12,20 @@ enum BuiltinOperations {
     /// `metrics`: the Prometheus text `stats` answers with `{"format": "prometheus"}`; `nil`: none.
     static func standard(stats: ServerStats, metrics: (@Sendable () -> String)?) -> [String: Operation] {
         [
-            "ping": .sync { request, _ throws(ProtocolError) in
+            "ping": .writing { request, _, buffer throws(ProtocolError) in
                 try Arguments(request).finish()
-                return [
-                    "protocol": .int(Int64(KeyholeVersion.protocolVersion)),
-                    "version": .string(KeyholeVersion.current),
-                    "uptime_ms": .int(stats.uptimeMs),
-                ]
+                let uptime = stats.uptimeMs
+                // Members in the sorted order every answer has.
+                buffer.writeJSON(guess: 96) { out in
+                    out.write("{\"protocol\":")
+                    out.write(integer: Int64(KeyholeVersion.protocolVersion))
+                    out.write(",\"uptime_ms\":")
+                    out.write(integer: uptime)
+                    out.write(",\"version\":")
+                    out.write(string: KeyholeVersion.current)
+                    out.write(byte: UInt8(ascii: "}"))
+                }
+                return nil
             },
             "stats": .sync { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)

@@ -34,15 +34,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
     var refusals = 0
     /// Inside `channelRead`: responses are flushed once, in `channelReadComplete`.
     private var reading = false
-    private var needsFlush = false
+    var needsFlush = false
     /// Responses encoded but not yet handed to the channel: one write per batch instead of per response.
     var outbound = ByteBuffer()
     /// `outbound` went to the channel and is to be cleared before it takes new responses.
     var outboundHandedOver = false
     /// Past this many bytes a batch is handed to the channel, so its writability (back pressure) is current.
-    private static let outboundBatchBytes = 64 * 1024
+    static let outboundBatchBytes = 64 * 1024
     /// The most an idle connection keeps for its next responses.
-    private static let keptOutboundBytes = 4 * 1024
+    static let keptOutboundBytes = 4 * 1024
     var closing = false
     private var idleTimer: Scheduled<Void>?
     private var frameTimer: Scheduled<Void>?
@@ -53,6 +53,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var nextTaskID: UInt64 = 0
     /// Where pending answers come back (looked up on first use).
     private var answers: AnswerDelivery?
+    /// The request being served was answered in place (a `writing` operation), not with a `Response`.
+    var answeredInPlace = false
 
     /// A connection held to `limits` for its whole life.
     init(core: ServerCore, limits: KeyholeServer.Configuration, logger: Logger) {
@@ -195,7 +197,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 frames += 1
                 machine.requestStarted()
                 core.stats.inFlight.add()
-                if let response = respond(to: frame, context: context) { finish(response, context: context) }
+                if let response = respond(to: frame, context: context) {
+                    finish(response, context: context)
+                } else if answeredInPlace {
+                    answeredInPlace = false
+                    finish(nil, context: context)
+                }
             }
         } catch {
             failFraming(error, context: context)
@@ -228,55 +235,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.metrics.unknown.record(refusal?.code ?? .unknownOp, since: started)
             return Response(id: request.id, outcome: .failure(refusal ?? .unknownOp(request.op)))
         }
-        guard let response = respond(to: request, entry: entry, started: started, context: context) else { return nil }
+        guard let response = respond(to: request, entry: entry, started: started, context: context) else {
+            if answeredInPlace { entry.metrics.record(nil, since: started) }
+            return nil
+        }
         entry.metrics.record(response, since: started)
         return response
     }
 
-    private func respond(to request: Request, entry: ServerCore.Entry, started: NIODeadline, context: ChannelHandlerContext) -> Response? {
-        if requestsPerSecond > 0, let refusal = rateRefusal() {
-            return Response(id: request.id, outcome: .failure(refusal))
-        }
-        entry.counter.add()
-        if !entry.requires.isEmpty, let refusal = refusal(of: request.op, requiring: entry.requires) {
-            return Response(id: request.id, outcome: .failure(refusal))
-        }
-        let requestContext = RequestContext(logger: logger, eventLoop: context.eventLoop)
-        switch entry.operation.body {
-        case .sync(let body):
-            do {
-                return Response(id: request.id, outcome: .success(try body(request, requestContext)))
-            } catch {
-                return Response(id: request.id, outcome: .failure(error))
-            }
-        case .async(let body):
-            startTask(request: request, metrics: entry.metrics, started: started, context: context) { () async throws(ProtocolError) in
-                try await body(request, requestContext)
-            }
-            return nil
-        case .deferrable(let body):
-            do {
-                switch try body(request, requestContext) {
-                case .done(let result):
-                    return Response(id: request.id, outcome: .success(result))
-                case .encoded(let result):
-                    return Response.encoded(id: request.id, result: result)
-                case .later(let work):
-                    startTask(request: request, metrics: entry.metrics, started: started, context: context, work)
-                    return nil
-                case .pending(let pending):
-                    wait(for: pending, id: request.id, metrics: entry.metrics, started: started, context: context)
-                    return nil
-                }
-            } catch {
-                return Response(id: request.id, outcome: .failure(error))
-            }
-        }
-    }
-
     /// The error for `op` when the peer may not use its group, else `nil`. The allowed groups are
     /// worked out again only when the policy changed (a reload).
-    private func refusal(of op: String, requiring required: AccessPolicy.Groups) -> ProtocolError? {
+    func refusal(of op: String, requiring required: AccessPolicy.Groups) -> ProtocolError? {
         let version = core.access.currentVersion
         if version != accessVersion { (allowed, accessVersion) = core.access.allowed(for: peer) }
         guard allowed.isDisjoint(with: required) else { return nil }
@@ -295,7 +264,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Runs `work` in a task that answers `request` on the event loop when done.
-    private func startTask(
+    func startTask(
         request: Request, metrics: ServerMetrics.Operation, started: NIODeadline, context: ChannelHandlerContext,
         _ work: @escaping @Sendable () async throws(ProtocolError) -> [String: JSONValue]
     ) {
@@ -317,7 +286,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Answers request `id` when `pending` completes, on this connection's event loop.
-    private func wait(
+    func wait(
         for pending: PendingAnswer, id: RequestID?, metrics: ServerMetrics.Operation, started: NIODeadline, context: ChannelHandlerContext
     ) {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -341,10 +310,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return delivery
     }
 
-    /// Writes a response and frees its slot.
-    private func finish(_ response: Response, context: ChannelHandlerContext) {
+    /// Writes a response (`nil`: it was written in place) and frees its slot.
+    private func finish(_ response: Response?, context: ChannelHandlerContext) {
         core.stats.inFlight.subtract()
-        if machine.state != .closed { write(response, context: context) }
+        if let response, machine.state != .closed { write(response, context: context) }
         let completion = machine.requestFinished(now: .now())
         if completion.read { context.read() }
     }
@@ -376,25 +345,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.stats.countError(error.code)
             logger.debug("request.failed", metadata: ["code": "\(error.code)"])
         }
-        if outboundHandedOver {
-            // By now the channel has usually written the last batch and let go of it: then this
-            // reuses its storage instead of allocating. A buffer a big batch grew is not kept.
-            if outbound.capacity <= Self.keptOutboundBytes {
-                outbound.clear()
-            } else {
-                outbound = ByteBuffer()
-            }
-            outboundHandedOver = false
-        }
+        prepareOutbound()
         let before = outbound.readableBytes
         FrameEncoder.writeFrame(into: &outbound) { response.write(to: &$0) }
-        core.stats.bytesOut.add(outbound.readableBytes - before)
-        needsFlush = true
-        if outbound.readableBytes >= Self.outboundBatchBytes { handOver(context: context) }
+        wrote(outbound.readableBytes - before, context: context)
     }
 
     /// Gives the batched responses to the channel (not yet flushed).
-    private func handOver(context: ChannelHandlerContext) {
+    func handOver(context: ChannelHandlerContext) {
         guard !outboundHandedOver, outbound.readableBytes > 0 else { return }
         context.write(wrapOutboundOut(outbound), promise: nil)
         // Cleared before the next write, not now: the channel still holds these bytes.

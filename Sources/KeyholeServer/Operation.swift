@@ -14,6 +14,12 @@ public struct RequestContext: Sendable {
 public struct Operation: Sendable {
     /// The signature of an operation that answers at once.
     public typealias SyncBody = @Sendable (Request, RequestContext) throws(ProtocolError) -> [String: JSONValue]
+    /// The signature of an operation that usually answers at once by writing its result (one compact
+    /// JSON object) straight into the answer's bytes: no dictionary of members, no buffer of its own.
+    /// It returns `nil` when it wrote its result, else its outcome as a deferrable operation's (it must
+    /// then write nothing). It checks what can fail before it writes: when it throws, what it wrote is
+    /// discarded.
+    public typealias WritingBody = @Sendable (Request, RequestContext, inout ByteBuffer) throws(ProtocolError) -> Outcome?
     /// The signature of an operation that waits for something (disk, network, time).
     public typealias AsyncBody = @Sendable (Request, RequestContext) async throws(ProtocolError) -> [String: JSONValue]
 
@@ -35,6 +41,7 @@ public struct Operation: Sendable {
 
     enum Body: Sendable {
         case sync(SyncBody)
+        case writing(WritingBody)
         case async(AsyncBody)
         case deferrable(DeferrableBody)
     }
@@ -44,6 +51,11 @@ public struct Operation: Sendable {
     /// An operation that answers without waiting: run on the connection's event loop, with no task or hop.
     /// It must not block.
     public static func sync(_ body: @escaping SyncBody) -> Operation { Operation(body: .sync(body)) }
+
+    /// An operation that answers like `deferrable` but writes a result found at once in place: for the
+    /// cheapest and most frequent answers (ping, session.get), where building a dictionary or a buffer
+    /// of their own would cost more than the rest.
+    public static func writing(_ body: @escaping WritingBody) -> Operation { Operation(body: .writing(body)) }
 
     /// An operation run inline on the event loop like `sync`, which may hand the rest of its work to a
     /// task (`.later`) when it has to wait: the common case pays for no task.

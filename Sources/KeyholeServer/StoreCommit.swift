@@ -1,5 +1,6 @@
 import KeyholeProtocol
 import KeyholeStore
+import NIOCore
 import Synchronization
 
 /// Turns a store change, or a read of the store, into an operation's outcome: answered inline when
@@ -46,6 +47,29 @@ final class StoreCommit: Sendable {
         }
         switch now {
         case .success?: return try Self.outcome(of: answer(value))
+        case .failure(let error)?: throw protocolError(error)
+        case nil: return try commit!.outcome { answer(value) }
+        }
+    }
+
+    /// `read(_:_:answer:)` for an operation that writes in place: what is found without waiting is
+    /// written into `buffer` by `write` (and `nil` returned); `answer` builds the answer only when it
+    /// must wait. `write` may refuse (throw) before it writes anything.
+    static func read<Value>(
+        _ store: Store, _ read: () -> Value, into buffer: inout ByteBuffer,
+        write: (Value, inout ByteBuffer) throws(ProtocolError) -> Void,
+        answer: @escaping @Sendable (Value) -> PendingAnswer.Outcome
+    ) throws(ProtocolError) -> Operation.Outcome? where Value: Sendable {
+        var commit: StoreCommit?
+        let (value, now) = store.observing(read) {
+            let made = StoreCommit()
+            commit = made
+            return { made.complete($0) }
+        }
+        switch now {
+        case .success?:
+            try write(value, &buffer)
+            return nil
         case .failure(let error)?: throw protocolError(error)
         case nil: return try commit!.outcome { answer(value) }
         }

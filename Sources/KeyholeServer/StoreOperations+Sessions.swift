@@ -20,12 +20,17 @@ extension StoreOperations {
                     return .encoded(encodeCreated(token: created.token, session: created.session))
                 }
             },
-            "session.get": .deferrable { request, _ throws(ProtocolError) in
+            "session.get": .writing { request, _, buffer throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let token = try arguments.string("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
                 let time = now()
-                return try StoreCommit.read(store, { store.session(token: token, now: time) }) { found in
+                // Found at once (the usual case): written straight into the answer.
+                return try StoreCommit.read(store, { store.session(token: token, now: time) }, into: &buffer) {
+                    found, buffer throws(ProtocolError) in
+                    guard let (session, user) = found else { throw .sessionNotFound() }
+                    encode(session, user: user, into: &buffer)
+                } answer: { found in
                     guard let (session, user) = found else { return .failure(.sessionNotFound()) }
                     return .success(.encoded(encode(session, user: user)))
                 }
@@ -134,12 +139,22 @@ extension StoreOperations {
     /// The `session.get` result as compact JSON, members sorted as `JSONValue` writes them; `data` is
     /// copied as stored, not parsed again.
     static func encode(_ session: Session, user: User?) -> ByteBuffer {
+        var buffer = ByteBufferAllocator().buffer(capacity: guess(session, user: user))
+        encode(session, user: user, into: &buffer)
+        return buffer
+    }
+
+    /// Room for every member but the user's own fields; a user with fields may take a second try.
+    private static func guess(_ session: Session, user: User?) -> Int {
         let principal = session.principal
-        // Room for every member but the user's own fields; a user with fields may take a second try.
-        let guess = 448 + (session.data?.count ?? 0) + 2 * (principal.issuer.utf8.count + principal.sub.utf8.count)
+        return 448 + (session.data?.count ?? 0) + 2 * (principal.issuer.utf8.count + principal.sub.utf8.count)
             + (user.map { $0.fields.isEmpty ? 0 : 256 } ?? 0)
-        var buffer = ByteBufferAllocator().buffer(capacity: guess)
-        buffer.writeJSON(guess: guess) { out in
+    }
+
+    /// The `session.get` result, written at the end of `buffer`.
+    static func encode(_ session: Session, user: User?, into buffer: inout ByteBuffer) {
+        let principal = session.principal
+        buffer.writeJSON(guess: guess(session, user: user)) { out in
             out.write("{\"created_at\":")
             out.write(integer: session.createdAt)
             out.write(",\"data\":")
@@ -160,6 +175,5 @@ extension StoreOperations {
             if let user { user.writePublicJSON(to: &out) } else { out.write("null") }
             out.write(byte: UInt8(ascii: "}"))
         }
-        return buffer
     }
 }

@@ -56,6 +56,33 @@ struct AnswerEncodingTests {
         }
     }
 
+    @Test("written in place (after the bytes already in the batch, the buffer grown as it goes), session.get's answer is the same bytes")
+    func sessionGetInPlace() {
+        let session = Self.session(Self.principals[1], data: Array(#"{"k":"v"}"#.utf8), times: (1, 2, 3))
+        for prefix in [0, 1, 3000] {
+            var batch = ByteBuffer(repeating: UInt8(ascii: "x"), count: prefix)
+            StoreOperations.encode(session, user: nil, into: &batch)
+            #expect(batch.readableBytes > prefix)
+            #expect(batch.readableBytesView.prefix(prefix).allSatisfy { $0 == UInt8(ascii: "x") })
+            #expect(String(decoding: batch.readableBytesView.dropFirst(prefix), as: UTF8.self)
+                    == Self.text(StoreOperations.encode(session, user: nil)))
+        }
+    }
+
+    @Test("an answer written in place (its head, the result, one brace) is the response Response writes", arguments: [
+        RequestID?.none, .int(-7), .string("a\"b\u{1}"),
+    ])
+    func inPlaceEnvelope(id: RequestID?) {
+        let result = ByteBuffer(string: #"{"a":1}"#)
+        var written = ByteBuffer()
+        Response.writeSuccessHead(id: id, to: &written)
+        written.writeImmutableBuffer(result)
+        written.writeInteger(UInt8(ascii: "}"))
+        var expected = ByteBuffer()
+        Response.encoded(id: id, result: result).write(to: &expected)
+        #expect(written == expected)
+    }
+
     @Test("session.create is JSONValue's serialisation of the same object")
     func sessionCreate() throws {
         let (token, _, _) = try #require(SessionToken.generate())

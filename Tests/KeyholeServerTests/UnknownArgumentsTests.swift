@@ -21,6 +21,9 @@ struct UnknownArgumentsTests {
             case .async(let body): _ = try await body(request, context)
             case .deferrable(let body):
                 if case .later(let work) = try body(request, context) { _ = try await work() }
+            case .writing(let body):
+                var buffer = ByteBuffer()
+                if case .later(let work)? = try body(request, context, &buffer) { _ = try await work() }
             }
             return nil
         } catch {
