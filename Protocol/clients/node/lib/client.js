@@ -1,7 +1,9 @@
 'use strict';
 
-const { Connection, encodeFrame } = require('./connection');
+const { performance } = require('node:perf_hooks');
+const { Connection } = require('./connection');
 const { KeyholeError } = require('./errors');
+const { requestTail, requestFrame } = require('./frames');
 const { safeToRepeat } = require('./operations');
 
 const DEFAULT_SOCKET = '/run/keyhole/keyhole.sock';
@@ -26,6 +28,12 @@ function resolveSocketPath(given) {
  * state says whether its frame reached the kernel: 'pending' until the socket's write callback,
  * then 'done' or 'failed' (a write that failed never delivered a whole frame, so keyholed never
  * acted on it: rule 1).
+ *
+ * Deadlines: every unfinished call is in one list in deadline order (`oldest` to `newest`, linked
+ * through the calls), and one timer, not one per call, is due at the oldest's deadline or before.
+ * A call that finishes only leaves the list; the timer, when it fires, fails the calls past their
+ * deadline and waits again for the oldest left. Times are from a monotonic clock
+ * (performance.now), so a change of the system clock moves no deadline.
  */
 class Client {
   constructor({ socketPath, timeoutMs = DEFAULT_TIMEOUT_MS, retryOverloaded = false } = {}) {
@@ -42,6 +50,11 @@ class Client {
     this.pauseFirst = false; // the last connection ended without answering anything
     this.sleeper = null;
     this.closed = false;
+    this.oldest = null; // unfinished calls in deadline order, linked by call.older / call.newer
+    this.newest = null;
+    this.deadlineTimer = null; // due at or before the oldest call's deadline while there is one
+    this.deadlineTimerDue = 0;
+    this.onDeadline = () => this.expireDue();
     this.handlers = {
       onResponse: (connection, message) => this.onResponse(connection, message),
       onEnd: (connection, error) => this.onEnd(connection, error),
@@ -66,16 +79,23 @@ class Client {
     if (typeof argsJson !== 'string' || argsJson[0] !== '{') {
       return Promise.reject(new TypeError('args must encode as a JSON object'));
     }
+    return this.request(op, argsJson);
+  }
+
+  /** `call` once `op` is known to be a non-empty string and `argsJson` a JSON object's text. */
+  request(op, argsJson) {
     return new Promise((resolve, reject) => {
+      const { tail, ascii } = requestTail(op, argsJson);
       const call = {
-        op, argsJson, resolve, reject,
+        op, tail, ascii, resolve, reject,
         safe: safeToRepeat(op),
-        deadline: Date.now() + this.timeoutMs,
+        deadline: performance.now() + this.timeoutMs,
+        older: null, newer: null,
         resent: false, everWritten: false, finished: false,
         connection: null, id: null, written: null, decideOnWrite: false,
         retryTimer: null, retryError: null, lastError: null,
       };
-      call.timer = setTimeout(() => this.expire(call), this.timeoutMs);
+      this.track(call);
       this.dispatch(call);
     });
   }
@@ -123,7 +143,7 @@ class Client {
     call.written = 'pending';
     call.decideOnWrite = false;
     connection.pending.set(id, call);
-    connection.write(encodeFrame(id, call.op, call.argsJson), (error) => {
+    connection.write(requestFrame(id, call.tail, call.ascii), (error) => {
       if (call.connection !== connection || call.id !== id) return;
       call.written = error ? 'failed' : 'done';
       if (!error) call.everWritten = true;
@@ -217,7 +237,7 @@ class Client {
       return;
     }
     if (error.code === 'overloaded' && this.retryOverloaded && error.retryAfterMs !== null
-        && Date.now() + error.retryAfterMs < call.deadline) {
+        && performance.now() + error.retryAfterMs < call.deadline) {
       // Rule 5, when asked for: wait out the hint, then send again (it had no effect).
       call.retryError = error;
       call.retryTimer = setTimeout(() => { call.retryTimer = null; this.dispatch(call); }, error.retryAfterMs);
@@ -272,6 +292,62 @@ class Client {
     }
   }
 
+  // Deadlines
+
+  /** Puts a new call in the deadline list, and makes sure the timer is due by its deadline. */
+  track(call) {
+    let older = this.newest;
+    // Calls come in deadline order unless timeoutMs was lowered meanwhile.
+    while (older !== null && older.deadline > call.deadline) older = older.older;
+    call.older = older;
+    call.newer = older === null ? this.oldest : older.newer;
+    if (call.newer === null) this.newest = call;
+    else call.newer.older = call;
+    if (older === null) this.oldest = call;
+    else older.newer = call;
+    // A timer due within a millisecond after the deadline is near enough (its own granularity).
+    if (this.deadlineTimer === null || call.deadline + 1 < this.deadlineTimerDue) {
+      this.armDeadlineTimer(call.deadline - performance.now());
+    } else if (call.older === null && call.newer === null) {
+      this.deadlineTimer.ref(); // the only call: the process waits for it again
+    }
+  }
+
+  /** Takes a finished call out of the deadline list. */
+  untrack(call) {
+    if (call.older === null) {
+      if (this.oldest !== call) return; // not in the list
+      this.oldest = call.newer;
+    } else {
+      call.older.newer = call.newer;
+    }
+    if (call.newer === null) this.newest = call.older;
+    else call.newer.older = call.older;
+    call.older = null;
+    call.newer = null;
+    // No call left: the timer stays set (the next call may reuse it) but holds no process open.
+    if (this.oldest === null && this.deadlineTimer !== null) this.deadlineTimer.unref();
+  }
+
+  armDeadlineTimer(ms) {
+    if (this.deadlineTimer !== null) clearTimeout(this.deadlineTimer);
+    const wait = Math.max(1, Math.ceil(ms));
+    this.deadlineTimerDue = performance.now() + wait;
+    this.deadlineTimer = setTimeout(this.onDeadline, wait);
+  }
+
+  /** The timer fired: every call past its deadline fails; the timer waits for the oldest left. */
+  expireDue() {
+    this.deadlineTimer = null;
+    const now = performance.now();
+    while (this.oldest !== null && this.oldest.deadline <= now) {
+      const call = this.oldest;
+      this.expire(call);
+      this.untrack(call); // expire finished it, which did so already; kept for safety
+    }
+    if (this.oldest !== null) this.armDeadlineTimer(this.oldest.deadline - now);
+  }
+
   // Ending a call
 
   expire(call) {
@@ -293,7 +369,7 @@ class Client {
 
   finish(call) {
     call.finished = true;
-    clearTimeout(call.timer);
+    this.untrack(call);
     if (call.retryTimer) clearTimeout(call.retryTimer);
     call.retryTimer = null;
     call.connection = null;

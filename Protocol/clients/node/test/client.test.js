@@ -95,6 +95,73 @@ test('close() fails the calls in flight with connection_lost, and later calls wi
   }
 });
 
+/** When `promise` settles, in ms after `started`, and its error (or null). */
+function settled(promise, started) {
+  return promise.then(() => ({ at: Date.now() - started, error: null }), (error) => ({ at: Date.now() - started, error }));
+}
+
+test('each call times out at its own deadline, whatever the calls around it (one timer serves them all)', { timeout: 10000 }, async () => {
+  const { socket } = freshSocketPath('deadlines');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket, timeoutMs: 300 });
+  try {
+    assert.deepStrictEqual(await client.ping(), { echo: 'ping' }); // connected
+    const started = Date.now();
+    const first = settled(client.call('hold', {}), started);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const second = settled(client.call('hold', {}), started);
+    const answered = await client.ping(); // answered meanwhile: leaves the others' deadlines alone
+    assert.deepStrictEqual(answered, { echo: 'ping' });
+    const a = await first;
+    const b = await second;
+    for (const { error } of [a, b]) {
+      assert.ok(error instanceof KeyholeError);
+      assert.equal(error.code, 'timeout');
+    }
+    assert.ok(a.at >= 295 && a.at < 440, `first timed out after ${a.at} ms`);
+    assert.ok(b.at >= 445 && b.at < 590, `second timed out after ${b.at} ms`);
+    // A shorter timeoutMs set later: the new call's deadline comes before an older call's.
+    client.timeoutMs = 600;
+    const later = Date.now();
+    const long = settled(client.call('hold', {}), later);
+    client.timeoutMs = 100;
+    const short = settled(client.call('hold', {}), later);
+    const s = await short;
+    assert.equal(s.error.code, 'timeout');
+    assert.ok(s.at >= 95 && s.at < 300, `short timed out after ${s.at} ms`);
+    const l = await long;
+    assert.equal(l.error.code, 'timeout');
+    assert.ok(l.at >= 595, `long timed out after ${l.at} ms`);
+    assert.deepStrictEqual(await client.ping(), { echo: 'ping' }); // the connection stays open
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('a client whose calls timed out or were answered does not keep the process alive', async () => {
+  const { socket } = freshSocketPath('idle-after');
+  const server = await answeringServer(socket);
+  const script = `const { Client } = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const client = new Client({ socketPath: ${JSON.stringify(socket)}, timeoutMs: 60000 });
+    const short = new Client({ socketPath: ${JSON.stringify(socket)}, timeoutMs: 100 });
+    (async () => {
+      for (let i = 0; i < 100; i++) await client.ping();
+      const timedOut = await short.call('hold', {}).catch((e) => e.code);
+      console.log(timedOut);
+    })();`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stdout = collect(child.stdout);
+  try {
+    // The 60 s deadline timer of the answered calls must not hold the process.
+    assert.equal(await exited(child, 5000), 0);
+    assert.equal(stdout().trim(), 'timeout');
+  } finally {
+    if (child.exitCode === null) child.kill();
+    await server.close();
+  }
+});
+
 test('bad arguments reject with a TypeError and send nothing', async () => {
   const { socket } = freshSocketPath('args');
   const server = await answeringServer(socket);
