@@ -11,9 +11,13 @@ const path = require('node:path');
 const { Client, KeyholeError } = require('..');
 const { freshSocketPath, exited, collect } = require('./support');
 
-/** A server answering every request with {"echo": op}, its requests recorded in `seen`. */
+/**
+ * A server answering every request with {"echo": op}, its requests recorded in `seen` and their
+ * payloads' bytes in `frames`.
+ */
 function answeringServer(socketPath) {
   const seen = [];
+  const frames = [];
   const sockets = new Set();
   const server = net.createServer((socket) => {
     sockets.add(socket);
@@ -23,6 +27,7 @@ function answeringServer(socketPath) {
       buffer = Buffer.concat([buffer, chunk]);
       while (buffer.length >= 4 && buffer.length >= 4 + buffer.readUInt32BE(0)) {
         const length = buffer.readUInt32BE(0);
+        frames.push(Buffer.from(buffer.subarray(4, 4 + length)));
         const request = JSON.parse(buffer.subarray(4, 4 + length).toString('utf8'));
         buffer = buffer.subarray(4 + length);
         seen.push(request);
@@ -36,6 +41,7 @@ function answeringServer(socketPath) {
   });
   return new Promise((resolve) => server.listen(socketPath, () => resolve({
     seen,
+    frames,
     close() {
       for (const socket of sockets) socket.destroy();
       return new Promise((done) => server.close(done));
@@ -177,6 +183,28 @@ test('bad arguments reject with a TypeError and send nothing', async () => {
     assert.deepStrictEqual(await client.call('ping'), { echo: 'ping' });
     assert.deepStrictEqual(server.seen.map((r) => [r.v, r.op, r.args]), [[1, 'ping', {}]]);
     assert.throws(() => new Client({ timeoutMs: 0 }), TypeError);
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('getSession sends the token as JSON.stringify would, whatever its characters (its args are written by hand)', async () => {
+  const { socket } = freshSocketPath('get');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket });
+  const tokens = ['kh_' + 'A'.repeat(43), 'a"b', 'back\\slash', 'tab\tnew\nline\u0000', 'é日本😀', '\u2028',
+    'lone \ud800 surrogate', '\udfff', '', 42, null, undefined];
+  try {
+    for (const token of tokens) assert.deepStrictEqual(await client.getSession(token), { echo: 'session.get' });
+    assert.deepStrictEqual(server.seen.map((r) => r.op), tokens.map(() => 'session.get'));
+    // What keyholed receives is what JSON.stringify makes of { session: token }.
+    assert.deepStrictEqual(server.seen.map((r) => r.args), tokens.map((token) => JSON.parse(JSON.stringify({ session: token }))));
+    assert.equal(server.frames.length, tokens.length);
+    tokens.forEach((token, i) => {
+      const expected = JSON.stringify({ v: 1, id: server.seen[i].id, op: 'session.get', args: { session: token } });
+      assert.deepStrictEqual(server.frames[i], Buffer.from(expected, 'utf8'), `token ${JSON.stringify(token)}`);
+    });
   } finally {
     await client.close();
     await server.close();
