@@ -3,7 +3,7 @@
 const { performance } = require('node:perf_hooks');
 const { Connection } = require('./connection');
 const { KeyholeError } = require('./errors');
-const { requestTail, requestFrame } = require('./frames');
+const { requestTail, requestFrame, isAscii } = require('./frames');
 const { safeToRepeat } = require('./operations');
 
 const DEFAULT_SOCKET = '/run/keyhole/keyhole.sock';
@@ -85,9 +85,9 @@ class Client {
   /** `call` once `op` is known to be a non-empty string and `argsJson` a JSON object's text. */
   request(op, argsJson) {
     return new Promise((resolve, reject) => {
-      const { tail, ascii } = requestTail(op, argsJson);
+      const tail = requestTail(op, argsJson);
       const call = {
-        op, tail, ascii, resolve, reject,
+        op, tail, ascii: isAscii(tail), resolve, reject,
         safe: safeToRepeat(op),
         deadline: performance.now() + this.timeoutMs,
         older: null, newer: null,

@@ -108,11 +108,15 @@ function jsonString(value) {
 
 /**
  * A request frame's payload after its id: `,"op":op,"args":args}`, made once per call (a re-send
- * only changes the id), with whether it is all ASCII (then so is the whole frame).
+ * only changes the id).
  */
 function requestTail(op, argsJson) {
-  const tail = `,"op":${jsonString(op)},"args":${argsJson}}`;
-  return { tail, ascii: Buffer.byteLength(tail) === tail.length };
+  return `,"op":${jsonString(op)},"args":${argsJson}}`;
+}
+
+/** Whether a string is all ASCII (its UTF-8 as long as it is), so that latin1 writes it the same. */
+function isAscii(text) {
+  return Buffer.byteLength(text) === text.length;
 }
 
 /**
@@ -133,4 +137,4 @@ function requestFrame(id, tail, ascii) {
   return frame;
 }
 
-module.exports = { FrameReader, MAX_RESPONSE_BYTES, jsonString, requestTail, requestFrame, payloadText };
+module.exports = { FrameReader, MAX_RESPONSE_BYTES, jsonString, requestTail, requestFrame, isAscii, payloadText };

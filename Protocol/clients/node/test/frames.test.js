@@ -6,7 +6,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { KeyholeError } = require('..');
-const { FrameReader, MAX_RESPONSE_BYTES, jsonString, requestTail, requestFrame, payloadText } = require('../lib/frames');
+const { FrameReader, MAX_RESPONSE_BYTES, jsonString, requestTail, requestFrame, isAscii, payloadText } = require('../lib/frames');
 
 /** Strings that JSON.stringify escapes, or writes as they are, one of each kind and their mixes. */
 function awkwardStrings() {
@@ -47,7 +47,8 @@ test('a request frame is the length and {"v":1,"id","op","args"} as JSON.stringi
   for (const value of awkwardStrings()) {
     const args = { session: value, nested: { list: [value, 1, null] } };
     for (const op of ['session.get', value === '' ? 'x' : value]) {
-      const { tail, ascii } = requestTail(op, JSON.stringify(args));
+      const tail = requestTail(op, JSON.stringify(args));
+      const ascii = isAscii(tail);
       for (const id of [1, 42, 2 ** 40]) {
         const frame = requestFrame(id, tail, ascii);
         assert.equal(typeof frame === 'string', ascii);
@@ -57,8 +58,10 @@ test('a request frame is the length and {"v":1,"id","op","args"} as JSON.stringi
     }
   }
   // Lone surrogates are escaped by JSON.stringify, so the frame is ASCII and valid UTF-8.
-  assert.equal(requestTail('x', JSON.stringify({ s: '\ud800' })).ascii, true);
-  assert.equal(requestTail('x', JSON.stringify({ s: 'é' })).ascii, false);
+  assert.equal(isAscii(requestTail('x', JSON.stringify({ s: '\ud800' }))), true);
+  assert.equal(isAscii(requestTail('x', JSON.stringify({ s: 'é' }))), false);
+  assert.equal(isAscii(requestTail('x', JSON.stringify({ s: '\u007f' }))), true);
+  assert.equal(isAscii(requestTail('x', JSON.stringify({ s: '\u0080' }))), false);
 });
 
 /** Frames for `payloads` (strings), one after the other, as keyholed writes them. */
