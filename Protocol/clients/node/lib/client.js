@@ -1,7 +1,7 @@
 'use strict';
 
-const { performance } = require('node:perf_hooks');
 const { Connection } = require('./connection');
+const { Deadlines, monotonicNow } = require('./deadlines');
 const { KeyholeError } = require('./errors');
 const { requestTail, requestFrame, isAscii } = require('./frames');
 const { safeToRepeat } = require('./operations');
@@ -29,11 +29,8 @@ function resolveSocketPath(given) {
  * then 'done' or 'failed' (a write that failed never delivered a whole frame, so keyholed never
  * acted on it: rule 1).
  *
- * Deadlines: every unfinished call is in one list in deadline order (`oldest` to `newest`, linked
- * through the calls), and one timer, not one per call, is due at the oldest's deadline or before.
- * A call that finishes only leaves the list; the timer, when it fires, fails the calls past their
- * deadline and waits again for the oldest left. Times are from a monotonic clock
- * (performance.now), so a change of the system clock moves no deadline.
+ * Every unfinished call is in `this.deadlines` (one timer for all of them, see Deadlines), from
+ * the moment it is made until it finishes, however it does.
  */
 class Client {
   constructor({ socketPath, timeoutMs = DEFAULT_TIMEOUT_MS, retryOverloaded = false } = {}) {
@@ -50,11 +47,7 @@ class Client {
     this.pauseFirst = false; // the last connection ended without answering anything
     this.sleeper = null;
     this.closed = false;
-    this.oldest = null; // unfinished calls in deadline order, linked by call.older / call.newer
-    this.newest = null;
-    this.deadlineTimer = null; // due at or before the oldest call's deadline while there is one
-    this.deadlineTimerDue = 0;
-    this.onDeadline = () => this.expireDue();
+    this.deadlines = new Deadlines((call) => this.expire(call));
     this.handlers = {
       onResponse: (connection, message) => this.onResponse(connection, message),
       onEnd: (connection, error) => this.onEnd(connection, error),
@@ -89,13 +82,13 @@ class Client {
       const call = {
         op, tail, ascii: isAscii(tail), resolve, reject,
         safe: safeToRepeat(op),
-        deadline: performance.now() + this.timeoutMs,
+        deadline: monotonicNow() + this.timeoutMs,
         older: null, newer: null,
         resent: false, everWritten: false, finished: false,
         connection: null, id: null, written: null, decideOnWrite: false,
         retryTimer: null, retryError: null, lastError: null,
       };
-      this.track(call);
+      this.deadlines.add(call);
       this.dispatch(call);
     });
   }
@@ -237,7 +230,7 @@ class Client {
       return;
     }
     if (error.code === 'overloaded' && this.retryOverloaded && error.retryAfterMs !== null
-        && performance.now() + error.retryAfterMs < call.deadline) {
+        && monotonicNow() + error.retryAfterMs < call.deadline) {
       // Rule 5, when asked for: wait out the hint, then send again (it had no effect).
       call.retryError = error;
       call.retryTimer = setTimeout(() => { call.retryTimer = null; this.dispatch(call); }, error.retryAfterMs);
@@ -292,62 +285,6 @@ class Client {
     }
   }
 
-  // Deadlines
-
-  /** Puts a new call in the deadline list, and makes sure the timer is due by its deadline. */
-  track(call) {
-    let older = this.newest;
-    // Calls come in deadline order unless timeoutMs was lowered meanwhile.
-    while (older !== null && older.deadline > call.deadline) older = older.older;
-    call.older = older;
-    call.newer = older === null ? this.oldest : older.newer;
-    if (call.newer === null) this.newest = call;
-    else call.newer.older = call;
-    if (older === null) this.oldest = call;
-    else older.newer = call;
-    // A timer due within a millisecond after the deadline is near enough (its own granularity).
-    if (this.deadlineTimer === null || call.deadline + 1 < this.deadlineTimerDue) {
-      this.armDeadlineTimer(call.deadline - performance.now());
-    } else if (call.older === null && call.newer === null) {
-      this.deadlineTimer.ref(); // the only call: the process waits for it again
-    }
-  }
-
-  /** Takes a finished call out of the deadline list. */
-  untrack(call) {
-    if (call.older === null) {
-      if (this.oldest !== call) return; // not in the list
-      this.oldest = call.newer;
-    } else {
-      call.older.newer = call.newer;
-    }
-    if (call.newer === null) this.newest = call.older;
-    else call.newer.older = call.older;
-    call.older = null;
-    call.newer = null;
-    // No call left: the timer stays set (the next call may reuse it) but holds no process open.
-    if (this.oldest === null && this.deadlineTimer !== null) this.deadlineTimer.unref();
-  }
-
-  armDeadlineTimer(ms) {
-    if (this.deadlineTimer !== null) clearTimeout(this.deadlineTimer);
-    const wait = Math.max(1, Math.ceil(ms));
-    this.deadlineTimerDue = performance.now() + wait;
-    this.deadlineTimer = setTimeout(this.onDeadline, wait);
-  }
-
-  /** The timer fired: every call past its deadline fails; the timer waits for the oldest left. */
-  expireDue() {
-    this.deadlineTimer = null;
-    const now = performance.now();
-    while (this.oldest !== null && this.oldest.deadline <= now) {
-      const call = this.oldest;
-      this.expire(call);
-      this.untrack(call); // expire finished it, which did so already; kept for safety
-    }
-    if (this.oldest !== null) this.armDeadlineTimer(this.oldest.deadline - now);
-  }
-
   // Ending a call
 
   expire(call) {
@@ -369,7 +306,7 @@ class Client {
 
   finish(call) {
     call.finished = true;
-    this.untrack(call);
+    this.deadlines.remove(call);
     if (call.retryTimer) clearTimeout(call.retryTimer);
     call.retryTimer = null;
     call.connection = null;
