@@ -1,7 +1,9 @@
 'use strict';
 
-const { Connection, encodeFrame } = require('./connection');
+const { Connection } = require('./connection');
+const { Deadlines, monotonicNow } = require('./deadlines');
 const { KeyholeError } = require('./errors');
+const { requestTail, requestFrame, isAscii } = require('./frames');
 const { safeToRepeat } = require('./operations');
 
 const DEFAULT_SOCKET = '/run/keyhole/keyhole.sock';
@@ -26,6 +28,9 @@ function resolveSocketPath(given) {
  * state says whether its frame reached the kernel: 'pending' until the socket's write callback,
  * then 'done' or 'failed' (a write that failed never delivered a whole frame, so keyholed never
  * acted on it: rule 1).
+ *
+ * Every unfinished call is in `this.deadlines` (one timer for all of them, see Deadlines), from
+ * the moment it is made until it finishes, however it does.
  */
 class Client {
   constructor({ socketPath, timeoutMs = DEFAULT_TIMEOUT_MS, retryOverloaded = false } = {}) {
@@ -42,6 +47,7 @@ class Client {
     this.pauseFirst = false; // the last connection ended without answering anything
     this.sleeper = null;
     this.closed = false;
+    this.deadlines = new Deadlines((call) => this.expire(call));
     this.handlers = {
       onResponse: (connection, message) => this.onResponse(connection, message),
       onEnd: (connection, error) => this.onEnd(connection, error),
@@ -66,16 +72,23 @@ class Client {
     if (typeof argsJson !== 'string' || argsJson[0] !== '{') {
       return Promise.reject(new TypeError('args must encode as a JSON object'));
     }
+    return this.request(op, argsJson);
+  }
+
+  /** `call` once `op` is known to be a non-empty string and `argsJson` a JSON object's text. */
+  request(op, argsJson) {
     return new Promise((resolve, reject) => {
+      const tail = requestTail(op, argsJson);
       const call = {
-        op, argsJson, resolve, reject,
+        op, tail, ascii: isAscii(tail), resolve, reject,
         safe: safeToRepeat(op),
-        deadline: Date.now() + this.timeoutMs,
+        deadline: monotonicNow() + this.timeoutMs,
+        older: null, newer: null,
         resent: false, everWritten: false, finished: false,
         connection: null, id: null, written: null, decideOnWrite: false,
         retryTimer: null, retryError: null, lastError: null,
       };
-      call.timer = setTimeout(() => this.expire(call), this.timeoutMs);
+      this.deadlines.add(call);
       this.dispatch(call);
     });
   }
@@ -123,7 +136,7 @@ class Client {
     call.written = 'pending';
     call.decideOnWrite = false;
     connection.pending.set(id, call);
-    connection.write(encodeFrame(id, call.op, call.argsJson), (error) => {
+    connection.write(requestFrame(id, call.tail, call.ascii), (error) => {
       if (call.connection !== connection || call.id !== id) return;
       call.written = error ? 'failed' : 'done';
       if (!error) call.everWritten = true;
@@ -217,7 +230,7 @@ class Client {
       return;
     }
     if (error.code === 'overloaded' && this.retryOverloaded && error.retryAfterMs !== null
-        && Date.now() + error.retryAfterMs < call.deadline) {
+        && monotonicNow() + error.retryAfterMs < call.deadline) {
       // Rule 5, when asked for: wait out the hint, then send again (it had no effect).
       call.retryError = error;
       call.retryTimer = setTimeout(() => { call.retryTimer = null; this.dispatch(call); }, error.retryAfterMs);
@@ -293,7 +306,7 @@ class Client {
 
   finish(call) {
     call.finished = true;
-    clearTimeout(call.timer);
+    this.deadlines.remove(call);
     if (call.retryTimer) clearTimeout(call.retryTimer);
     call.retryTimer = null;
     call.connection = null;

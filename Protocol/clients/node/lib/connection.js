@@ -2,38 +2,24 @@
 
 const net = require('node:net');
 const { KeyholeError } = require('./errors');
+const { FrameReader, MAX_RESPONSE_BYTES, payloadText } = require('./frames');
 
-/** Largest response payload a client must accept (PROTOCOL.md section 2). */
-const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
-
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
-
-/**
- * One request frame: 4-byte big-endian length, then `{"v":1,"id":id,"op":op,"args":args}`, with
- * `argsJson` the args already encoded (once per call: a re-send only changes the id).
- */
-function encodeFrame(id, op, argsJson) {
-  const json = `{"v":1,"id":${id},"op":${JSON.stringify(op)},"args":${argsJson}}`;
-  const length = Buffer.byteLength(json);
-  const frame = Buffer.allocUnsafe(4 + length);
-  frame.writeUInt32BE(length, 0);
-  frame.write(json, 4, 'utf8');
-  return frame;
-}
+/** Bytes a connection reads at once, into one buffer of its own reused for every read. */
+const READ_BUFFER_BYTES = 64 * 1024;
 
 function isObject(value) {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /**
- * A response payload checked against section 4: a UTF-8 JSON object with `ok` true and an object
- * `result`, or `ok` false and an `error` object with a string `code`; `id` a string, an integer or
- * null. Throws a protocol_error KeyholeError otherwise.
+ * A response payload (its text, already checked to be UTF-8: payloadText) checked against
+ * section 4: a JSON object with `ok` true and an object `result`, or `ok` false and an `error` object with a string
+ * `code`; `id` a string, an integer or null. Throws a protocol_error KeyholeError otherwise.
  */
-function decodeResponse(payload) {
+function decodeResponse(text) {
   let message;
   try {
-    message = JSON.parse(utf8.decode(payload));
+    message = JSON.parse(text);
   } catch (e) {
     throw new KeyholeError('protocol_error', `keyholed sent a frame that is not UTF-8 JSON: ${e.message}`);
   }
@@ -70,26 +56,36 @@ class Connection {
     this.ended = false;
     this.onResponse = onResponse;
     this.onEnd = onEnd;
-    this.chunks = [];
-    this.buffered = 0;
-    this.need = -1; // payload length of the frame being read, -1 while reading its header
+    this.reader = new FrameReader((bytes, start, end) => this.frame(bytes, start, end));
     this.closed = new Promise((resolve) => socket.once('close', resolve));
-    socket.on('data', (chunk) => this.receive(chunk));
     socket.on('end', () => this.end(null));
     socket.on('error', () => this.end(null));
     socket.on('close', () => this.end(null));
   }
 
-  /** Connects to `path`; resolves with a Connection, or rejects with the socket's error. */
+  /**
+   * Connects to `path`; resolves with a Connection, or rejects with the socket's error. The socket
+   * reads into one buffer of its own (`onread`), handed to the connection's reader as it comes:
+   * no buffer made per read and no stream machinery ('data' events) between the two.
+   */
   static open(path, handlers) {
     return new Promise((resolve, reject) => {
-      const socket = net.createConnection({ path });
+      let connection = null;
+      const socket = net.createConnection({
+        path,
+        onread: {
+          buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES),
+          // Reading starts once 'connect' has made the connection; `undefined` keeps it going.
+          callback: (length, buffer) => { connection.receive(buffer, length); },
+        },
+      });
       socket.once('error', reject);
       socket.once('connect', () => {
         socket.removeListener('error', reject);
-        // Pending calls' deadline timers keep the process alive; an idle connection does not.
+        // Pending calls' deadline timer keeps the process alive; an idle connection does not.
         socket.unref();
-        resolve(new Connection(socket, handlers));
+        connection = new Connection(socket, handlers);
+        resolve(connection);
       });
     });
   }
@@ -98,71 +94,44 @@ class Connection {
     return !this.ended && !this.retired;
   }
 
-  /** Writes one frame; `written(error)` tells whether it reached the kernel (see Client). */
+  /**
+   * Writes one frame (a Buffer, or a string of single-byte characters); `written(error)` tells
+   * whether it reached the kernel (see Client).
+   */
   write(frame, written) {
-    this.socket.write(frame, written);
+    if (typeof frame === 'string') this.socket.write(frame, 'latin1', written);
+    else this.socket.write(frame, written);
   }
 
-  receive(chunk) {
+  /** `buffer[0, length)` just read; the buffer is read into again once this returns. */
+  receive(buffer, length) {
     if (this.ended) return;
-    this.chunks.push(chunk);
-    this.buffered += chunk.length;
-    while (!this.ended) {
-      if (this.need < 0) {
-        if (this.buffered < 4) return;
-        const length = this.take(4).readUInt32BE(0);
-        if (length === 0 || length > MAX_RESPONSE_BYTES) {
-          this.end(new KeyholeError('protocol_error',
-            `keyholed sent a frame length of ${length} (allowed: 1 to ${MAX_RESPONSE_BYTES})`));
-          return;
-        }
-        this.need = length;
-      }
-      if (this.buffered < this.need) return;
-      const payload = this.take(this.need);
-      this.need = -1;
-      this.answered = true;
-      let message;
-      try {
-        message = decodeResponse(payload);
-      } catch (error) {
-        this.end(error);
-        return;
-      }
-      this.onResponse(this, message);
+    try {
+      this.reader.feed(buffer, 0, length);
+    } catch (error) {
+      if (!(error instanceof KeyholeError)) throw error;
+      this.end(error); // a frame length of 0 or past the limit
     }
   }
 
-  /** The next `n` buffered bytes (n <= this.buffered). */
-  take(n) {
-    const first = this.chunks[0];
-    let out;
-    if (first.length >= n) {
-      out = first.subarray(0, n);
-      if (first.length === n) this.chunks.shift();
-      else this.chunks[0] = first.subarray(n);
-    } else {
-      out = Buffer.allocUnsafe(n);
-      let at = 0;
-      while (at < n) {
-        const chunk = this.chunks[0];
-        const part = Math.min(chunk.length, n - at);
-        chunk.copy(out, at, 0, part);
-        at += part;
-        if (part === chunk.length) this.chunks.shift();
-        else this.chunks[0] = chunk.subarray(part);
-      }
+  /** One whole payload, `bytes[start, end)`: decoded at once (the bytes are not kept). */
+  frame(bytes, start, end) {
+    this.answered = true;
+    let message;
+    try {
+      message = decodeResponse(payloadText(bytes, start, end));
+    } catch (error) {
+      this.end(error);
+      return;
     }
-    this.buffered -= n;
-    return out;
+    this.onResponse(this, message);
   }
 
   /** Ends the connection once: the socket is closed and the client told why. */
   end(error) {
     if (this.ended) return;
     this.ended = true;
-    this.chunks = [];
-    this.buffered = 0;
+    this.reader.stop();
     this.onEnd(this, error);
     this.socket.destroy();
   }
@@ -174,4 +143,4 @@ class Connection {
   }
 }
 
-module.exports = { Connection, encodeFrame, MAX_RESPONSE_BYTES };
+module.exports = { Connection, MAX_RESPONSE_BYTES };

@@ -32,9 +32,11 @@ const OPERATIONS = Object.freeze({
   'debug.block': { group: 'admin', safeToRepeat: false, debug: true },
 });
 
+const SAFE_TO_REPEAT = new Set(Object.keys(OPERATIONS).filter((op) => OPERATIONS[op].safeToRepeat));
+
 /** Whether `op` may be sent again after a lost connection; an operation not listed may not. */
 function safeToRepeat(op) {
-  return Object.prototype.hasOwnProperty.call(OPERATIONS, op) && OPERATIONS[op].safeToRepeat;
+  return SAFE_TO_REPEAT.has(op);
 }
 
 module.exports = { OPERATIONS, safeToRepeat };

@@ -11,9 +11,13 @@ const path = require('node:path');
 const { Client, KeyholeError } = require('..');
 const { freshSocketPath, exited, collect } = require('./support');
 
-/** A server answering every request with {"echo": op}, its requests recorded in `seen`. */
+/**
+ * A server answering every request with {"echo": op}, its requests recorded in `seen` and their
+ * payloads' bytes in `frames`.
+ */
 function answeringServer(socketPath) {
   const seen = [];
+  const frames = [];
   const sockets = new Set();
   const server = net.createServer((socket) => {
     sockets.add(socket);
@@ -23,6 +27,7 @@ function answeringServer(socketPath) {
       buffer = Buffer.concat([buffer, chunk]);
       while (buffer.length >= 4 && buffer.length >= 4 + buffer.readUInt32BE(0)) {
         const length = buffer.readUInt32BE(0);
+        frames.push(Buffer.from(buffer.subarray(4, 4 + length)));
         const request = JSON.parse(buffer.subarray(4, 4 + length).toString('utf8'));
         buffer = buffer.subarray(4 + length);
         seen.push(request);
@@ -36,6 +41,7 @@ function answeringServer(socketPath) {
   });
   return new Promise((resolve) => server.listen(socketPath, () => resolve({
     seen,
+    frames,
     close() {
       for (const socket of sockets) socket.destroy();
       return new Promise((done) => server.close(done));
@@ -95,6 +101,74 @@ test('close() fails the calls in flight with connection_lost, and later calls wi
   }
 });
 
+/** When `promise` settles, in ms after `started`, and its error (or null). */
+function settled(promise, started) {
+  return promise.then(() => ({ at: Date.now() - started, error: null }), (error) => ({ at: Date.now() - started, error }));
+}
+
+test('each call times out at its own deadline, whatever the calls around it (one timer serves them all)', { timeout: 10000 }, async () => {
+  const { socket } = freshSocketPath('deadlines');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket, timeoutMs: 300 });
+  try {
+    assert.deepStrictEqual(await client.ping(), { echo: 'ping' }); // connected
+    const started = Date.now();
+    const first = settled(client.call('hold', {}), started);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const second = settled(client.call('hold', {}), started);
+    const answered = await client.ping(); // answered meanwhile: leaves the others' deadlines alone
+    assert.deepStrictEqual(answered, { echo: 'ping' });
+    const a = await first;
+    const b = await second;
+    for (const { error } of [a, b]) {
+      assert.ok(error instanceof KeyholeError);
+      assert.equal(error.code, 'timeout');
+    }
+    // Never before the deadline; the bounds after it leave room for a busy machine.
+    assert.ok(a.at >= 295 && a.at < 1000, `first timed out after ${a.at} ms`);
+    assert.ok(b.at >= 445 && b.at < 1150, `second timed out after ${b.at} ms`);
+    // A shorter timeoutMs set later: the new call's deadline comes before an older call's.
+    client.timeoutMs = 600;
+    const later = Date.now();
+    const long = settled(client.call('hold', {}), later);
+    client.timeoutMs = 100;
+    const short = settled(client.call('hold', {}), later);
+    const s = await short;
+    assert.equal(s.error.code, 'timeout');
+    assert.ok(s.at >= 95 && s.at < 450, `short timed out after ${s.at} ms, not before the longer call's deadline`);
+    const l = await long;
+    assert.equal(l.error.code, 'timeout');
+    assert.ok(l.at >= 595, `long timed out after ${l.at} ms`);
+    assert.deepStrictEqual(await client.ping(), { echo: 'ping' }); // the connection stays open
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('a client whose calls timed out or were answered does not keep the process alive', async () => {
+  const { socket } = freshSocketPath('idle-after');
+  const server = await answeringServer(socket);
+  const script = `const { Client } = require(${JSON.stringify(path.join(__dirname, '..'))});
+    const client = new Client({ socketPath: ${JSON.stringify(socket)}, timeoutMs: 60000 });
+    const short = new Client({ socketPath: ${JSON.stringify(socket)}, timeoutMs: 100 });
+    (async () => {
+      for (let i = 0; i < 100; i++) await client.ping();
+      const timedOut = await short.call('hold', {}).catch((e) => e.code);
+      console.log(timedOut);
+    })();`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const stdout = collect(child.stdout);
+  try {
+    // The 60 s deadline timer of the answered calls must not hold the process.
+    assert.equal(await exited(child, 5000), 0);
+    assert.equal(stdout().trim(), 'timeout');
+  } finally {
+    if (child.exitCode === null) child.kill();
+    await server.close();
+  }
+});
+
 test('bad arguments reject with a TypeError and send nothing', async () => {
   const { socket } = freshSocketPath('args');
   const server = await answeringServer(socket);
@@ -110,6 +184,28 @@ test('bad arguments reject with a TypeError and send nothing', async () => {
     assert.deepStrictEqual(await client.call('ping'), { echo: 'ping' });
     assert.deepStrictEqual(server.seen.map((r) => [r.v, r.op, r.args]), [[1, 'ping', {}]]);
     assert.throws(() => new Client({ timeoutMs: 0 }), TypeError);
+  } finally {
+    await client.close();
+    await server.close();
+  }
+});
+
+test('getSession sends the token as JSON.stringify would, whatever its characters (its args are written by hand)', async () => {
+  const { socket } = freshSocketPath('get');
+  const server = await answeringServer(socket);
+  const client = new Client({ socketPath: socket });
+  const tokens = ['kh_' + 'A'.repeat(43), 'a"b', 'back\\slash', 'tab\tnew\nline\u0000', 'é日本😀', '\u2028',
+    'lone \ud800 surrogate', '\udfff', '', 42, null, undefined];
+  try {
+    for (const token of tokens) assert.deepStrictEqual(await client.getSession(token), { echo: 'session.get' });
+    assert.deepStrictEqual(server.seen.map((r) => r.op), tokens.map(() => 'session.get'));
+    // What keyholed receives is what JSON.stringify makes of { session: token }.
+    assert.deepStrictEqual(server.seen.map((r) => r.args), tokens.map((token) => JSON.parse(JSON.stringify({ session: token }))));
+    assert.equal(server.frames.length, tokens.length);
+    tokens.forEach((token, i) => {
+      const expected = JSON.stringify({ v: 1, id: server.seen[i].id, op: 'session.get', args: { session: token } });
+      assert.deepStrictEqual(server.frames[i], Buffer.from(expected, 'utf8'), `token ${JSON.stringify(token)}`);
+    });
   } finally {
     await client.close();
     await server.close();
