@@ -101,13 +101,15 @@ class Keyholed:
             file.write(config)
         self.log = os.path.join(self.directory, "keyholed.log")
         self.process = None
+        # The environment keyholed starts with (None: this process's).
+        self.env = None
 
     def start(self):
         with open(self.log, "a") as log:
             self.process = subprocess.Popen(
                 [os.path.join(RELEASE, "keyholed"), "--config", self.config, "--socket", self.socket,
                  "--state-dir", os.path.join(self.directory, "state"), "--log-level", "info"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env)
         try:
             wait_for_socket(self.socket, self.process)
         except BaseException:

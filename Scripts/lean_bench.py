@@ -31,16 +31,16 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
 import bench_report  # noqa: E402
+from bench import wait_for_socket  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
@@ -59,17 +59,6 @@ GOALS = [  # (scenario, peer, connections, depth, what, limit)
     ("session.get", "GET", 16, 1, "throughput", 0.9),
 ]
 ALLOCATION_GOALS = {"ping": 0, "session.get": 4, "token.verify cached": 4}
-
-
-def wait_for_socket(path, process, seconds=60):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            return
-        if process.poll() is not None:
-            raise SystemExit(f"lean_bench: {process.args[0]} exited with {process.returncode}")
-        time.sleep(0.05)
-    raise SystemExit(f"lean_bench: no socket at {path}")
 
 
 class Counter:
@@ -105,42 +94,23 @@ def allocations_per_request(counter, socket, extra, seconds=1.0, connections=16,
             "bytes": round((after[1] - before[1]) / answered), "answered": answered}
 
 
-class Keyholed:
-    """A release keyholed on a fresh state directory, its allocations counted, stopped with SIGTERM."""
+class Keyholed(bench.Keyholed):
+    """bench.py's keyholed (release build, fresh state directory, fsync as configured), its allocations
+    counted by malloc_count.so."""
 
     def __init__(self, directory, name, config):
-        self.directory = os.path.join(directory, name)
-        os.makedirs(self.directory)
-        self.socket = os.path.join(self.directory, "k.sock")
-        self.config = os.path.join(self.directory, "keyholed.toml")
+        super().__init__(directory, name, config)
         self.counts = os.path.join(self.directory, "malloc-counts")
-        with open(self.config, "w") as f:
-            f.write(config)
-        self.process = None
+        self.env = dict(os.environ, LD_PRELOAD=MALLOC_COUNT, MALLOC_COUNT_FILE=self.counts)
 
-    def start(self, keyholed=os.path.join(RELEASE, "keyholed")):
-        env = dict(os.environ, LD_PRELOAD=MALLOC_COUNT, MALLOC_COUNT_FILE=self.counts)
-        with open(os.path.join(self.directory, "keyholed.log"), "a") as log:
-            self.process = subprocess.Popen(
-                [keyholed, "--config", self.config, "--socket", self.socket,
-                 "--state-dir", os.path.join(self.directory, "state"), "--log-level", "warning"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
-        wait_for_socket(self.socket, self.process)
+    def start(self):
+        super().start()
         self.counter = Counter(self.counts)
         return self
 
     @property
     def pid(self):
         return self.process.pid
-
-    def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def fill_redis(socket, keys):

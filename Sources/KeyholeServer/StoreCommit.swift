@@ -38,13 +38,7 @@ final class StoreCommit: Sendable {
     static func read<Value>(
         _ store: Store, _ read: () -> Value, answer: @escaping @Sendable (Value) -> PendingAnswer.Outcome
     ) throws(ProtocolError) -> Operation.Outcome where Value: Sendable {
-        // The usual case, nothing on its way to the disk, allocates nothing here.
-        var commit: StoreCommit?
-        let (value, now) = store.observing(read) {
-            let made = StoreCommit()
-            commit = made
-            return { made.complete($0) }
-        }
+        let (value, now, commit) = observe(store, read)
         switch now {
         case .success?: return try Self.outcome(of: answer(value))
         case .failure(let error)?: throw protocolError(error)
@@ -60,12 +54,7 @@ final class StoreCommit: Sendable {
         write: (Value, inout ByteBuffer) throws(ProtocolError) -> Void,
         answer: @escaping @Sendable (Value) -> PendingAnswer.Outcome
     ) throws(ProtocolError) -> Operation.Outcome? where Value: Sendable {
-        var commit: StoreCommit?
-        let (value, now) = store.observing(read) {
-            let made = StoreCommit()
-            commit = made
-            return { made.complete($0) }
-        }
+        let (value, now, commit) = observe(store, read)
         switch now {
         case .success?:
             try write(value, &buffer)
@@ -73,6 +62,21 @@ final class StoreCommit: Sendable {
         case .failure(let error)?: throw protocolError(error)
         case nil: return try commit!.outcome { answer(value) }
         }
+    }
+
+    /// `read`'s value and, when the changes it could have seen are durable already, that outcome;
+    /// else the commit their completion will complete. The usual case, nothing on its way to the disk,
+    /// allocates nothing here.
+    private static func observe<Value>(
+        _ store: Store, _ read: () -> Value
+    ) -> (Value, Result<Void, StoreError>?, StoreCommit?) {
+        var commit: StoreCommit?
+        let (value, now) = store.observing(read) {
+            let made = StoreCommit()
+            commit = made
+            return { made.complete($0) }
+        }
+        return (value, now, commit)
     }
 
     private static func outcome(of answer: PendingAnswer.Outcome) throws(ProtocolError) -> Operation.Outcome {
