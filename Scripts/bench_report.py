@@ -7,16 +7,25 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Each process's threads as last read: pid -> {tid: run time in ns}.
+_SEEN = {}
+
+
 def cpu_ns(pid):
-    """CPU time process pid has used so far, every thread, in nanoseconds (schedstat's first field)."""
-    total = 0
+    """CPU time process pid has used so far, every thread, in nanoseconds (schedstat's first field).
+
+    A thread that has ended keeps the time it had when last read: a plain sum over the threads alive
+    at each reading would drop an ended thread's whole life from the second one (libdispatch's workers
+    come and go), making a difference of two readings too small, even negative. What a thread ran
+    between its last reading and its end is not counted."""
+    seen = _SEEN.setdefault(pid, {})
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
+                seen[task] = int(f.read().split()[0])
         except FileNotFoundError:
             pass  # a thread that ended meanwhile
-    return total
+    return sum(seen.values())
 
 
 def write(section, heading, member, results, out=None):

@@ -9,6 +9,7 @@
  *
  *   lean-load --socket PATH [--redis] [--op OP] [--args FILE] [--connections N] [--depth D]
  *             [--seconds S] [--warmup S] [--server-pid PID] [--keys N] [--key-prefix P] [--value-bytes B]
+ *             [--count-file FILE]
  *
  * keyholed: --op ping (default), session.get, token.verify or session.create; with --args FILE, one
  * request per line (a session token for session.get, an identity token for token.verify), cycled over
@@ -18,12 +19,16 @@
  * Prints one JSON object: answered, failed, seconds, per_second, and, with --server-pid, the server's
  * CPU nanoseconds per answered request (every thread's run time from /proc/PID/task/x/schedstat) and
  * the share of a core it used; always this client's own CPU share, to show which side is the
- * bottleneck. Exits 1 when any answer is an error: a benchmark of failures measures nothing.
+ * bottleneck. With --count-file (the file malloc_count.so keeps for the server), the server's heap
+ * allocations per answered request, counted over the same window (after the warm-up, so that no
+ * connection's set-up is in it). Exits 1 when any answer is an error: a benchmark of failures
+ * measures nothing.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +40,8 @@
 #include <unistd.h>
 
 #define READ_CAPACITY (1 << 20)
-#define MAX_ANSWER (16 << 20)
+/* An answer must fit the read buffer whole: a bigger one is reported, never taken for a close. */
+#define MAX_ANSWER (READ_CAPACITY - 64)
 
 struct request {
     char *bytes;
@@ -66,7 +72,7 @@ static void die(const char *what) {
 static void usage(void) {
     fprintf(stderr, "usage: lean-load --socket PATH [--redis] [--op OP] [--args FILE] [--connections N] "
                     "[--depth D] [--seconds S] [--warmup S] [--server-pid PID] [--keys N] "
-                    "[--key-prefix P] [--value-bytes B]\n");
+                    "[--key-prefix P] [--value-bytes B] [--count-file FILE]\n");
     exit(2);
 }
 
@@ -76,26 +82,67 @@ static double now_seconds(clockid_t clock) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* The sum of every thread's run time (ns) of a process: schedstat's first field, per task. */
-static long long process_run_ns(int pid) {
+/* A process's threads and their run times (ns, schedstat's first field), to count the CPU a window
+ * took: a thread's time is counted from the window's start (or its birth) to the window's end. A sum over
+ * the threads alive at each end would subtract the whole life of a thread that exits inside the window
+ * (libdispatch's workers come and go). What a thread that exits inside the window ran in it is lost. */
+#define MAX_THREADS 1024
+struct run_times {
+    int count;
+    int tid[MAX_THREADS];
+    long long ns[MAX_THREADS];
+};
+
+static void read_run_times(int pid, struct run_times *times) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", pid);
     DIR *tasks = opendir(path);
     if (!tasks) die("open the server's /proc task list");
-    long long total = 0;
+    times->count = 0;
     struct dirent *entry;
-    while ((entry = readdir(tasks))) {
+    while ((entry = readdir(tasks)) && times->count < MAX_THREADS) {
         if (entry->d_name[0] == '.') continue;
         char stat_path[300];
         snprintf(stat_path, sizeof stat_path, "/proc/%d/task/%s/schedstat", pid, entry->d_name);
         FILE *file = fopen(stat_path, "r");
         if (!file) continue; /* a thread that ended meanwhile */
         long long run = 0;
-        if (fscanf(file, "%lld", &run) == 1) total += run;
+        if (fscanf(file, "%lld", &run) == 1) {
+            times->tid[times->count] = atoi(entry->d_name);
+            times->ns[times->count] = run;
+            times->count++;
+        }
         fclose(file);
     }
     closedir(tasks);
+}
+
+static long long run_ns_between(const struct run_times *start, const struct run_times *end) {
+    long long total = 0;
+    for (int i = 0; i < end->count; i++) {
+        long long before = 0;
+        for (int j = 0; j < start->count; j++) {
+            if (start->tid[j] == end->tid[i]) {
+                before = start->ns[j];
+                break;
+            }
+        }
+        total += end->ns[i] - before;
+    }
     return total;
+}
+
+/* malloc_count.so's counts (allocations, bytes, frees) in the file it maps, or zeros without one. */
+static void read_counts(const char *path, unsigned long long counts[3]) {
+    counts[0] = counts[1] = counts[2] = 0;
+    if (!path) return;
+    FILE *file = fopen(path, "rb");
+    if (!file) die(path);
+    if (fread(counts, sizeof counts[0], 3, file) != 3) {
+        fprintf(stderr, "lean-load: %s holds no counts\n", path);
+        exit(2);
+    }
+    fclose(file);
 }
 
 static void add_request(const char *bytes, size_t length) {
@@ -141,7 +188,6 @@ static void add_redis_request(const char *command, const char *key, size_t value
     int length;
     size_t key_length = strlen(key);
     if (value_bytes) {
-        if (value_bytes > 4096) value_bytes = 4096;
         length = snprintf(buffer, sizeof buffer, "*3\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n$%zu\r\n", strlen(command),
                           command, key_length, key, value_bytes);
         memset(buffer + length, 'v', value_bytes);
@@ -172,7 +218,7 @@ static long resp_reply(const char *p, size_t available, long *error_length) {
     case '$':
         n = strtol(p + 1, NULL, 10);
         if (n < 0) return (long)line;
-        if (n > MAX_ANSWER) return -2;
+        if (n > MAX_ANSWER) return -3;
         return available >= line + (size_t)n + 2 ? (long)(line + (size_t)n + 2) : 0;
     case '*': {
         n = strtol(p + 1, NULL, 10);
@@ -181,7 +227,7 @@ static long resp_reply(const char *p, size_t available, long *error_length) {
             long element_error = 0;
             long element = resp_reply(p + used, available - used, &element_error);
             if (element == 0) return 0;
-            if (element < 0) return -2;
+            if (element < 0) return element == -3 ? -3 : -2;
             used += (size_t)element;
             if (used >= available && i + 1 < n) return 0;
         }
@@ -245,6 +291,10 @@ static void on_readable(struct connection *c) {
                 long error_length = 0;
                 long length = resp_reply(p, available, &error_length);
                 if (length == 0) break;
+                if (length == -3) {
+                    fprintf(stderr, "lean-load: a reply is past this client's limit of %d bytes\n", MAX_ANSWER);
+                    exit(1);
+                }
                 if (length == -2) {
                     fprintf(stderr, "lean-load: malformed RESP reply\n");
                     exit(1);
@@ -258,7 +308,7 @@ static void on_readable(struct connection *c) {
                 if (available < 4) break;
                 uint32_t length = ((uint32_t)(unsigned char)p[0] << 24) | ((uint32_t)(unsigned char)p[1] << 16) |
                                   ((uint32_t)(unsigned char)p[2] << 8) | (uint32_t)(unsigned char)p[3];
-                if (length > MAX_ANSWER || length + 4 > READ_CAPACITY) {
+                if (length > MAX_ANSWER) {
                     fprintf(stderr, "lean-load: an answer of %u bytes is past this client's limit\n", length);
                     exit(1);
                 }
@@ -282,7 +332,7 @@ static void on_readable(struct connection *c) {
 }
 
 int main(int argc, char **argv) {
-    const char *socket_path = NULL, *op = NULL, *args_file = NULL, *key_prefix = "kh";
+    const char *socket_path = NULL, *op = NULL, *args_file = NULL, *key_prefix = "kh", *count_file = NULL;
     int connections = 16, server_pid = 0;
     double seconds = 5, warmup = 0.5;
     long keys = 100000;
@@ -306,9 +356,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(name, "--keys")) keys = atol(value);
         else if (!strcmp(name, "--key-prefix")) key_prefix = value;
         else if (!strcmp(name, "--value-bytes")) value_bytes = (size_t)atol(value);
+        else if (!strcmp(name, "--count-file")) count_file = value;
         else usage();
     }
-    if (!socket_path || connections < 1 || depth < 1 || seconds <= 0 || keys < 1) usage();
+    if (!socket_path || connections < 1 || depth < 1 || seconds <= 0 || keys < 1 || value_bytes > 4096) usage();
+    /* A server that closes must end the run with its message, not kill this process with SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     if (!op) op = redis_mode ? "GET" : "ping";
 
     if (redis_mode) {
@@ -368,7 +421,7 @@ int main(int argc, char **argv) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) die("socket");
         if (connect(fd, (struct sockaddr *)&address, sizeof address) < 0) die("connect");
-        fcntl(fd, F_SETFL, O_NONBLOCK);
+        if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0) die("fcntl");
         all[i].fd = fd;
         all[i].in = malloc(READ_CAPACITY);
         if (!all[i].in) die("malloc");
@@ -385,14 +438,16 @@ int main(int argc, char **argv) {
     double start = now_seconds(CLOCK_MONOTONIC);
     double measure_from = start + warmup, measure_until = measure_from + seconds;
     double began = 0, client_cpu_began = 0;
-    long long server_began = 0;
+    static struct run_times server_began, server_ended;
+    unsigned long long counts_began[3], counts_ended[3];
     for (;;) {
         double now = now_seconds(CLOCK_MONOTONIC);
         if (!counting && now >= measure_from) {
             counting = 1;
             began = now;
             client_cpu_began = now_seconds(CLOCK_PROCESS_CPUTIME_ID);
-            if (server_pid) server_began = process_run_ns(server_pid);
+            if (server_pid) read_run_times(server_pid, &server_began);
+            read_counts(count_file, counts_began);
         }
         if (counting && now >= measure_until) break;
         int ready = epoll_wait(poll, events, 256, 100);
@@ -410,7 +465,12 @@ int main(int argc, char **argv) {
     }
     double ended = now_seconds(CLOCK_MONOTONIC);
     double client_cpu = now_seconds(CLOCK_PROCESS_CPUTIME_ID) - client_cpu_began;
-    long long server_ns = server_pid ? process_run_ns(server_pid) - server_began : 0;
+    long long server_ns = 0;
+    if (server_pid) {
+        read_run_times(server_pid, &server_ended);
+        server_ns = run_ns_between(&server_began, &server_ended);
+    }
+    read_counts(count_file, counts_ended);
     double elapsed = ended - began;
 
     printf("{\"client\": \"lean-load\", \"protocol\": \"%s\", \"op\": \"%s\", \"connections\": %d, \"depth\": %d, "
@@ -421,6 +481,10 @@ int main(int argc, char **argv) {
     if (server_pid && answered)
         printf(", \"server_cpu_ns_per_request\": %.0f, \"server_cpu_share\": %.3f", (double)server_ns / (double)answered,
                (double)server_ns / 1e9 / elapsed);
+    if (count_file && answered)
+        printf(", \"allocations_per_request\": %.3f, \"allocated_bytes_per_request\": %.0f",
+               (double)(counts_ended[0] - counts_began[0]) / (double)answered,
+               (double)(counts_ended[1] - counts_began[1]) / (double)answered);
     printf("}\n");
     return failed ? 1 : 0;
 }

@@ -4,9 +4,9 @@
  *   LD_PRELOAD=.build/lean/malloc_count.so MALLOC_COUNT_FILE=/tmp/counts keyholed ...
  *
  * Every malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign and valloc adds one to a
- * 64-bit counter, and its size to another, kept in MALLOC_COUNT_FILE (two little-endian unsigned
- * 64-bit words, mapped shared): a reader takes the counts before and after a run of requests and
- * divides by the requests answered. Frees are counted in a third word. The allocator itself is
+ * 64-bit counter, and its size to another, kept in MALLOC_COUNT_FILE (three little-endian unsigned
+ * 64-bit words, mapped shared: allocations, bytes, frees): a reader takes the counts before and after
+ * a run of requests and divides by the requests answered (lean-load --count-file does). The allocator itself is
  * glibc's, called through its __libc_* entry points, so nothing changes but the counting; a
  * process that runs without the variable set is not counted at all.
  *
@@ -88,6 +88,8 @@ void *aligned_alloc(size_t alignment, size_t size) {
 }
 
 int posix_memalign(void **out, size_t alignment, size_t size) {
+    /* glibc's checks: a power of two, a multiple of a pointer's size. */
+    if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0) return 22; /* EINVAL */
     count(size);
     void *pointer = __libc_memalign(alignment, size);
     if (!pointer) return 12; /* ENOMEM */

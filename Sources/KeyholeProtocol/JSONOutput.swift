@@ -237,7 +237,7 @@ public struct JSONOutput: ~Copyable {
                     // Insertion sort: at most smallObjectMembers members, so bounded work.
                     for sorted in 1..<Swift.max(count, 1) {
                         var at = sorted
-                        while at > 0, members[order[at]].key < members[order[at - 1]].key {
+                        while at > 0, members.keys[order[at]] < members.keys[order[at - 1]] {
                             order.swapAt(at, at - 1)
                             at -= 1
                         }

@@ -21,8 +21,12 @@ extension ConnectionHandler {
             }
         case .writing(let body):
             do throws(ProtocolError) {
+                if !context.channel.isWritable, unsentBytes(context: context) > maxUnsentBytes {
+                    cutSlowReader(context: context)
+                }
                 guard !closing, machine.state != .closed else {
-                    // Nobody will read it: run the operation all the same, as every other one runs.
+                    // Nobody will read it: run the operation all the same, as every other one runs, so
+                    // that its metrics count what it found.
                     var result = ByteBuffer()
                     if let outcome = try body(request, requestContext, &result) {
                         return answer(request, outcome, metrics: entry.metrics, started: started, context: context)
@@ -75,23 +79,21 @@ extension ConnectionHandler {
         }
     }
 
-    /// Writes a success whose result `body` writes, straight into the batch. A slow reader is cut as
-    /// `write` cuts it. When `body` throws, or returns false (it wrote nothing: its answer comes
+    /// Writes a success whose result `body` writes, straight into the batch (the caller has dealt with
+    /// a slow reader). When `body` throws, or returns false (it wrote nothing: its answer comes
     /// otherwise), nothing of the answer stays.
     func writeInPlace(
         id: RequestID?, context: ChannelHandlerContext, _ body: (inout ByteBuffer) throws(ProtocolError) -> Bool
     ) throws(ProtocolError) {
-        if !context.channel.isWritable, unsentBytes(context: context) > maxUnsentBytes {
-            cutSlowReader(context: context)
-            return
-        }
         prepareOutbound()
         let start = outbound.writerIndex
         var written = false
         do {
             try FrameEncoder.writeFrame(into: &outbound) { buffer throws(ProtocolError) in
                 Response.writeSuccessHead(id: id, to: &buffer)
+                let resultStart = buffer.writerIndex
                 written = try body(&buffer)
+                assert(!written || buffer.writerIndex > resultStart, "a writing operation said it wrote, and wrote nothing")
                 buffer.writeInteger(UInt8(ascii: "}"))
             }
         } catch {
