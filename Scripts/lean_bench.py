@@ -39,6 +39,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Protocol", "clients",
+                                "python"))
+import keyhole  # noqa: E402
 import bench_report  # noqa: E402
 from bench import wait_for_socket  # noqa: E402
 
@@ -97,6 +100,15 @@ class Keyholed(bench.Keyholed):
         return self.process.pid
 
 
+def snapshot(socket):
+    """admin.snapshot, waited for: a store quiet before it is measured."""
+    client = keyhole.Client(socket, timeout=300)
+    try:
+        client.call("admin.snapshot", {})
+    finally:
+        client.close()
+
+
 def fill_redis(socket, keys):
     """keys strings kh:N of 300 bytes, and keys hashes khh:N shaped like a session's answer."""
     subprocess.run(["redis-cli", "-s", socket, "DEBUG", "POPULATE", str(keys), "kh", "300"], check=True,
@@ -132,6 +144,9 @@ def measure(options, directory):
         subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket",
                         reads.socket, "--count", str(options.sessions), "--users", str(options.sessions // 10),
                         "--issuer", "local", "--out", sessions], check=True, capture_output=True)
+        # The sessions made, a snapshot follows in the background and takes seconds of CPU: taken now,
+        # so that it is not in the first runs' figures.
+        snapshot(reads.socket)
 
         def redis(name):
             redis_dir = os.path.join(directory, name)
@@ -287,13 +302,16 @@ def report(rows, allocations, options):
         lines.append(f"| {r['connections']} x {r['depth']} | {r['scenario']} | {r['peer']} | {r['keyholed_ns']:.0f} | "
                      f"{r['redis_ns']:.0f} | {r['cpu_ratio']:.2f}x | {r['keyholed_per_second']:.0f} | "
                      f"{r['redis_per_second']:.0f} | {r['throughput_ratio']:.2f}x |")
-    get16 = row("ping", "GET", 16, 1)
-    if get16:
-        lines += ["", f"The client is not the bottleneck: at 16 connections Redis GET kept its server at "
-                      f"{get16['redis_server_share']:.2f} of a core while lean-load used {get16['redis_client_share']:.2f} "
-                      "(medians)."]
     lines += ["", "| goal (16 connections) | measured | met |", "|---|---|---|"]
     goals = []
+    get16 = row("ping", "GET", 16, 1)
+    if get16:
+        # The measurement's own condition: the server, not the client, at the limit.
+        server, client = get16["redis_server_share"], get16["redis_client_share"]
+        met = server >= 0.85 and server > client
+        text = "the client is not the bottleneck: Redis GET's server at 0.85 of a core or more, and busier than lean-load"
+        goals.append({"goal": text, "measured": server, "met": met})
+        lines.append(f"| {text} | server {server:.2f}, client {client:.2f} | {'yes' if met else 'no'} |")
     for scenario, peer, connections, depth, what, limit in GOALS:
         r = row(scenario, peer, connections, depth)
         if not r:
