@@ -11,6 +11,7 @@ end
 require_relative "keyhole/version"
 require_relative "keyhole/error"
 require_relative "keyhole/operations"
+require_relative "keyhole/encoder"
 require_relative "keyhole/helpers"
 require_relative "keyhole/connection"
 require_relative "keyhole/client"

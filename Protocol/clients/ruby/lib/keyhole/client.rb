@@ -17,7 +17,7 @@ module Keyhole
     include Helpers
 
     DEFAULT_SOCKET = "/run/keyhole/keyhole.sock"
-    MAX_REQUEST = 16 * 1024 * 1024
+    MAX_REQUEST = Encoder::MAX_REQUEST
     BACKOFF_FIRST = 0.01
     BACKOFF_MAX = 0.5
 
@@ -48,7 +48,6 @@ module Keyhole
       @connection = nil
       @connecting = false
       @closed = false
-      @next_id = 0
     end
 
     # Sends +op+ with +args+ (a Hash, keys strings or symbols) and answers the result object (a Hash
@@ -58,54 +57,7 @@ module Keyhole
       args = {} if args.nil?
       raise ArgumentError, "args must be a Hash" unless args.is_a?(Hash)
 
-      deadline = Client.now + @timeout
-      safe = Keyhole.safe_to_repeat?(op)
-      resent = false   # the one re-send of a written request has been used
-      written = false  # some attempt of this call went out, so its effect may be unknown
-      unsent = 0       # connections that ended before this call's request went out
-      loop do
-        connection = connection_for(deadline, written, op)
-        id = next_id
-        kind, value = connection.request(id, encode(id, op, args), deadline)
-        case kind
-        when :answer
-          return value["result"] if value["ok"]
-
-          error = Error.from_wire(value["error"])
-          if error.code == "shutting_down"
-            # keyholed did not complete it; nothing more goes on that connection (rule 3).
-            connection.retire
-            if safe && !resent
-              resent = true
-              written = true
-              next
-            end
-          end
-          next if overloaded_wait(error, deadline)
-
-          raise error
-        when :not_sent
-          # Rule 1: it never reached keyholed; connection_for opens a new connection. A connection
-          # that keeps ending before a request goes out counts as a failed attempt: back off.
-          unsent += 1
-          backoff(deadline, unsent, op, written) if unsent > 1
-          next
-        when :lost
-          written = true
-          if safe && !resent
-            resent = true
-            next
-          end
-          raise ConnectionLost, lost_message(op, safe)
-        when :failed
-          next if overloaded_wait(value, deadline)
-
-          raise value
-        when :timeout
-          raise TimeoutError, "#{op}: no answer from keyholed within #{@timeout} s" +
-                              (value || written ? " (it may have taken effect)" : " (it was not sent)")
-        end
-      end
+      perform(op, Encoder.head(op), Encoder.args(args)) # ArgumentError before anything is sent
     end
 
     # Closes the connection. Calls still waiting fail with connection_lost; later calls raise
@@ -128,18 +80,57 @@ module Keyhole
 
     private
 
-    def next_id
-      @lock.synchronize { @next_id += 1 }
-    end
+    # Sends +op+ (+head+ and +args_json+ from Encoder) until it is answered, or it fails, by
+    # PROTOCOL.md section 8.
+    def perform(op, head, args_json)
+      Encoder.check_size(head, args_json)
+      deadline = Client.now + @timeout
+      resent = false   # the one re-send of a written request has been used
+      written = false  # some attempt of this call went out, so its effect may be unknown
+      unsent = 0       # connections that ended before this call's request went out
+      while true # rubocop:disable Style/InfiniteLoop -- a plain loop: no block on every call's path
+        connection = connection_for(deadline, written, op)
+        kind, value = connection.request(head, args_json, deadline)
+        case kind
+        when :answer
+          return value["result"] if value["ok"]
 
-    def encode(id, op, args)
-      json = JSON.generate({ "v" => PROTOCOL, "id" => id, "op" => op, "args" => args })
-      json.force_encoding(Encoding::BINARY)
-      raise ArgumentError, "request larger than #{MAX_REQUEST} bytes" if json.bytesize > MAX_REQUEST
+          error = Error.from_wire(value["error"])
+          if error.code == "shutting_down"
+            # keyholed did not complete it; nothing more goes on that connection (rule 3).
+            connection.retire
+            if !resent && Keyhole.safe_to_repeat?(op)
+              resent = true
+              written = true
+              next
+            end
+          end
+          next if overloaded_wait(error, deadline)
 
-      [json.bytesize].pack("N") << json
-    rescue JSON::GeneratorError => e
-      raise ArgumentError, "args cannot be sent as JSON: #{e.message}"
+          raise error
+        when :not_sent
+          # Rule 1: it never reached keyholed; connection_for opens a new connection. A connection
+          # that keeps ending before a request goes out counts as a failed attempt: back off.
+          unsent += 1
+          backoff(deadline, unsent, op, written) if unsent > 1
+          next
+        when :lost
+          written = true
+          safe = Keyhole.safe_to_repeat?(op)
+          if safe && !resent
+            resent = true
+            next
+          end
+          raise ConnectionLost, lost_message(op, safe)
+        when :failed
+          next if overloaded_wait(value, deadline)
+
+          raise value
+        when :timeout
+          raise TimeoutError, "#{op}: no answer from keyholed within #{@timeout} s" +
+                              (value || written ? " (it may have taken effect)" : " (it was not sent)")
+        end
+      end
     end
 
     # Waits out an overloaded answer when the caller asked for it and the wait fits the deadline.
@@ -169,8 +160,19 @@ module Keyhole
     end
 
     # The open connection, or a new one: attempts back off (doubling from 10 ms, at most 500 ms)
-    # until the deadline.
+    # until the deadline. The open one is taken without the lock: one that is closed or ends just
+    # after is found out by Connection#request, which answers :not_sent (rule 1), and the call
+    # comes back here.
     def connection_for(deadline, written, op)
+      current = @connection
+      return current if current && !@closed && current.pid == Process.pid && current.usable?
+
+      open_connection(deadline, written, op)
+    end
+
+    # The open connection, once the one in use is found unusable (or there is none yet): a new one
+    # unless another thread opened it meanwhile.
+    def open_connection(deadline, written, op)
       delay = BACKOFF_FIRST
       last_error = nil
       loop do

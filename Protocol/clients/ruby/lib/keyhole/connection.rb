@@ -23,7 +23,9 @@ module Keyhole
   # - [:timeout, written]  the deadline passed; +written+ tells whether any byte of it went out
   class Connection
     MAX_RESPONSE = 16 * 1024 * 1024
-    READ_CHUNK = 64 * 1024
+    # What one read asks for. Not more: Ruby allocates a string of this size for every read, and a
+    # 64 KiB one cost more than the rest of a read (malloc's consolidation, the heap grown and trimmed).
+    READ_CHUNK = 16 * 1024
     # What is read of a connection found closed on a write, for the error keyholed left on it.
     DRAIN_LIMIT = 1024 * 1024
     EMPTY = "".b.freeze
@@ -40,26 +42,30 @@ module Keyhole
       @mu = Mutex.new
       @cv = ConditionVariable.new
       @waiters = {}
-      @reading = false
+      @reader = nil     # the waiter of the call whose thread reads for everyone, if any
       @writing = false
       @over = false     # ended or failed: nothing more is read or written
       @retired = false  # no new requests (shutting_down, a torn write); answers still read
       @error = nil      # keyholed's error with a null id: the calls it leaves unanswered fail with it
-      @buffer = EMPTY.dup
+      @buffer = EMPTY # frozen: replaced, never appended to, while empty (#take_frames)
+      @next_id = 0      # ids are unique on the connection, which is where answers are matched
     end
 
-    # True while new requests may be sent on it.
+    # True while new requests may be sent on it. Read without the lock: a connection that ends just
+    # after is found out by #request, which answers :not_sent.
     def usable?
-      @mu.synchronize { !@over && !@retired }
+      !@over && !@retired
     end
 
-    # Sends the frame (a request with +id+) and waits for its answer until +deadline+ (a monotonic
-    # time in seconds).
-    def request(id, frame, deadline)
+    # Sends a request (its op member +head+ and +args_json+, from Encoder, checked for size) with the
+    # connection's next id, and waits for its answer until +deadline+ (a monotonic time in seconds).
+    def request(head, args_json, deadline)
       waiter = Waiter.new(:pending, nil)
+      id = nil
       @mu.synchronize do
         return [:not_sent, nil] if @over || @retired
 
+        id = @next_id += 1
         @waiters[id] = waiter
         while @writing
           remaining = deadline - Client.now
@@ -76,7 +82,7 @@ module Keyhole
         @writing = true
       end
       begin
-        outcome = write_frame(frame, deadline)
+        outcome = write_frame(Encoder.frame(id, head, args_json), deadline)
       rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
         # Interrupted mid-write: part of the frame may be on the stream, so no request may follow.
         @mu.synchronize do
@@ -88,17 +94,23 @@ module Keyhole
         raise
       end
       drain = false
+      reading = false
       @mu.synchronize do
         @writing = false
         @cv.broadcast
         case outcome
         when :ok
-          nil
+          # With nobody reading (depth 1), this thread takes the reading over now rather than in a
+          # round of its own in #wait.
+          unless @reader || @over || waiter.state != :pending
+            @reader = waiter
+            reading = true
+          end
         when :not_sent, :broken
           # The connection is over (EPIPE, ECONNRESET): no new request goes on it.
           @waiters.delete(id)
           @retired = true
-          drain = claim_drain(deadline)
+          drain = claim_drain(waiter, deadline)
         when :timeout_unsent
           forget(id)
           return [:timeout, false]
@@ -114,7 +126,7 @@ module Keyhole
       return closed_on_write(outcome, drain) unless outcome == :ok
 
       begin
-        wait(id, waiter, deadline)
+        wait(id, waiter, deadline, reading)
       rescue Exception # rubocop:disable Lint/RescueException -- Timeout.timeout, Thread#raise
         @mu.synchronize { forget(id) }
         raise
@@ -154,16 +166,17 @@ module Keyhole
     # before it closed it (overloaded on connect): a reader at work reads that, and the end of
     # stream right after it; with no reader, this thread takes the role to read what is left. True
     # when it did.
-    def claim_drain(deadline)
-      while @reading && !@over && @error.nil?
+    def claim_drain(waiter, deadline)
+      while @reader && !@over && @error.nil?
         remaining = deadline - Client.now
         return false if remaining <= 0
 
         @cv.wait(@mu, remaining)
       end
-      return false if @reading || @over || @error
+      return false if @reader || @over || @error
 
-      @reading = true
+      @reader = waiter # no longer in @waiters: no answer can end its reading (#dispatch)
+      true
     end
 
     # After a write found the connection closed: once the frames keyholed left are read, its error
@@ -172,7 +185,7 @@ module Keyhole
     def closed_on_write(outcome, drain)
       drain_closed if drain
       @mu.synchronize do
-        @reading = false if drain
+        @reader = nil if drain
         @cv.broadcast
         close_if_idle
         return [:failed, @error] if @error
@@ -193,40 +206,53 @@ module Keyhole
           break
         end
         read += data.bytesize
-        @buffer << data
-        take_frames
+        take_frames(data)
         break if @mu.synchronize { @over }
       end
     rescue SystemCallError, IOError
       @mu.synchronize { end_connection(nil) unless @over }
     end
 
-    def wait(id, waiter, deadline)
-      loop do
-        @mu.synchronize do
-          loop do
-            return finish(waiter) unless waiter.state == :pending
+    # Waits for the answer of the request +id+, reading for everyone while nobody else does.
+    # +reading+: this thread already holds the reader's role.
+    def wait(id, waiter, deadline, reading)
+      while true # rubocop:disable Style/InfiniteLoop -- a plain loop: no block on every call's path
+        unless reading
+          @mu.synchronize do
+            while true # rubocop:disable Style/InfiniteLoop
+              return finish(waiter) unless waiter.state == :pending
 
-            remaining = deadline - Client.now
-            if remaining <= 0
-              forget(id)
-              return [:timeout, true]
+              remaining = deadline - Client.now
+              if remaining <= 0
+                forget(id)
+                return [:timeout, true]
+              end
+              break unless @reader
+
+              @cv.wait(@mu, remaining)
             end
-            break unless @reading
-
-            @cv.wait(@mu, remaining)
+            @reader = waiter
           end
-          @reading = true
         end
+        reading = false
         begin
           read_until(waiter, deadline)
         ensure
-          @mu.synchronize do
-            @reading = false
-            @cv.broadcast
-            close_if_idle
-          end
+          # #dispatch hands the reading over itself when it delivers this call's answer last. Read
+          # without the lock: only this thread makes this waiter the reader, so when @reader is
+          # another (or nil), this thread no longer reads.
+          release(waiter) if @reader.equal?(waiter)
         end
+        return finish(waiter) unless waiter.state == :pending
+      end
+    end
+
+    # Ends this thread's reading (+waiter+ its call's): the next waiting thread takes over.
+    def release(waiter)
+      @mu.synchronize do
+        @reader = nil if @reader.equal?(waiter)
+        @cv.broadcast
+        close_if_idle
       end
     end
 
@@ -246,7 +272,7 @@ module Keyhole
 
     # Called with @mu held.
     def close_if_idle
-      return unless @retired && @waiters.empty? && !@over && !@reading && !@writing
+      return unless @retired && @waiters.empty? && !@over && !@reader && !@writing
 
       end_connection(nil)
     end
@@ -302,8 +328,7 @@ module Keyhole
         elsif data.nil?
           @mu.synchronize { end_connection(nil) }
         else
-          @buffer << data
-          take_frames
+          take_frames(data)
         end
       end
     rescue SystemCallError, IOError
@@ -311,34 +336,43 @@ module Keyhole
       @mu.synchronize { end_connection(nil) unless @over }
     end
 
-    # Dispatches every complete frame in the buffer. A length is checked as soon as its four bytes
-    # are in, before any more of the frame is waited for.
-    def take_frames
+    # Adds +data+ (a string just read, this method's to keep) to the buffer and dispatches every
+    # complete frame in it. A length is checked as soon as its four bytes are in, before any more of
+    # the frame is waited for.
+    def take_frames(data)
+      buffer = @buffer.empty? ? data : @buffer << data # the usual case: nothing left over, no copy
       offset = 0
-      size = @buffer.bytesize
+      size = buffer.bytesize
       while size - offset >= 4
-        length = @buffer.unpack1("N", offset: offset)
+        length = buffer.unpack1("N", offset: offset)
         if length.zero? || length > MAX_RESPONSE
           return protocol_error("keyholed sent a frame length of #{length} (allowed: 1 to #{MAX_RESPONSE})")
         end
         break if size - offset - 4 < length
 
-        payload = @buffer.byteslice(offset + 4, length)
+        payload = buffer.byteslice(offset + 4, length)
         offset += 4 + length
-        return unless dispatch(payload)
+        if offset == size
+          # The last frame read: the buffer is settled first, as #dispatch may hand the reading over.
+          @buffer = EMPTY
+          dispatch(payload, true)
+          return
+        end
+        return unless dispatch(payload, false)
       end
-      @buffer = offset.zero? ? @buffer : @buffer.byteslice(offset, size - offset)
+      @buffer = offset.zero? ? buffer : buffer.byteslice(offset, size - offset)
     end
 
-    # Hands one answer to its waiter. False when the connection is over.
-    def dispatch(payload)
+    # Hands one answer to its waiter. False when the connection is over. +last+: nothing follows it
+    # in the buffer, so when the answer is the reader's own, the reading is handed over at once.
+    def dispatch(payload, last)
       payload.force_encoding(Encoding::UTF_8)
       unless payload.valid_encoding?
         protocol_error("keyholed sent a payload that is not UTF-8")
         return false
       end
       begin
-        response = JSON.parse(payload)
+        response = JSON::Parser.new(payload).parse # JSON.parse without its options hashes
       rescue JSON::ParserError
         protocol_error("keyholed sent a payload that is not JSON")
         return false
@@ -366,6 +400,7 @@ module Keyhole
         if waiter
           waiter.state = :answered
           waiter.value = response
+          @reader = nil if last && waiter.equal?(@reader)
           @cv.broadcast
         end
         close_if_idle

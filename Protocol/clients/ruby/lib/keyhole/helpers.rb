@@ -7,6 +7,8 @@ module Keyhole
   module Helpers
     # Marks an argument left out, where nil means JSON null (user_update's email and name).
     UNSET = Object.new.freeze
+    SESSION_KEY = Encoder::KEYS.fetch("session")
+    SESSION_GET = Encoder::HEADS.fetch("session.get")
 
     # Which helper sends which operation (the tests check that every non-debug operation has one).
     METHODS = {
@@ -58,7 +60,11 @@ module Keyhole
 
     # The session of a token, with its user (or nil); raises session_not_found for an unknown,
     # expired or revoked one.
-    def get_session(session) = call("session.get", { "session" => session })
+    def get_session(session)
+      # The check of every web request: a plain token's args are written straight away.
+      json = Encoder.string_args(SESSION_KEY, session)
+      json ? perform("session.get", SESSION_GET, json) : call("session.get", { "session" => session })
+    end
 
     # Revokes one session, named by its token or its id (exactly one). {"revoked" => bool}
     def revoke_session(session: nil, id: nil)
