@@ -309,6 +309,11 @@ struct JSONParser {
         let contentStart = index
         var hasEscapes = false
         while true {
+            // Eight bytes at a time while none needs a look of its own (a quote, a backslash, a control
+            // character, a byte of a multi-byte sequence): tokens are hundreds of plain ASCII bytes.
+            while bytes.count &- index >= 8, Self.isPlainASCII(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+                index &+= 8
+            }
             guard index < bytes.count else { throw failure(.unterminatedString, at: openingQuote) }
             let byte = bytes[index]
             if byte >= 0x20 && byte < 0x80 {
@@ -328,6 +333,20 @@ struct JSONParser {
         let content = UnsafeRawBufferPointer(rebasing: bytes[contentStart..<index])
         index += 1  // the closing quote
         return hasEscapes ? Self.decodeEscapes(content) : String(decoding: content, as: UTF8.self)
+    }
+
+    /// Whether eight bytes (in either byte order) are all printable ASCII other than a quote and a
+    /// backslash. Each test is the exact word-at-a-time form of "some byte is zero" (or less than
+    /// 0x20), so a special byte is never missed.
+    @inline(__always)
+    static func isPlainASCII(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        let quote = word ^ (ones &* 0x22)
+        let backslash = word ^ (ones &* 0x5C)
+        let special = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
+            | ((word &- ones &* 0x20) & ~word) | word
+        return special & highs == 0
     }
 
     /// Checks the escape sequence whose backslash is at `index` and moves past it.

@@ -88,6 +88,35 @@ struct JSONParserTests {
         }
     }
 
+    /// Strings are scanned eight bytes at a time while the bytes are plain: a special byte at any offset
+    /// of a word, in strings of every length around the word size, must still be seen.
+    @Test("a quote, an escape, a control character or UTF-8 at every offset of a long string is read as one by one")
+    func specialByteAtEveryOffset() throws {
+        let specials: [(raw: [UInt8], decoded: String?)] = [
+            (Array(#"\""#.utf8), "\""), (Array(#"\\"#.utf8), "\\"), (Array(#"\n"#.utf8), "\n"),
+            (Array(#"\u00e9"#.utf8), "é"), (Array("é".utf8), "é"), (Array("😀".utf8), "😀"),
+            ([0x01], nil), ([0xFF], nil), ([0xC3], nil),
+        ]
+        for length in [0, 1, 7, 8, 9, 15, 16, 17, 31, 40] {
+            for offset in 0...length {
+                for special in specials {
+                    let before = Array(repeating: UInt8(ascii: "a"), count: offset)
+                    let after = Array(repeating: UInt8(ascii: "b"), count: length - offset)
+                    let document = [UInt8(ascii: "\"")] + before + special.raw + after + [UInt8(ascii: "\"")]
+                    let parsed = try? Self.parse(document)
+                    if let decoded = special.decoded {
+                        let expected = String(decoding: before, as: UTF8.self) + decoded + String(decoding: after, as: UTF8.self)
+                        #expect(parsed == .string(expected), "length \(length), offset \(offset), \(special.raw)")
+                    } else {
+                        #expect(parsed == nil, "length \(length), offset \(offset), \(special.raw) must be refused")
+                    }
+                }
+            }
+        }
+        // And a string cut short inside a plain run is unterminated, never read past its end.
+        #expect((try? Self.parse(Array(("\"" + String(repeating: "x", count: 23)).utf8))) == nil)
+    }
+
     @Test("a request id written as 1.0 is a double, so it is not a valid id")
     func floatID() throws {
         let value = try Self.parse(#"{"id":1.0,"op":"ping"}"#)
