@@ -13,7 +13,9 @@ that no background work of one case runs through the next: the machine has two c
 and keyhole-bench raw-floor-server, the floor's work on a plain epoll loop in Swift without SwiftNIO:
 what a purpose-built loop would cost.
 
-For each setting (connections, depth) and round, every keyholed scenario and every Redis command runs
+Every server runs on CPU 1 (every thread); lean-load shares it at one connection (a wake-up across
+CPUs costs this VM about five times one on the same CPU, and varies) and takes CPU 0 otherwise. For
+each setting (connections, depth) and round, every keyholed scenario and every Redis command runs
 for --seconds, Redis first in even rounds; a server's CPU per request is every thread's run time from
 /proc/PID/task/*/schedstat over the requests answered. Ratios pair each keyholed scenario with its
 Redis peer within a round; the report gives the median over rounds. Goals (issue 31, 16 connections):
@@ -66,9 +68,27 @@ GOALS = [  # (scenario, peer, connections, depth, what, limit)
 ALLOCATION_GOALS = {"ping": 0, "session.get": 4, "token.verify cached": 4}
 
 
-def lean_load(socket, seconds, connections, depth, *extra, server_pid=None, warmup=0.3):
+SERVER_CPU = 1
+
+
+def pin_server(pid):
+    """Every thread of a server on SERVER_CPU, so that where a case runs is the same for both sides."""
+    subprocess.run(["taskset", "-a", "-p", "-c", str(SERVER_CPU), str(pid)], check=True, capture_output=True)
+
+
+def client_cpu(connections):
+    """One connection at depth 1 sleeps and wakes for every request: a wake-up across CPUs costs this VM
+    about five times one on the same CPU, and varies, so the client shares the server's CPU. With more
+    connections the servers stay busy, and the client takes the other CPU, so that the server can use a
+    whole one."""
+    return SERVER_CPU if connections == 1 else 1 - SERVER_CPU
+
+
+def lean_load(socket, seconds, connections, depth, *extra, server_pid=None, warmup=0.3, pinned=False):
     argv = [LEAN_LOAD, "--socket", socket, "--connections", str(connections), "--depth", str(depth),
             "--seconds", str(seconds), "--warmup", str(warmup), *extra]
+    if pinned:
+        argv = ["taskset", "-c", str(client_cpu(connections)), *argv]
     if server_pid:
         argv += ["--server-pid", str(server_pid)]
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -177,6 +197,8 @@ def measure(options, directory):
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         helpers.append(raw)
         wait_for_socket(raw_socket, raw)
+        for pid in (reads.pid, writes.pid, redis_reads.pid, redis_writes.pid, floor.pid, raw.pid):
+            pin_server(pid)
 
         runs = {"creates": 0}
 
@@ -216,7 +238,8 @@ def measure(options, directory):
                     sides.reverse()
                 for side in sides:
                     for name, (socket, pid, extra) in side.items():
-                        result = lean_load(socket, options.seconds, connections, depth, *extra(), server_pid=pid)
+                        result = lean_load(socket, options.seconds, connections, depth, *extra(), server_pid=pid,
+                                           pinned=True)
                         if name == "session.create":
                             # The creates' snapshot would run in the background through the next cases.
                             snapshot(socket)
@@ -297,6 +320,7 @@ def report(rows, allocations, options):
         f"Written by Scripts/lean_bench.py on {today}: lean-load (Scripts/lean/lean_load.c, one C thread on epoll, "
         "requests made before the run) drives a release keyholed (fsync \"always\", 100 000 sessions) and redis-server "
         "(appendfsync always, 100 000 strings of 300 bytes and 100 000 hashes shaped like a session) on Unix sockets; "
+        "every server on CPU 1, lean-load on the same CPU at one connection and on CPU 0 otherwise; "
         f"{options.rounds} rounds of {options.seconds} s per case, each side first in turn. Server CPU per request is "
         "every thread's run time over the requests answered; a ratio is keyholed's over Redis's within a round, "
         "median of the rounds.", "",
