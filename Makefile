@@ -6,7 +6,7 @@ DEV_DIR     := $(CURDIR)/.keyhole
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
 # prometheus: its promtool checks keyholed's metrics text, and the dashboard's tests run it and
 # prometheus-node-exporter (both services stopped after installing).
-APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace curl prometheus \
+APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace curl gcc prometheus \
   prometheus-node-exporter
 # Each language client's toolchain, test runner and (for its example app) framework, from Debian.
 CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
@@ -97,7 +97,7 @@ test-python: build-debug
 
 ## build-lean: the lean load generator and the allocation counter (Scripts/lean/), C with gcc.
 LEAN_DIR := $(CURDIR)/.build/lean
-build-lean: $(LEAN_DIR)/lean-load $(LEAN_DIR)/malloc_count.so
+build-lean: deps $(LEAN_DIR)/lean-load $(LEAN_DIR)/malloc_count.so
 $(LEAN_DIR)/lean-load: Scripts/lean/lean_load.c
 	@mkdir -p $(LEAN_DIR)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $<
