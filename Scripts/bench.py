@@ -89,6 +89,21 @@ def wait_for_socket(path, process, seconds=30):
     raise SystemExit(f"bench: no socket at {path}")
 
 
+def redis_server(directory, name, helpers, *options):
+    """A redis-server on a Unix socket in DIRECTORY/NAME, AOF with appendfsync always (and `options`),
+    added to `helpers` (stopped by the caller); its process and socket."""
+    redis_dir = os.path.join(directory, name)
+    os.makedirs(redis_dir)
+    socket = os.path.join(redis_dir, "redis.sock")
+    process = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
+         "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel",
+         "warning", *options], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    helpers.append(process)
+    wait_for_socket(socket, process)
+    return process, socket
+
+
 class Keyholed:
     """A keyholed on a fresh state directory, stopped with SIGTERM."""
 
@@ -390,16 +405,7 @@ def measure_all(options, results, directory, servers, helpers):
          "--count", "100000", "--users", "10000", "--issuer", "local", "--out", sessions])
 
     def start_redis(name):
-        redis_dir = os.path.join(directory, name)
-        os.makedirs(redis_dir)
-        socket = os.path.join(redis_dir, "redis.sock")
-        process = subprocess.Popen(
-            ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes", "--loglevel",
-             "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        helpers.append(process)
-        wait_for_socket(socket, process)
-        return process, socket
+        return redis_server(directory, name, helpers)
 
     # GET and the SET that overwrites: a store that stays at 100 000 keys.
     redis, redis_socket = start_redis("redis")

@@ -171,18 +171,8 @@ def measure(options, directory):
         snapshot(reads.socket)
 
         def redis(name):
-            redis_dir = os.path.join(directory, name)
-            os.makedirs(redis_dir)
-            socket = os.path.join(redis_dir, "redis.sock")
-            process = subprocess.Popen(
-                ["redis-server", "--port", "0", "--unixsocket", socket, "--dir", redis_dir, "--save", "",
-                 "--appendonly", "yes", "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0",
-                 "--enable-debug-command", "yes",
-                 "--loglevel", "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL)
-            helpers.append(process)
-            wait_for_socket(socket, process)
-            return process, socket
+            # No automatic AOF rewrite: its child would run through the next cases.
+            return bench.redis_server(directory, name, helpers, "--auto-aof-rewrite-percentage", "0")
 
         redis_reads, redis_reads_socket = redis("redis")
         fill_redis(redis_reads_socket, options.sessions)

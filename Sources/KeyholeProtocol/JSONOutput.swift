@@ -189,6 +189,19 @@ public struct JSONOutput: ~Copyable {
         return count
     }
 
+    /// Writes `members` in `order`, comma-separated, without the braces.
+    private mutating func write(members: [String: JSONValue], in order: some Collection<[String: JSONValue].Index>) {
+        var first = true
+        for index in order {
+            if !first { write(byte: UInt8(ascii: ",")) }
+            first = false
+            let (key, value) = members[index]
+            write(string: key)
+            write(byte: UInt8(ascii: ":"))
+            write(value: value)
+        }
+    }
+
     /// Objects of at most this many members are ordered without allocating.
     static let smallObjectMembers = 16
 
@@ -228,38 +241,22 @@ public struct JSONOutput: ~Copyable {
             if members.count <= Self.smallObjectMembers {
                 // Most answers are small objects: their order is found on the stack, where `sorted`
                 // would allocate an array for every object written.
-                withUnsafeTemporaryAllocation(of: [String: JSONValue].Index.self, capacity: members.count) { order in
-                    var count = 0
-                    for index in members.indices {
-                        order.initializeElement(at: count, to: index)
-                        count += 1
-                    }
+                withUnsafeTemporaryAllocation(of: [String: JSONValue].Index.self, capacity: members.count) { room in
+                    let order = UnsafeMutableBufferPointer(rebasing: room[..<members.count])
+                    _ = order.initialize(from: members.indices)
                     // Insertion sort: at most smallObjectMembers members, so bounded work.
-                    for sorted in 1..<Swift.max(count, 1) {
+                    for sorted in order.indices.dropFirst() {
                         var at = sorted
                         while at > 0, members.keys[order[at]] < members.keys[order[at - 1]] {
                             order.swapAt(at, at - 1)
                             at -= 1
                         }
                     }
-                    for position in 0..<count {
-                        let (key, value) = members[order[position]]
-                        if position > 0 { write(byte: UInt8(ascii: ",")) }
-                        write(string: key)
-                        write(byte: UInt8(ascii: ":"))
-                        write(value: value)
-                    }
-                    _ = order.prefix(count).deinitialize()
+                    write(members: members, in: order)
+                    _ = order.deinitialize()
                 }
             } else {
-                var first = true
-                for (key, value) in members.sorted(by: { $0.key < $1.key }) {
-                    if !first { write(byte: UInt8(ascii: ",")) }
-                    first = false
-                    write(string: key)
-                    write(byte: UInt8(ascii: ":"))
-                    write(value: value)
-                }
+                write(members: members, in: members.indices.sorted { members.keys[$0] < members.keys[$1] })
             }
             write(byte: UInt8(ascii: "}"))
         }

@@ -30,19 +30,29 @@ struct FloorServer: AsyncParsableCommand {
     var threads = 1
 
     func validate() throws {
-        // The smallest answer is {"id":1,"ok":true,"result":{"pad":""}}: 38 bytes.
-        guard replyBytes >= 38, replyBytes <= FrameDecoder.limit else {
-            throw ValidationError("--reply-bytes must be 38 to \(FrameDecoder.limit)")
-        }
+        try Self.validate(replyBytes: replyBytes)
         guard threads >= 1 else { throw ValidationError("--threads must be positive") }
     }
 
-    func run() async throws {
+    /// The smallest answer is {"id":1,"ok":true,"result":{"pad":""}}: 38 bytes.
+    static func validate(replyBytes: Int) throws {
+        guard replyBytes >= 38, replyBytes <= FrameDecoder.limit else {
+            throw ValidationError("--reply-bytes must be 38 to \(FrameDecoder.limit)")
+        }
+    }
+
+    /// The canned answer, framed: a success whose body is `replyBytes` long.
+    static func reply(bytes replyBytes: Int) -> ByteBuffer {
         var body = ByteBuffer(string: #"{"id":1,"ok":true,"result":{"pad":""#)
         body.writeRepeatingByte(UInt8(ascii: "x"), count: max(0, replyBytes - body.readableBytes - 3))
         body.writeString(#""}}"#)
         var reply = ByteBuffer()
         FrameEncoder.writeFrame(into: &reply) { $0.writeImmutableBuffer(body) }
+        return reply
+    }
+
+    func run() async throws {
+        let reply = Self.reply(bytes: replyBytes)
         unlink(socket)
         let canned = reply
         // Not the singleton group (a loop per core): keyholed runs half as many, and so must the floor.

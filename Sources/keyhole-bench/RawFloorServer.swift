@@ -1,6 +1,5 @@
 import ArgumentParser
 import CKeyholeLinux
-import KeyholeProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -28,17 +27,11 @@ struct RawFloorServer: ParsableCommand {
     var replyBytes = 420
 
     func validate() throws {
-        guard replyBytes >= 38, replyBytes <= FrameDecoder.limit else {
-            throw ValidationError("--reply-bytes must be 38 to \(FrameDecoder.limit)")
-        }
+        try FloorServer.validate(replyBytes: replyBytes)
     }
 
     func run() throws {
-        var body = Array(#"{"id":1,"ok":true,"result":{"pad":""#.utf8)
-        body += Array(repeating: UInt8(ascii: "x"), count: max(0, replyBytes - body.count - 3))
-        body += Array(#""}}"#.utf8)
-        let length = UInt32(body.count)
-        let reply = [UInt8(length >> 24), UInt8((length >> 16) & 0xFF), UInt8((length >> 8) & 0xFF), UInt8(length & 0xFF)] + body
+        let reply = Array(FloorServer.reply(bytes: replyBytes).readableBytesView)
 
         // A client gone while its answer is written must cost an EPIPE, not the process.
         signal(SIGPIPE, SIG_IGN)

@@ -1,9 +1,7 @@
+import Dispatch
 import KeyholeJOSE
+import Synchronization
 import Testing
-
-#if canImport(Glibc)
-import Glibc
-#endif
 
 @Suite("SHA256")
 struct SHA256Tests {
@@ -40,59 +38,16 @@ struct SHA256Tests {
 
     @Test("threads digesting at once each use their own context")
     func concurrentThreads() {
-        // Plain threads, each making its own context on its first digest (and freeing it as it ends).
-        final class Outcome: @unchecked Sendable {
-            var mismatches = 0
-            let lock = Tally()
+        // Dispatch's worker threads, each making its own context on its first digest.
+        let mismatches = Mutex(0)
+        DispatchQueue.concurrentPerform(iterations: 8) { seed in
+            var wrong = 0
+            for round in 0..<2000 {
+                let (input, expected) = Self.vectors[(round + seed) % Self.vectors.count]
+                if SHA256.digest(utf8: input).map(Self.hex) != expected { wrong += 1 }
+            }
+            mismatches.withLock { $0 += wrong }
         }
-        let outcome = Outcome()
-        var threads: [pthread_t] = []
-        for seed in 0..<8 {
-            let box = Unmanaged.passRetained(ThreadWork(seed: seed, outcome: { wrong in
-                outcome.lock.locked { outcome.mismatches += wrong }
-            }))
-            var thread = pthread_t()
-            let made = pthread_create(&thread, nil, { argument in
-                let work = Unmanaged<ThreadWork>.fromOpaque(argument!).takeRetainedValue()
-                work.run()
-                return nil
-            }, box.toOpaque())
-            #expect(made == 0)
-            threads.append(thread)
-        }
-        for thread in threads { pthread_join(thread, nil) }
-        #expect(outcome.mismatches == 0)
-    }
-}
-
-/// One thread's share: digests of the vectors, many times, counting wrong ones.
-private final class ThreadWork: @unchecked Sendable {
-    let seed: Int
-    let outcome: @Sendable (Int) -> Void
-
-    init(seed: Int, outcome: @escaping @Sendable (Int) -> Void) {
-        self.seed = seed
-        self.outcome = outcome
-    }
-
-    func run() {
-        var wrong = 0
-        for round in 0..<2000 {
-            let (input, expected) = SHA256Tests.vectors[(round + seed) % SHA256Tests.vectors.count]
-            if SHA256.digest(utf8: input).map(SHA256Tests.hex) != expected { wrong += 1 }
-        }
-        outcome(wrong)
-    }
-}
-
-/// A pthread mutex around the test's count of wrong digests.
-private final class Tally: @unchecked Sendable {
-    private var mutex = pthread_mutex_t()
-    init() { pthread_mutex_init(&mutex, nil) }
-    deinit { pthread_mutex_destroy(&mutex) }
-    func locked(_ body: () -> Void) {
-        pthread_mutex_lock(&mutex)
-        body()
-        pthread_mutex_unlock(&mutex)
+        #expect(mismatches.withLock { $0 } == 0)
     }
 }
