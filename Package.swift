@@ -86,9 +86,16 @@ let package = Package(
             name: "KeyholeProtocol",
             dependencies: [.product(name: "NIOCore", package: "swift-nio")]
         ),
+        // keyholed's own event loop for its Unix socket (Sources/KeyholeServer/REQUEST_LOOP.md): epoll,
+        // no channel pipeline; it knows bytes and connections, KeyholeServer knows frames and operations.
+        .target(
+            name: "KeyholeSocketLoop",
+            dependencies: ["CKeyholeLinux", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .target(
             name: "KeyholeServer",
             dependencies: [
+                "KeyholeSocketLoop",
                 "KeyholeApple",
                 "KeyholeProtocol",
                 "KeyholeIssuers",
@@ -140,6 +147,7 @@ let package = Package(
                 "KeyholeApple",
                 "KeyholeSystemd",
                 "KeyholeServer",
+                "KeyholeSocketLoop",
                 "KeyholeHTTP",
                 "KeyholeMetrics",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -223,6 +231,10 @@ let package = Package(
                 "KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
             ]
+        ),
+        .testTarget(
+            name: "KeyholeSocketLoopTests",
+            dependencies: ["KeyholeSocketLoop", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "KeyholeServerTests",

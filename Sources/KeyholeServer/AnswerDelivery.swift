@@ -1,17 +1,17 @@
-import NIOCore
 import Synchronization
 
-/// Hands completed `PendingAnswer`s to one event loop: the first answer of a burst schedules one task,
+/// Hands completed `PendingAnswer`s to one event loop (SwiftNIO's or a `SocketLoop`): the first answer of a burst schedules one task,
 /// which runs every answer queued by then. A sync that completes fifty changes costs the event loop
 /// one wake-up and one task instead of fifty.
 final class AnswerDelivery: Sendable {
     private typealias Item = (outcome: PendingAnswer.Outcome, receiver: PendingAnswer.Receiver)
 
-    let eventLoop: any EventLoop
+    private let execute: @Sendable (@escaping @Sendable () -> Void) -> Void
     private let queue = Mutex<[Item]>([])
 
-    init(eventLoop: any EventLoop) {
-        self.eventLoop = eventLoop
+    /// Delivers through `execute`, which runs its closure on the loop.
+    init(execute: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+        self.execute = execute
     }
 
     /// Runs `receiver` with `outcome` on the event loop, after whatever it runs now.
@@ -20,7 +20,7 @@ final class AnswerDelivery: Sendable {
             queue.append((outcome, receiver))
             return queue.count == 1
         }
-        if first { eventLoop.execute { self.drain() } }
+        if first { execute { self.drain() } }
     }
 
     private func drain() {

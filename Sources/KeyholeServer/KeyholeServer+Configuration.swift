@@ -24,6 +24,14 @@ extension KeyholeServer {
         }
     }
 
+    /// The event loop that serves the socket (REQUEST_LOOP.md).
+    public enum Loop: String, Sendable, CaseIterable {
+        /// SwiftNIO's channel pipeline, on SwiftNIO's event loops.
+        case nio
+        /// keyholed's own epoll loop (`KeyholeSocketLoop`): no channel pipeline on the request path.
+        case epoll
+    }
+
     /// The server's settings, with the defaults of PROTOCOL.md and the configuration reference.
     public struct Configuration: Sendable {
         /// Where to listen.
@@ -68,9 +76,13 @@ extension KeyholeServer {
         /// Who may ask what. Its `socketGroup` is filled in from the socket file once the server
         /// listens, unless set here.
         public var access = AccessPolicy(serverUser: UInt32(geteuid()))
-        /// Where connections' peer credentials come from; `nil` for the kernel's (SO_PEERCRED). Tests
-        /// on channels without a peer put their own here.
-        public var credentialSource: (@Sendable (any Channel) -> EventLoopFuture<PeerCredentials?>)?
+        /// Where connections' peer credentials come from, called once per connection accepted; `nil`
+        /// for the kernel's (SO_PEERCRED). Tests put their own here.
+        public var credentialSource: (@Sendable () -> PeerCredentials?)?
+        /// Which event loop serves the socket: keyholed's own (`.epoll`) or SwiftNIO's channels (`.nio`).
+        public var loop = Loop.nio
+        /// How many threads `.epoll` runs (`.nio` runs on the event-loop group it is given).
+        public var threads = max(1, System.coreCount / 2)
 
         /// The defaults.
         public init() {}
@@ -88,6 +100,9 @@ extension KeyholeServer {
             }
             guard maxUnsentBytes >= 65_536 else {
                 throw .invalidConfiguration("maxUnsentBytes must be at least 65536")
+            }
+            guard threads >= 1 else {
+                throw .invalidConfiguration("threads must be at least 1")
             }
             guard maxConnectionsPerUID >= 1 else {
                 throw .invalidConfiguration("maxConnectionsPerUID must be at least 1")

@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import KeyholeSocketLoop
 import Logging
 import NIOCore
 import NIOExtras
@@ -17,10 +18,12 @@ import Darwin
 /// On graceful shutdown it stops accepting, stops reading, answers every request already read, closes
 /// each connection, and returns once all are closed.
 public final class KeyholeServer: Service, Sendable {
-    private let core: ServerCore
+    let core: ServerCore
     private let group: any EventLoopGroup
-    private let logger: Logger
-    private let onListening: @Sendable () -> Void
+    let logger: Logger
+    let onListening: @Sendable () -> Void
+    /// The loops serving the socket while `run` runs with `loop = .epoll`.
+    private let socketLoops = Mutex<SocketLoopGroup?>(nil)
 
     /// A server with `operations` besides the built-in ones (`ping`, `stats`).
     ///
@@ -41,6 +44,21 @@ public final class KeyholeServer: Service, Sendable {
         self.group = eventLoopGroup
         self.logger = logger
         self.onListening = onListening
+    }
+
+    func setSocketLoops(_ group: SocketLoopGroup?) {
+        socketLoops.withLock { $0 = group }
+    }
+
+    /// Runs `body` on each thread that serves the socket: SwiftNIO's event loops of the group given at
+    /// init (with `loop = .nio`), or keyholed's own loops (`.epoll`, once `run` listens). For a
+    /// watchdog: a loop that does not run it is stuck.
+    public var servingLoops: [@Sendable (@escaping @Sendable () -> Void) -> Void] {
+        if core.configuration.loop == .epoll {
+            let loops = socketLoops.withLock { $0?.loops } ?? []
+            return loops.map { loop in { loop.execute($0) } }
+        }
+        return group.makeIterator().map { loop in { loop.execute($0) } }
     }
 
     /// The server's counters.
@@ -79,33 +97,45 @@ public final class KeyholeServer: Service, Sendable {
     /// Listens and serves until graceful shutdown.
     public func run() async throws {
         try core.configuration.validate()
-        let quiescing = ServerQuiescingHelper(group: group)
-        let bootstrap = makeBootstrap(quiescing: quiescing)
         var socketFile: SocketFile?
-        let channel: any Channel
+        let descriptor: CInt
+        let name: String
         switch core.configuration.listener {
         case .path(let path, let mode):
             var file = SocketFile(path: path)
             if try file.prepare() {
                 logger.notice("server.stale_socket_removed", metadata: ["socket": "\(path)"])
             }
-            let descriptor = try file.bind(mode: mode, backlog: core.configuration.backlog)
-            // Before the channel accepts anything: a connection accepted first would be judged
-            // without the socket's group (with systemd's socket, the very request that started us).
-            // From the inode our bind made, read right after it: not from whatever is at the path now.
+            descriptor = try file.bind(mode: mode, backlog: core.configuration.backlog)
+            // Before anything is accepted: a connection accepted first would be judged without the
+            // socket's group (with systemd's socket, the very request that started us). From the inode
+            // our bind made, read right after it: not from whatever is at the path now.
             fillInSocketGroup(file.group)
-            do {
-                channel = try await adopt(descriptor, bootstrap: bootstrap, name: path)
-            } catch {
-                file.remove()
-                throw error
-            }
             socketFile = file
-        case .descriptor(let descriptor):
-            fillInSocketGroup(SocketFile.group(ofListening: descriptor))
-            channel = try await adopt(descriptor, bootstrap: bootstrap, name: "fd:\(descriptor)")
+            name = path
+        case .descriptor(let passed):
+            fillInSocketGroup(SocketFile.group(ofListening: passed))
+            descriptor = passed
+            name = "fd:\(passed)"
         }
-        logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)"])
+        do {
+            switch core.configuration.loop {
+            case .nio: try await serveOnChannels(descriptor, name: name)
+            case .epoll: try await serveOnSocketLoops(descriptor, name: name)
+            }
+        } catch {
+            socketFile?.remove()
+            throw error
+        }
+        socketFile?.remove()
+        logger.info("server.stopped")
+    }
+
+    /// Serves the listening socket on SwiftNIO's channels until graceful shutdown.
+    private func serveOnChannels(_ descriptor: CInt, name: String) async throws {
+        let quiescing = ServerQuiescingHelper(group: group)
+        let channel = try await adopt(descriptor, bootstrap: makeBootstrap(quiescing: quiescing), name: name)
+        logger.info("server.listening", metadata: ["listener": "\(core.configuration.listener)", "loop": "nio"])
         onListening()
 
         let drained = channel.eventLoop.makePromise(of: Void.self)
@@ -115,8 +145,6 @@ public final class KeyholeServer: Service, Sendable {
             logger.info("server.draining")
             quiescing.initiateShutdown(promise: drained)
         }
-        socketFile?.remove()
-        logger.info("server.stopped")
     }
 
     /// Serves a listening socket: one systemd passed, or one `SocketFile` bound.

@@ -6,8 +6,11 @@ import NIOCore
 public struct RequestContext: Sendable {
     /// A logger carrying the connection's metadata.
     public var logger: Logger
-    /// The event loop of the connection, for operations that schedule work.
-    public var eventLoop: any EventLoop
+
+    /// A context whose operations log to `logger`.
+    public init(logger: Logger) {
+        self.logger = logger
+    }
 }
 
 /// One operation of the protocol: its code, run inline on the event loop or as a task.

@@ -83,6 +83,26 @@ extension PeerCredentials {
         }.recover { _ in nil }
     }
 
+    /// Reads the credentials of the peer of socket `fd` (a connection keyholed's own loop accepted);
+    /// `nil` when the kernel does not give them (then the connection is treated as a stranger's).
+    static func read(fromSocket fd: CInt) -> PeerCredentials? {
+        var credentials = UCred()
+        var length = socklen_t(MemoryLayout<UCred>.size)
+        guard getsockopt(fd, SOL_SOCKET, peerCredentialsOption, &credentials, &length) == 0,
+            length == socklen_t(MemoryLayout<UCred>.size)
+        else { return nil }
+        var buffer = GroupBuffer()
+        var groupsLength = socklen_t(MemoryLayout<GroupBuffer>.size)
+        // Unlike NIO's option call, getsockopt says how many groups it wrote; more than the buffer
+        // holds (ERANGE), or an older kernel: no list, so that no group rule matches through one.
+        let groups: [UInt32]? = withUnsafeMutableBytes(of: &buffer) { raw in
+            guard getsockopt(fd, SOL_SOCKET, peerGroupsOption, raw.baseAddress, &groupsLength) == 0 else { return nil }
+            let count = Int(groupsLength) / MemoryLayout<UInt32>.size
+            return Array(raw.bindMemory(to: UInt32.self).prefix(count)).sorted()
+        }
+        return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: groups)
+    }
+
     /// The groups in SO_PEERGROUPS' answer. The kernel keeps a process's groups sorted ascending and
     /// writes only as many as there are; the rest of the buffer stays zero (NIO zeroes it and does not
     /// say how much was written). So the list is the strictly ascending run from the start, and a 0

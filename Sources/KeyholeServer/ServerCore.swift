@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import KeyholeSocketLoop
 import NIOCore
 import Synchronization
 
@@ -21,8 +22,8 @@ final class ServerCore: Sendable {
     let metrics = ServerMetrics()
     /// Who may ask what (a reload may replace the rules).
     let access: AccessControl
-    /// Where a connection's peer credentials come from: the kernel, or a test's.
-    let credentials: @Sendable (any Channel) -> EventLoopFuture<PeerCredentials?>
+    /// Where a connection's peer credentials come from instead of the kernel: a test's.
+    private let credentialSource: (@Sendable () -> PeerCredentials?)?
     /// Connections and request buckets per uid.
     let peers = Mutex(PeerLimits())
     /// How often connection events may be logged at notice.
@@ -46,7 +47,7 @@ final class ServerCore: Sendable {
         self.limits = Reloadable(configuration)
         self.stats = stats
         self.access = AccessControl(configuration.access)
-        self.credentials = configuration.credentialSource ?? PeerCredentials.read(from:)
+        self.credentialSource = configuration.credentialSource
         self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
             let requires = AccessPolicy.group(of: name).map(AccessPolicy.Groups.init) ?? []
             return (name, Entry(
@@ -55,12 +56,35 @@ final class ServerCore: Sendable {
         })
     }
 
+    /// The credentials of `channel`'s peer.
+    func credentials(_ channel: any Channel) -> EventLoopFuture<PeerCredentials?> {
+        if let credentialSource { return channel.eventLoop.makeSucceededFuture(credentialSource()) }
+        return PeerCredentials.read(from: channel)
+    }
+
+    /// The credentials of the peer of socket `fd`.
+    func credentials(ofSocket fd: CInt) -> PeerCredentials? {
+        if let credentialSource { return credentialSource() }
+        return PeerCredentials.read(fromSocket: fd)
+    }
+
     /// The delivery of pending answers to `eventLoop`, shared by its connections.
     func answerDelivery(for eventLoop: any EventLoop) -> AnswerDelivery {
+        answerDelivery(for: ObjectIdentifier(eventLoop)) { eventLoop.execute($0) }
+    }
+
+    /// The delivery of pending answers to `loop`, shared by its connections.
+    func answerDelivery(for loop: SocketLoop) -> AnswerDelivery {
+        answerDelivery(for: ObjectIdentifier(loop)) { loop.execute($0) }
+    }
+
+    private func answerDelivery(
+        for loop: ObjectIdentifier, execute: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
+    ) -> AnswerDelivery {
         deliveries.withLock { deliveries in
-            if let delivery = deliveries[ObjectIdentifier(eventLoop)] { return delivery }
-            let delivery = AnswerDelivery(eventLoop: eventLoop)
-            deliveries[ObjectIdentifier(eventLoop)] = delivery
+            if let delivery = deliveries[loop] { return delivery }
+            let delivery = AnswerDelivery(execute: execute)
+            deliveries[loop] = delivery
             return delivery
         }
     }

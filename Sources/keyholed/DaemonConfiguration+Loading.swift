@@ -1,4 +1,5 @@
 import KeyholeIssuers
+import KeyholeServer
 
 extension DaemonConfiguration {
     /// The largest configuration file read: anything bigger is a mistake.
@@ -28,8 +29,15 @@ extension DaemonConfiguration {
         if let server = try file.section("server", keys: [
             "socket", "socket_mode", "max_frame_bytes", "max_connections", "idle_timeout", "frame_timeout",
             "max_in_flight", "drain_timeout", "threads", "backlog", "max_unsent_bytes", "max_connections_per_uid",
-            "requests_per_second_per_uid", "request_burst_per_uid", "allow_unmapped_peers",
+            "requests_per_second_per_uid", "request_burst_per_uid", "allow_unmapped_peers", "loop",
         ]) {
+            if let loop = try server.string("loop") {
+                guard let chosen = KeyholeServer.Loop(rawValue: loop) else {
+                    throw ConfigError(key: "server.loop", line: file.line(of: "loop", in: "server"),
+                        message: "must be \"nio\" or \"epoll\", got '\(loop)'")
+                }
+                configuration.server.loop = chosen
+            }
             if let allow = try server.bool("allow_unmapped_peers") { configuration.allowUnmappedPeers = allow }
             if let socket = try server.string("socket") {
                 try checkPath(socket, key: "server.socket", line: file.line(of: "socket", in: "server"), socket: true)

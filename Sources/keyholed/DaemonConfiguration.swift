@@ -44,6 +44,7 @@ struct DaemonConfiguration {
     var serverConfiguration: KeyholeServer.Configuration {
         var configuration = server
         configuration.listener = .path(socketPath, mode: socketMode)
+        configuration.threads = threads
         return configuration
     }
 

@@ -20,19 +20,20 @@ extension Keyholed {
 
     /// The watchdog's test of a keyholed able to work: every event loop runs a task within the
     /// deadline, and the log's committer is not stuck in one write or sync for longer than `interval`.
-    static func healthCheck(group: any EventLoopGroup, store: Store, interval: Duration) -> @Sendable (Duration) async -> String? {
+    static func healthCheck(server: KeyholeServer, store: Store, interval: Duration) -> @Sendable (Duration) async -> String? {
         { deadline in
             if let busy = store.committerBusy(), busy > interval {
                 return "the log writer has been in one write or sync for \(busy.components.seconds)s"
             }
-            return await eventLoopsAnswer(group, within: deadline)
+            return await eventLoopsAnswer(server.servingLoops, within: deadline)
         }
     }
 
-    /// nil once every loop of `group` ran an empty task; a reason when one did not within `deadline`.
-    /// Never waits past the deadline, even for a loop that never answers.
-    static func eventLoopsAnswer(_ group: any EventLoopGroup, within deadline: Duration) async -> String? {
-        let loops = Array(group.makeIterator())
+    /// nil once every loop ran an empty task (`loops` run a closure each on one loop); a reason when
+    /// one did not within `deadline`. Never waits past the deadline, even for a loop that never answers.
+    static func eventLoopsAnswer(_ loops: [@Sendable (@escaping @Sendable () -> Void) -> Void], within deadline: Duration) async -> String? {
+        // None yet: the server has not started listening.
+        guard !loops.isEmpty else { return nil }
         let tally = Tally()
         return await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
             let timer = Task {
@@ -41,8 +42,8 @@ extension Keyholed {
                     continuation.resume(returning: "\(loops.count - answered) of \(loops.count) event loops did not answer within \(deadline)")
                 }
             }
-            for loop in loops {
-                loop.execute {
+            for execute in loops {
+                execute {
                     if tally.answer(of: loops.count), tally.finish() != nil {
                         timer.cancel()
                         continuation.resume(returning: nil)

@@ -8,6 +8,7 @@ import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
 import KeyholeServer
+import KeyholeSocketLoop
 import KeyholeStore
 import KeyholeSystemd
 import Logging
@@ -41,6 +42,9 @@ struct Keyholed: AsyncParsableCommand {
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical; overrides [log] level.")
     var logLevel: String?
+
+    @Option(help: "The event loop serving the socket, nio or epoll; overrides [server] loop.")
+    var loop: String?
 
     @Flag(help: "Cut the write-ahead log at its first damaged record (keeping a copy of what is cut under <state-dir>/wal/cut-<time>/), say how many records were lost, and exit without serving.")
     var repair = false
@@ -223,7 +227,7 @@ struct Keyholed: AsyncParsableCommand {
         let watchdog: [ServiceGroupConfiguration.ServiceConfiguration] = (notifier.isEnabled ? notifier.watchdogInterval() : nil).map { interval in
             [.init(service: Watchdog(
                 configuration: .init(interval: interval), notifier: notifier, logger: logger,
-                check: Self.healthCheck(group: MultiThreadedEventLoopGroup.singleton, store: sessionStore, interval: interval)))]
+                check: Self.healthCheck(server: server, store: sessionStore, interval: interval)))]
         } ?? []
         let systemdStatus: [ServiceGroupConfiguration.ServiceConfiguration] =
             notifier.isEnabled ? [.init(service: SystemdStatus(notifier: notifier, status: status))] : []
@@ -320,6 +324,10 @@ struct Keyholed: AsyncParsableCommand {
         // Changes a request makes are committed by its event loop once the loop has read what is ready
         // (`[storage] commit_on_event_loop`); those made elsewhere (tasks) by the committer thread.
         store.commitInline { commit in
+            if let loop = SocketLoop.current {
+                loop.execute(commit)
+                return true
+            }
             guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return false }
             loop.execute(commit)
             return true
@@ -354,10 +362,11 @@ struct Keyholed: AsyncParsableCommand {
         var logLevel: String?
         var enableDebugOps: Bool
         var fixedClock: Double?
+        var loop: String?
     }
 
     private var overrides: Overrides {
-        Overrides(config: config, socket: socket, stateDir: stateDir, logLevel: logLevel, enableDebugOps: enableDebugOps, fixedClock: fixedClock)
+        Overrides(config: config, socket: socket, stateDir: stateDir, logLevel: logLevel, enableDebugOps: enableDebugOps, fixedClock: fixedClock, loop: loop)
     }
 
     private static func loadConfiguration(_ overrides: Overrides) throws(ConfigError) -> DaemonConfiguration {
@@ -373,6 +382,12 @@ struct Keyholed: AsyncParsableCommand {
         }
         if let logLevel {
             configuration.logLevel = try DaemonConfiguration.logLevel(logLevel, key: "--log-level", line: nil)
+        }
+        if let loop = overrides.loop {
+            guard let chosen = KeyholeServer.Loop(rawValue: loop) else {
+                throw ConfigError(key: "--loop", line: nil, message: "must be \"nio\" or \"epoll\", got '\(loop)'")
+            }
+            configuration.server.loop = chosen
         }
         configuration.server.enableDebugOperations = overrides.enableDebugOps
         if overrides.fixedClock != nil && !overrides.enableDebugOps {

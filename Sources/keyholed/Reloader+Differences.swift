@@ -13,6 +13,7 @@ extension Reloader {
         keep("server.socket", \.socketPath)
         keep("server.socket_mode", \.socketMode)
         keep("server.threads", \.threads)
+        keep("server.loop", \.server.loop)
         keep("server.backlog", \.server.backlog)
         keep("server.allow_unmapped_peers", \.allowUnmappedPeers)
         keep("storage.dir", \.stateDirectory)

@@ -27,6 +27,10 @@ func withServer(
     var configuration = KeyholeServer.Configuration()
     configuration.listener = .path(path, mode: 0o600)
     configuration.enableDebugOperations = true
+    // `make test` runs these suites once on each of the server's event loops.
+    if let loop = ProcessInfo.processInfo.environment["KEYHOLE_TEST_LOOP"].flatMap(KeyholeServer.Loop.init(rawValue:)) {
+        configuration.loop = loop
+    }
     configure(&configuration)
     var logger = Logger(label: "test")
     logger.logLevel = .warning

@@ -18,11 +18,11 @@ extension Array where Element == UInt8 {
 @Suite("Limits on a live server")
 struct LimitsTests {
     /// Credentials for each new connection in turn: the uids given, then the last one again.
-    static func peers(_ uids: [UInt32]) -> @Sendable (any Channel) -> EventLoopFuture<PeerCredentials?> {
+    static func peers(_ uids: [UInt32]) -> @Sendable () -> PeerCredentials? {
         let queue = Mutex(uids)
-        return { channel in
+        return {
             let uid = queue.withLock { $0.count > 1 ? $0.removeFirst() : $0[0] }
-            return channel.eventLoop.makeSucceededFuture(PeerCredentials(pid: 1, uid: uid, gid: uid, groups: []))
+            return PeerCredentials(pid: 1, uid: uid, gid: uid, groups: [])
         }
     }
 

@@ -41,7 +41,7 @@ struct PendingAnswerTests {
     func completedFirst() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
-        let delivery = AnswerDelivery(eventLoop: loop)
+        let delivery = AnswerDelivery { loop.execute($0) }
         let received = Received(expected: 1, on: loop)
         let pending = PendingAnswer()
         pending.complete(.success(.object(["n": 7])))
@@ -63,7 +63,7 @@ struct PendingAnswerTests {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let loop = group.next()
         let other = group.next()
-        let delivery = AnswerDelivery(eventLoop: loop)
+        let delivery = AnswerDelivery { loop.execute($0) }
         let received = Received(expected: 200, on: loop)
         let answers = (0..<200).map { _ in PendingAnswer() }
         for answer in answers { answer.whenComplete(on: delivery, received.receiver(loop)) }

@@ -14,7 +14,7 @@ struct UnknownArgumentsTests {
     /// The error `operation` answers `args` with, or `nil` when it succeeds.
     static func error(_ operation: Operation, _ args: [String: JSONValue]) async -> ProtocolError? {
         let request = Request(id: nil, op: "test", args: args)
-        let context = RequestContext(logger: Logger(label: "test"), eventLoop: testEventLoop())
+        let context = RequestContext(logger: Logger(label: "test"))
         do throws(ProtocolError) {
             switch operation.body {
             case .sync(let body): _ = try body(request, context)

@@ -69,7 +69,7 @@ package final class DaemonProcess: Sendable {
         let argv = launcher + [Self.binary.path,
             "--config", configPath.path, "--socket", self.socketPath,
             "--state-dir", self.directory.appendingPathComponent("state").path, "--log-level", "debug",
-        ] + arguments
+        ] + Self.loopArguments + arguments
         let (pid, _, stderrFD) = try ChildProcess.spawn(argv, environment: environment, captureStdout: false, passing: listener)
         self.pid = pid
 
@@ -112,6 +112,13 @@ package final class DaemonProcess: Sendable {
             readiness.signal()
         }
         waiter.start()
+    }
+
+    /// `--loop X` when `KEYHOLE_TEST_LOOP` is set: `make test` runs the end-to-end suites once on each
+    /// of keyholed's event loops.
+    package static var loopArguments: [String] {
+        guard let loop = ProcessInfo.processInfo.environment["KEYHOLE_TEST_LOOP"], !loop.isEmpty else { return [] }
+        return ["--loop", loop]
     }
 
     /// Starts keyholed and waits until it says it is ready.

@@ -82,6 +82,10 @@ struct ConfigurationTests {
         #expect(parsed.threads == defaults.threads)
         #expect(defaults.threads == max(1, System.coreCount / 2))
         #expect(try DaemonConfiguration.parse("[server]\nthreads = 4\n").threads == 4)
+        #expect(try DaemonConfiguration.parse("[server]\nthreads = 4\n").serverConfiguration.threads == 4)
+        #expect(defaults.server.loop == .nio)
+        #expect(try DaemonConfiguration.parse("[server]\nloop = \"epoll\"\n").server.loop == .epoll)
+        #expect(try DaemonConfiguration.parse("[server]\nloop = \"nio\"\n").server.loop == .nio)
         #expect(parsed.keySetCache == defaults.keySetCache)
         #expect(parsed.verifiedTokenCacheEntries == defaults.verifiedTokenCacheEntries)
         #expect(parsed.issuers.isEmpty)
@@ -213,6 +217,7 @@ struct ConfigurationTests {
         ("[server]\nmax_connections = \"many\"\n", "server.max_connections", 2),
         ("[server]\nmax_in_flight = 0\n", "server.max_in_flight", 2),
         ("[server]\nthreads = 0\n", "server.threads", 2),
+        ("[server]\nloop = \"uring\"\n", "server.loop", 2),
         ("[server]\nmax_unsent_bytes = \"32KiB\"\n", "server.max_unsent_bytes", 2),
         ("[server]\nmax_connections_per_uid = 0\n", "server.max_connections_per_uid", 2),
         ("[server]\nrequests_per_second_per_uid = -1\n", "server.requests_per_second_per_uid", 2),

@@ -171,11 +171,13 @@ struct ProtocolEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
-    /// The names of the event-loop threads of process `pid` (NIO names them NIO-SGLTN-...).
+    /// The names of the threads of process `pid` that serve its socket: keyholed's own loops
+    /// (keyhole-loop-N) with `--loop epoll`, else SwiftNIO's (NIO-SGLTN-...).
     static func eventLoopThreads(_ pid: pid_t) throws -> [String] {
-        try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").compactMap { task in
+        let prefix = DaemonProcess.loopArguments == ["--loop", "epoll"] ? "keyhole-loop-" : "NIO-SGLTN"
+        return try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").compactMap { task in
             let name = try String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8)
-            return name.hasPrefix("NIO-SGLTN") ? name : nil
+            return name.hasPrefix(prefix) ? name : nil
         }
     }
 

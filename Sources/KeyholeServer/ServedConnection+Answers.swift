@@ -2,16 +2,16 @@ import KeyholeProtocol
 import NIOCore
 
 /// Running an operation and writing its answer: as a `Response`, or in place into the batch.
-extension ConnectionHandler {
-    func respond(to request: Request, entry: ServerCore.Entry, started: NIODeadline, context: ChannelHandlerContext) -> Response? {
-        if requestsPerSecond > 0, let refusal = rateRefusal() {
+extension ServedConnection {
+    func respond(to request: Request, entry: ServerCore.Entry, started: NIODeadline) -> Response? {
+        if limits.requestsPerSecond > 0, let refusal = rateRefusal() {
             return Response(id: request.id, outcome: .failure(refusal))
         }
         entry.counter.add()
         if !entry.requires.isEmpty, let refusal = refusal(of: request.op, requiring: entry.requires) {
             return Response(id: request.id, outcome: .failure(refusal))
         }
-        let requestContext = RequestContext(logger: logger, eventLoop: context.eventLoop)
+        let requestContext = RequestContext(logger: logger)
         switch entry.operation.body {
         case .sync(let body):
             do {
@@ -21,25 +21,25 @@ extension ConnectionHandler {
             }
         case .writing(let body):
             do throws(ProtocolError) {
-                if !context.channel.isWritable, unsentBytes(context: context) > maxUnsentBytes {
-                    cutSlowReader(context: context)
+                if !isWritable, unsentBytes > limits.maxUnsentBytes {
+                    cutSlowReader()
                 }
                 guard !closing, machine.state != .closed else {
                     // Nobody will read it: run the operation all the same, as every other one runs, so
                     // that its metrics count what it found.
                     var result = ByteBuffer()
                     if let outcome = try body(request, requestContext, &result) {
-                        return answer(request, outcome, metrics: entry.metrics, started: started, context: context)
+                        return answer(request, outcome, metrics: entry.metrics, started: started)
                     }
                     return .encoded(id: request.id, result: result)
                 }
                 var deferred: Operation.Outcome?
-                try writeInPlace(id: request.id, context: context) { buffer throws(ProtocolError) in
+                try writeInPlace(id: request.id) { buffer throws(ProtocolError) in
                     deferred = try body(request, requestContext, &buffer)
                     return deferred == nil
                 }
                 if let deferred {
-                    return answer(request, deferred, metrics: entry.metrics, started: started, context: context)
+                    return answer(request, deferred, metrics: entry.metrics, started: started)
                 }
                 answeredInPlace = true
                 return nil
@@ -47,13 +47,13 @@ extension ConnectionHandler {
                 return Response(id: request.id, outcome: .failure(error))
             }
         case .async(let body):
-            startTask(request: request, metrics: entry.metrics, started: started, context: context) { () async throws(ProtocolError) in
+            startTask(request: request, metrics: entry.metrics, started: started) { () async throws(ProtocolError) in
                 try await body(request, requestContext)
             }
             return nil
         case .deferrable(let body):
             do throws(ProtocolError) {
-                return answer(request, try body(request, requestContext), metrics: entry.metrics, started: started, context: context)
+                return answer(request, try body(request, requestContext), metrics: entry.metrics, started: started)
             } catch {
                 return Response(id: request.id, outcome: .failure(error))
             }
@@ -62,8 +62,7 @@ extension ConnectionHandler {
 
     /// The response for an outcome found without waiting, or `nil` when it comes later (a task, a sync).
     private func answer(
-        _ request: Request, _ outcome: Operation.Outcome, metrics: ServerMetrics.Operation, started: NIODeadline,
-        context: ChannelHandlerContext
+        _ request: Request, _ outcome: Operation.Outcome, metrics: ServerMetrics.Operation, started: NIODeadline
     ) -> Response? {
         switch outcome {
         case .done(let result):
@@ -71,10 +70,10 @@ extension ConnectionHandler {
         case .encoded(let result):
             return Response.encoded(id: request.id, result: result)
         case .later(let work):
-            startTask(request: request, metrics: metrics, started: started, context: context, work)
+            startTask(request: request, metrics: metrics, started: started, work)
             return nil
         case .pending(let pending):
-            wait(for: pending, id: request.id, metrics: metrics, started: started, context: context)
+            wait(for: pending, id: request.id, metrics: metrics, started: started)
             return nil
         }
     }
@@ -83,7 +82,7 @@ extension ConnectionHandler {
     /// a slow reader). When `body` throws, or returns false (it wrote nothing: its answer comes
     /// otherwise), nothing of the answer stays.
     func writeInPlace(
-        id: RequestID?, context: ChannelHandlerContext, _ body: (inout ByteBuffer) throws(ProtocolError) -> Bool
+        id: RequestID?, _ body: (inout ByteBuffer) throws(ProtocolError) -> Bool
     ) throws(ProtocolError) {
         prepareOutbound()
         let start = outbound.writerIndex
@@ -104,25 +103,6 @@ extension ConnectionHandler {
             outbound.moveWriterIndex(to: start)
             return
         }
-        wrote(outbound.writerIndex - start, context: context)
-    }
-
-    /// Readies the batch for more answers. By now the channel has usually written the last batch and
-    /// let go of it: then this reuses its storage instead of allocating. A buffer a big batch grew is
-    /// not kept.
-    func prepareOutbound() {
-        guard outboundHandedOver else { return }
-        if outbound.capacity <= Self.keptOutboundBytes {
-            outbound.clear()
-        } else {
-            outbound = ByteBuffer()
-        }
-        outboundHandedOver = false
-    }
-
-    func wrote(_ bytes: Int, context: ChannelHandlerContext) {
-        core.stats.bytesOut.add(bytes)
-        needsFlush = true
-        if outbound.readableBytes >= Self.outboundBatchBytes { handOver(context: context) }
+        outboundWritten(outbound.writerIndex - start)
     }
 }

@@ -1,0 +1,167 @@
+import KeyholeProtocol
+import KeyholeSocketLoop
+import Logging
+import NIOCore
+
+/// Serves one connection on keyholed's own loop (`[server] loop = "epoll"`, REQUEST_LOOP.md): the
+/// socket's events go to `ServedConnection`'s serving, which writes answers straight into the socket's
+/// output; the loop sends them once per pass.
+final class LoopConnection: SocketConnectionDelegate, ServedConnection {
+    let core: ServerCore
+    let limits: ConnectionLimits
+    var decoder: FrameDecoder
+    var machine: ConnectionStateMachine
+    var logger: Logger
+    var access = ConnectionAccess()
+    var tasks = ConnectionTasks()
+    var closing = false
+    var answeredInPlace = false
+    /// The socket; `nil` once closed.
+    private var connection: SocketConnection?
+    private let loop: SocketLoop
+    /// A stand-in for `connection.output` once the socket is gone, so that late answers have somewhere to go.
+    private var detachedOutput = ByteBuffer()
+    private var timers: [NIODeadline?] = Array(repeating: nil, count: ConnectionTimer.allCases.count)
+    let delivery: AnswerDelivery
+
+    /// Serves `connection`, held to `limits` for its whole life.
+    init(connection: SocketConnection, loop: SocketLoop, core: ServerCore, limits: KeyholeServer.Configuration, logger: Logger) {
+        self.connection = connection
+        self.loop = loop
+        self.core = core
+        self.logger = logger
+        self.limits = ConnectionLimits(limits)
+        self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
+        self.machine = ConnectionStateMachine(limits: limits)
+        self.delivery = core.answerDelivery(for: loop)
+        setTimer(.idle, at: .now() + limits.idleTimeout)
+    }
+
+    // MARK: The socket's events
+
+    func received(_ bytes: ByteBuffer, on connection: SocketConnection) {
+        received(bytes)
+        guard !connection.isClosed else { return }
+        // Reading goes on while the state machine lets it (back pressure, or reading ended).
+        if !machine.readRequested() { connection.setReading(false) }
+    }
+
+    func inputClosed(on connection: SocketConnection) {
+        // The client finished sending: answer what it sent, then close.
+        stopReading(serve: true)
+    }
+
+    func writabilityChanged(on connection: SocketConnection) {
+        if machine.writabilityChanged(connection.isWritable, now: .now()) { resumeReading() }
+        if connection.isWritable { pump() }
+    }
+
+    func deadlineReached(now: NIODeadline, on connection: SocketConnection) {
+        for kind in ConnectionTimer.allCases {
+            guard let deadline = timers[kind.index], deadline <= now else { continue }
+            timers[kind.index] = nil
+            timerFired(kind)
+            guard !connection.isClosed else { return }
+        }
+        armEarliest()
+    }
+
+    func quiesce(on connection: SocketConnection) {
+        quiesce(serve: true)
+    }
+
+    func closed(_ connection: SocketConnection) {
+        detachedOutput = ByteBuffer()
+        self.connection = nil
+        connectionClosed()
+        core.stats.closeConnection()
+    }
+
+    // MARK: ServedConnection's I/O
+
+    var outbound: ByteBuffer {
+        get { connection?.output ?? detachedOutput }
+        _modify {
+            if let connection {
+                yield &connection.output
+            } else {
+                yield &detachedOutput
+            }
+        }
+    }
+
+    var isWritable: Bool { connection?.isWritable ?? false }
+
+    var unsentBytes: Int { connection?.unsentBytes ?? 0 }
+
+    /// The socket's output is cleared by the loop as it sends it: nothing to do.
+    func prepareOutbound() {}
+
+    func outboundWritten(_ bytes: Int) {
+        core.stats.bytesOut.add(bytes)
+        connection?.outputAdded()
+    }
+
+    /// The loop sends every connection's output at the end of its pass.
+    func flushIfNeeded() {}
+
+    func resumeReading() {
+        connection?.setReading(true)
+    }
+
+    func closeNow() {
+        connection?.close()
+    }
+
+    func closeAfterWrites() {
+        connection?.closeAfterWrites()
+    }
+
+    func setTimer(_ kind: ConnectionTimer, at deadline: NIODeadline?) {
+        timers[kind.index] = deadline
+        armEarliest()
+    }
+
+    func hasTimer(_ kind: ConnectionTimer) -> Bool { timers[kind.index] != nil }
+
+    /// The loop's sweep looks at one deadline per connection: the earliest of its timers.
+    private func armEarliest() {
+        guard let connection else { return }
+        var earliest: NIODeadline?
+        for case let deadline? in timers where earliest.map({ deadline < $0 }) ?? true {
+            earliest = deadline
+        }
+        if connection.deadline != earliest { connection.deadline = earliest }
+    }
+
+    func onLoop<Value: Sendable>(_ body: @escaping (LoopConnection, Value) -> Void) -> @Sendable (Value) -> Void {
+        let loop = self.loop
+        let confined = LoopConfined(value: (self, body))
+        return { value in
+            loop.execute {
+                precondition(loop.inLoop)
+                confined.value.1(confined.value.0, value)
+            }
+        }
+    }
+
+    func confined<Value>(_ body: @escaping (LoopConnection, Value) -> Void) -> @Sendable (Value) -> Void {
+        let loop = self.loop
+        let confined = LoopConfined(value: (self, body))
+        return { value in
+            assert(loop.inLoop, "a confined closure ran off its loop")
+            confined.value.1(confined.value.0, value)
+        }
+    }
+}
+
+extension ConnectionTimer {
+    fileprivate var index: Int {
+        switch self {
+        case .idle: 0
+        case .frame: 1
+        case .drain: 2
+        case .firstRequest: 3
+        }
+    }
+}

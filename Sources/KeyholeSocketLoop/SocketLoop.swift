@@ -1,0 +1,301 @@
+import CKeyholeLinux
+import NIOCore
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One thread serving Unix-socket connections on epoll, without SwiftNIO's channel pipeline
+/// (Sources/KeyholeServer/REQUEST_LOOP.md says why and how).
+///
+/// Each pass: wait for events (or the next deadline); read what is ready and hand it to the
+/// connections' delegates; run the jobs other threads queued (`execute`); check deadlines; then send
+/// every connection's new output once. Everything but `execute` happens on the loop's own thread:
+/// that confinement is what makes the class safe to share, hence `@unchecked Sendable`.
+public final class SocketLoop: @unchecked Sendable {
+    /// Sizes and intervals; the defaults suit keyholed.
+    public struct Configuration: Sendable {
+        /// The most one read takes from a socket (one read per readiness, so busy connections share).
+        public var readBytes = 64 * 1024
+        /// Writability's marks (`SocketIOState`), as SwiftNIO's defaults.
+        public var writeMarks = SocketIOState.Marks(low: 32 * 1024, high: 64 * 1024)
+        /// A connection's output buffer is kept for its next answers up to this size.
+        public var keptOutputBytes = 16 * 1024
+        /// Deadlines are checked by a sweep over the loop's connections, at most this often: no timer
+        /// per connection, and a deadline is met at most this late.
+        public var sweepInterval = TimeAmount.milliseconds(100)
+        /// Connections accepted per wake-up before the loop serves others.
+        public var acceptsPerWake = 16
+        /// Out of descriptors (EMFILE), accepting pauses this long instead of spinning.
+        public var acceptPause = TimeAmount.milliseconds(100)
+
+        public init() {}
+    }
+
+    /// A queued closure; it runs on the loop's thread, which owns whatever it touches.
+    struct Job: @unchecked Sendable {
+        let run: () -> Void
+    }
+
+    public let configuration: Configuration
+    /// The thread's name, `keyhole-loop-N`.
+    public let name: String
+    let poll: CInt
+    private let wake: CInt
+    private let jobs = Mutex<[Job]>([])
+    private var spareJobs: [Job] = []
+
+    // The loop thread's own state.
+    var connections: [SocketConnection?] = []
+    var generation: UInt32 = 0
+    var flushList: [SocketConnection] = []
+    private var flushing: [SocketConnection] = []
+    private var readBuffer = ByteBuffer()
+    var listener: Listener?
+    private var nextSweep: NIODeadline?
+    private var lastSweep = NIODeadline.now()
+    var quiescing = false
+    private var finished = false
+    /// Connections open on this loop.
+    public internal(set) var connectionCount = 0
+    private var onFinished: (@Sendable () -> Void)?
+
+    private static let wakeTag = UInt64.max
+    static let listenerTag = UInt64.max - 1
+
+    /// A loop ready to `start`.
+    public init(name: String, configuration: Configuration = Configuration()) throws(SocketLoopError) {
+        self.name = name
+        self.configuration = configuration
+        poll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard poll >= 0 else { throw SocketLoopError("epoll_create1", errno) }
+        wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        guard wake >= 0 else {
+            let code = errno
+            Glibc.close(poll)
+            throw SocketLoopError("eventfd", code)
+        }
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.u64 = Self.wakeTag
+        epoll_ctl(poll, EPOLL_CTL_ADD, wake, &event)
+        spareJobs.reserveCapacity(64)
+    }
+
+    /// Starts the loop's thread; `finished` is called on it when the loop ends.
+    public func start(finished: @escaping @Sendable () -> Void) {
+        onFinished = finished
+        let body = Unmanaged.passRetained(ThreadBody { self.run() }).toOpaque()
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { argument in
+            Unmanaged<ThreadBody>.fromOpaque(argument!).takeRetainedValue().run()
+            return nil
+        }, body)
+        precondition(created == 0, "pthread_create failed: \(created)")
+        _ = name.withCString { ckeyhole_name_thread(thread, $0) }
+        pthread_detach(thread)
+    }
+
+    /// Whether the caller runs on this loop's thread.
+    public var inLoop: Bool {
+        pthread_getspecific(Self.currentKey) == Unmanaged.passUnretained(self).toOpaque()
+    }
+
+    /// The loop whose thread the caller runs on, if any.
+    public static var current: SocketLoop? {
+        guard let pointer = pthread_getspecific(currentKey) else { return nil }
+        return Unmanaged<SocketLoop>.fromOpaque(pointer).takeUnretainedValue()
+    }
+
+    private static let currentKey: pthread_key_t = {
+        var key = pthread_key_t()
+        precondition(pthread_key_create(&key, nil) == 0, "pthread_key_create failed")
+        return key
+    }()
+
+    /// Runs `job` on the loop's thread, after the reads of the pass it is in (or the next one), in
+    /// the order queued. Safe from any thread.
+    public func execute(_ job: @escaping @Sendable () -> Void) {
+        enqueue(Job(run: job))
+    }
+
+    /// `execute` for a job that touches only what the loop's thread owns (a connection's state):
+    /// the caller vouches for that.
+    public func executeConfined(_ job: @escaping () -> Void) {
+        enqueue(Job(run: job))
+    }
+
+    private func enqueue(_ job: Job) {
+        let first = jobs.withLock { jobs in
+            jobs.append(job)
+            return jobs.count == 1
+        }
+        // The loop looks at its queue before it sleeps: only another thread must wake it.
+        if first, !inLoop {
+            var one: UInt64 = 1
+            _ = Glibc.write(wake, &one, 8)
+        }
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        pthread_setspecific(Self.currentKey, Unmanaged.passUnretained(self).toOpaque())
+        let capacity = 256
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
+        while !finished {
+            let ready = epoll_wait(poll, events, Int32(capacity), waitMilliseconds())
+            if ready < 0 {
+                precondition(errno == EINTR, "epoll_wait failed: \(String(cString: strerror(errno)))")
+                continue
+            }
+            for index in 0..<Int(ready) {
+                handle(events[index])
+            }
+            runJobs()
+            let now = NIODeadline.now()
+            if let nextSweep, nextSweep <= now { sweep(now: now) }
+            flushAll()
+            if quiescing, connectionCount == 0 { finished = true }
+        }
+        events.deallocate()
+        stopListening()
+        Glibc.close(poll)
+        Glibc.close(wake)
+        pthread_setspecific(Self.currentKey, nil)
+        onFinished?()
+        onFinished = nil
+    }
+
+    /// How long epoll may wait: not at all with jobs queued, else until the next sweep.
+    private func waitMilliseconds() -> Int32 {
+        if jobs.withLock({ !$0.isEmpty }) { return 0 }
+        guard let nextSweep else { return -1 }
+        let nanoseconds = nextSweep.uptimeNanoseconds &- NIODeadline.now().uptimeNanoseconds
+        guard nanoseconds > 0, nanoseconds < UInt64.max / 2 else { return 0 }
+        return Int32(clamping: (nanoseconds + 999_999) / 1_000_000)
+    }
+
+    private func handle(_ event: epoll_event) {
+        let tag = event.data.u64
+        if tag == Self.wakeTag {
+            var count: UInt64 = 0
+            _ = Glibc.read(wake, &count, 8)
+            return
+        }
+        if tag == Self.listenerTag {
+            acceptAll()
+            return
+        }
+        let fd = Int(UInt32(truncatingIfNeeded: tag))
+        guard fd < connections.count, let connection = connections[fd],
+            connection.generation == UInt32(truncatingIfNeeded: tag >> 32)
+        else { return }
+        let events = event.events
+        if events & EPOLLOUT.rawValue != 0 { connection.flush() }
+        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0, !connection.isClosed {
+            if connection.io.watchingReads { read(connection) }
+            // Hung up (the peer closed both ways) or failed: nobody reads answers any more, and the
+            // socket would be reported ready on every pass.
+            if events & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { connection.close() }
+        }
+    }
+
+    private func read(_ connection: SocketConnection) {
+        // Reuses the buffer when the last reader let go of it; else this allocates a new one.
+        readBuffer.clear(minimumCapacity: configuration.readBytes)
+        var result = 0
+        readBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: configuration.readBytes) { space in
+            result = Glibc.read(connection.fd, space.baseAddress!, space.count)
+            return max(result, 0)
+        }
+        if result > 0 {
+            connection.delegate?.received(readBuffer, on: connection)
+        } else if result == 0 {
+            connection.apply(connection.io.endOfInput())
+            connection.delegate?.inputClosed(on: connection)
+        } else if errno != EAGAIN, errno != EINTR {
+            connection.close()
+        }
+    }
+
+    private func runJobs() {
+        // A job may queue more (an answer delivered by a commit): a few rounds, then the rest waits
+        // for the next pass, which then does not sleep.
+        for _ in 0..<4 {
+            jobs.withLock { swap(&spareJobs, &$0) }
+            if spareJobs.isEmpty { return }
+            for job in spareJobs { job.run() }
+            spareJobs.removeAll(keepingCapacity: true)
+        }
+    }
+
+    private func flushAll() {
+        // A flush that makes a connection writable again lets it serve requests it held back, whose
+        // answers join the list meanwhile: sent in the next round.
+        while !flushList.isEmpty {
+            swap(&flushing, &flushList)
+            for connection in flushing where connection.inFlushList {
+                connection.flush()
+            }
+            flushing.removeAll(keepingCapacity: true)
+        }
+    }
+
+    // MARK: Connections
+
+    func remove(_ connection: SocketConnection) {
+        epoll_ctl(poll, EPOLL_CTL_DEL, connection.fd, nil)
+        Glibc.close(connection.fd)
+        connections[Int(connection.fd)] = nil
+        connectionCount -= 1
+    }
+
+    func watch(_ connection: SocketConnection) {
+        guard !connection.isClosed else { return }
+        var event = epoll_event()
+        event.events = connection.events
+        event.data.u64 = UInt64(connection.generation) << 32 | UInt64(UInt32(bitPattern: connection.fd))
+        epoll_ctl(poll, EPOLL_CTL_MOD, connection.fd, &event)
+    }
+
+    func deadlineSet(_ deadline: NIODeadline) {
+        let at = max(deadline, lastSweep + configuration.sweepInterval)
+        if nextSweep.map({ at < $0 }) ?? true { nextSweep = at }
+    }
+
+    private func sweep(now: NIODeadline) {
+        lastSweep = now
+        nextSweep = nil
+        if let listener, let resumesAt = listener.pausedUntil {
+            if resumesAt <= now { startListening() } else { deadlineSet(resumesAt) }
+        }
+        var earliest: NIODeadline?
+        for index in connections.indices {
+            guard let connection = connections[index], let deadline = connection.deadline else { continue }
+            if deadline <= now {
+                connection.deadline = nil
+                connection.delegate?.deadlineReached(now: now, on: connection)
+            } else if earliest.map({ deadline < $0 }) ?? true {
+                earliest = deadline
+            }
+        }
+        if let earliest { deadlineSet(earliest) }
+    }
+}
+
+/// A thread's body, passed through pthread_create's pointer.
+private final class ThreadBody {
+    let run: () -> Void
+    init(_ run: @escaping () -> Void) { self.run = run }
+}
+
+/// A system call failed while setting a loop up.
+public struct SocketLoopError: Error, CustomStringConvertible {
+    public let description: String
+
+    init(_ call: String, _ code: Int32) {
+        description = "\(call): \(String(cString: strerror(code)))"
+    }
+}
