@@ -1,0 +1,146 @@
+import Foundation
+import NIOCore
+import Synchronization
+import Testing
+
+@testable import KeyholeSocketLoop
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Review of 36451a5: what happens around the end of a loop.
+@Suite("SocketLoop review: the end of a loop")
+struct SocketLoopReviewTests {
+    /// The descriptor the loop's epoll instance reports for its eventfd (registered with data = UInt64.max).
+    static func wakeDescriptor(of loop: SocketLoop) throws -> CInt {
+        let info = try String(contentsOfFile: "/proc/self/fdinfo/\(loop.poll)", encoding: .utf8)
+        for line in info.split(separator: "\n") where line.hasPrefix("tfd:") && line.contains("data: ffffffffffffffff") {
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            if let fd = CInt(fields[1]) { return fd }
+        }
+        throw Failure("no eventfd in \(info)")
+    }
+
+    /// The inode behind `fd`, or nil when `fd` is closed.
+    static func inode(_ fd: CInt) -> UInt64? {
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { return nil }
+        return UInt64(status.st_ino)
+    }
+
+    @Test("while the loop can still be asked to execute, its eventfd's number stays its eventfd")
+    func wakeOutlivesRun() async throws {
+        let loop = try SocketLoop(name: "review-0")
+        let wake = try Self.wakeDescriptor(of: loop)
+        let before = try #require(Self.inode(wake))
+        await withCheckedContinuation { (ended: CheckedContinuation<Void, Never>) in
+            loop.start { ended.resume() }
+            loop.execute { loop.quiesce() }
+        }
+        // `loop` is alive and `execute` callable (AnswerDelivery, a task's onLoop, the watchdog hold
+        // it): the number it writes to must still be its own eventfd, not closed, not another file.
+        #expect(Self.inode(wake) == before, "the eventfd's number was closed (or reused) while execute may still write to it")
+    }
+
+    /// Run alone (`--filter executeAfterEnd`): with other tests running, another file may take the
+    /// number first, which is the hazard itself but leaves this test nothing to show.
+    @Test("execute after the loop ended does not write into whatever file now has the eventfd's number")
+    func executeAfterEnd() async throws {
+        let loop = try SocketLoop(name: "review-1")
+        let wake = try Self.wakeDescriptor(of: loop)
+        await withCheckedContinuation { (ended: CheckedContinuation<Void, Never>) in
+            loop.start { ended.resume() }
+            loop.execute { loop.quiesce() }
+        }
+        guard fcntl(wake, F_GETFD) == -1 else { return }  // still open (fixed), or already taken by another test
+        // The loop closed its eventfd; the next file opened takes the lowest free number. Stand in
+        // for it (a WAL segment, a snapshot, another client's socket) with a pipe at that number.
+        var ends: [CInt] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        _ = fcntl(ends[0], F_SETFL, O_NONBLOCK)
+        #expect(dup2(ends[1], wake) == wake)
+        defer { close(wake) }
+
+        loop.execute {}  // a late pending answer, a task's result, the watchdog's probe
+
+        var bytes = [UInt8](repeating: 0, count: 16)
+        let count = bytes.withUnsafeMutableBytes { read(ends[0], $0.baseAddress, $0.count) }
+        #expect(count <= 0, "execute wrote \(count) bytes into another file: \(bytes.prefix(max(count, 0)))")
+    }
+
+    @Test("a job queued in the loop's last pass still runs (Store.commitInline's must run exactly once)")
+    func lastPassJob() async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        let group = try SocketLoopGroup(count: 1)
+        let loop = group.loops[0]
+        group.start(
+            listeningOn: socket.fd,
+            accepted: { connection in
+                connection.delegate = LastWordsDelegate(events: events, loop: loop)
+            },
+            failed: { _, _ in }, released: {})
+        let client = try socket.connect()
+        try TestSocket.send(client, [1])
+        #expect(TestSocket.receive(client, count: 1) == [1])
+        group.quiesce()
+        #expect(TestSocket.receiveAll(client) == [2], "the last word, then end of file")
+        await group.finished()
+        close(client)
+        #expect(events.all.contains("closed"))
+        #expect(events.all.contains("job ran"), "\(events.all)")
+    }
+
+    @Test("stop closes connections that are still open, without tripping exclusivity checks")
+    func stopWithOpenConnections() async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        let group = try SocketLoopGroup(count: 1)
+        group.start(
+            listeningOn: socket.fd, accepted: { $0.delegate = EchoDelegate(events: events) },
+            failed: { _, _ in }, released: {})
+        var clients: [CInt] = []
+        for index in 0..<4 {
+            let client = try socket.connect()
+            try TestSocket.send(client, [UInt8(index)])
+            #expect(TestSocket.receive(client, count: 1) == [UInt8(index)])
+            clients.append(client)
+        }
+        group.stop()
+        await group.finished()
+        for client in clients {
+            #expect(TestSocket.receiveAll(client).isEmpty)
+            close(client)
+        }
+        #expect(events.all.filter { $0 == "closed" }.count == 4)
+    }
+}
+
+/// Echoes; at quiesce writes one last byte and closes after it; when closed queues a job on its loop,
+/// as a change made while serving queues the store's inline commit.
+final class LastWordsDelegate: SocketConnectionDelegate {
+    let events: Events
+    let loop: SocketLoop
+
+    init(events: Events, loop: SocketLoop) {
+        self.events = events
+        self.loop = loop
+    }
+
+    func received(_ bytes: ByteBuffer, on connection: SocketConnection) { EchoDelegate.echo(bytes, connection) }
+    func inputClosed(on connection: SocketConnection) { connection.closeAfterWrites() }
+    func writabilityChanged(on connection: SocketConnection) {}
+    func deadlineReached(now: NIODeadline, on connection: SocketConnection) {}
+    func quiesce(on connection: SocketConnection) {
+        connection.output.writeInteger(UInt8(2))
+        connection.outputAdded()
+        connection.closeAfterWrites()
+    }
+    func closed(_ connection: SocketConnection) {
+        events.add("closed")
+        let events = self.events
+        loop.execute { events.add("job ran") }
+    }
+}
