@@ -83,6 +83,11 @@ public final class SocketLoop: @unchecked Sendable {
         spareJobs.reserveCapacity(64)
     }
 
+    deinit {
+        Glibc.close(poll)
+        Glibc.close(wake)
+    }
+
     /// Starts the loop's thread; `finished` is called on it when the loop ends.
     public func start(finished: @escaping @Sendable () -> Void) {
         onFinished = finished
@@ -133,6 +138,8 @@ public final class SocketLoop: @unchecked Sendable {
         }
         // The loop looks at its queue before it sleeps: only another thread must wake it.
         if first, !inLoop {
+            // `wake` stays open until deinit, and nobody can call this then: the number written to is
+            // always this loop's eventfd, never a file opened since with a reused number.
             var one: UInt64 = 1
             _ = Glibc.write(wake, &one, 8)
         }
@@ -157,12 +164,11 @@ public final class SocketLoop: @unchecked Sendable {
             let now = NIODeadline.now()
             if let nextSweep, nextSweep <= now { sweep(now: now) }
             flushAll()
-            if quiescing, connectionCount == 0 { finished = true }
+            // Not with jobs queued: one may be the store's inline commit, which must run.
+            if quiescing, connectionCount == 0, jobs.withLock({ $0.isEmpty }) { finished = true }
         }
         events.deallocate()
         stopListening()
-        Glibc.close(poll)
-        Glibc.close(wake)
         pthread_setspecific(Self.currentKey, nil)
         onFinished?()
         onFinished = nil
