@@ -99,7 +99,7 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        let read = machine.writabilityChanged(context.channel.isWritable, now: .now())
+        let read = machine.writabilityChanged(context.channel.isWritable, now: .now(), framesWaiting: decoder.hasCompleteFrame)
         if context.channel.isWritable {
             pump()
             flushIfNeeded()
@@ -118,7 +118,7 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     // MARK: Outbound
 
     func read(context: ChannelHandlerContext) {
-        if machine.readRequested() { context.read() }
+        if machine.readRequested(framesWaiting: decoder.hasCompleteFrame) { context.read() }
     }
 
     // MARK: ServedConnection's I/O

@@ -84,20 +84,23 @@ struct ConnectionStateMachine {
     }
 
     /// The channel wants to read: `true` to let it, `false` to hold the read back (back pressure).
-    mutating func readRequested() -> Bool {
-        if mayRead { return true }
+    /// `framesWaiting`: complete frames wait in the decoder, unserved: they are served before more is
+    /// read, so that what is held is at most one read.
+    mutating func readRequested(framesWaiting: Bool = false) -> Bool {
+        if mayRead, !framesWaiting { return true }
         if state == .open { readHeldBack = true }
         return false
     }
 
     /// The channel's writability changed: returns `true` when a held-back read should now be issued.
-    mutating func writabilityChanged(_ isWritable: Bool, now: NIODeadline) -> Bool {
+    mutating func writabilityChanged(_ isWritable: Bool, now: NIODeadline, framesWaiting: Bool = false) -> Bool {
         writable = isWritable
-        return releaseHeldBackRead(now: now)
+        return releaseHeldBackRead(now: now, framesWaiting: framesWaiting)
     }
 
-    private mutating func releaseHeldBackRead(now: NIODeadline) -> Bool {
-        guard readHeldBack, mayRead else { return false }
+    private mutating func releaseHeldBackRead(now: NIODeadline, framesWaiting: Bool) -> Bool {
+        // While frames wait, the read stays held: the requests they start finish later and ask again.
+        guard readHeldBack, mayRead, !framesWaiting else { return false }
         readHeldBack = false
         // The client was not slow while we were not reading: restart its clock for the frame in progress.
         if partialFrameSince != nil { partialFrameSince = now }
@@ -120,12 +123,12 @@ struct ConnectionStateMachine {
     }
 
     /// A request's response has been handed to the channel (or its connection is gone).
-    mutating func requestFinished(now: NIODeadline) -> Completion {
+    mutating func requestFinished(now: NIODeadline, framesWaiting: Bool = false) -> Completion {
         precondition(inFlight > 0, "requestFinished without a request in flight")
         inFlight -= 1
         guard state == .open else { return Completion() }
         if inFlight == 0 { lastActivity = now }
-        return Completion(read: releaseHeldBackRead(now: now))
+        return Completion(read: releaseHeldBackRead(now: now, framesWaiting: framesWaiting))
     }
 
     /// Whether a draining connection is done: nothing in flight, and the handler found no complete frame

@@ -43,7 +43,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         received(bytes)
         guard !connection.isClosed else { return }
         // Reading goes on while the state machine lets it (back pressure, or reading ended).
-        if !machine.readRequested() { connection.setReading(false) }
+        if !machine.readRequested(framesWaiting: decoder.hasCompleteFrame) { connection.setReading(false) }
     }
 
     func inputClosed(on connection: SocketConnection) {
@@ -52,7 +52,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     }
 
     func writabilityChanged(on connection: SocketConnection) {
-        if machine.writabilityChanged(connection.isWritable, now: .now()) { resumeReading() }
+        if machine.writabilityChanged(connection.isWritable, now: .now(), framesWaiting: decoder.hasCompleteFrame) { resumeReading() }
         if connection.isWritable { pump() }
     }
 

@@ -163,7 +163,7 @@ extension ServedConnection {
     func finish(_ response: Response?) {
         core.stats.inFlight.subtract()
         if let response, machine.state != .closed { write(response) }
-        let completion = machine.requestFinished(now: .now())
+        let completion = machine.requestFinished(now: .now(), framesWaiting: decoder.hasCompleteFrame)
         if completion.read { resumeReading() }
     }
 

@@ -32,6 +32,25 @@ struct ConnectionStateMachineTests {
         #expect(m.inFlight == 0)
     }
 
+    @Test("a held read stays held while complete frames wait in the decoder, and is released once they are served")
+    func framesWaitBeforeReading() {
+        var m = machine(maxInFlight: 1)
+        m.requestStarted()
+        let held = m.readRequested(framesWaiting: true)
+        #expect(!held)
+        // A slot frees, but frames read earlier wait: they go first (the next request takes the slot).
+        let early = m.requestFinished(now: start, framesWaiting: true)
+        #expect(early == .init())
+        m.requestStarted()
+        let writable = m.writabilityChanged(true, now: start, framesWaiting: true)
+        #expect(!writable)
+        // The last waiting frame's request finished: now read.
+        let last = m.requestFinished(now: start, framesWaiting: false)
+        #expect(last == .init(read: true))
+        let free = m.readRequested(framesWaiting: true)
+        #expect(!free, "with a free slot but frames waiting, they are served before more is read")
+    }
+
     @Test("a client not reading its answers stops frames being cut and reads being issued")
     func writability() {
         var m = machine()
