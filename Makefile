@@ -147,13 +147,13 @@ test-go: build-debug deps-clients
 # In two runs: the client's suites (deadlines of a few seconds, restart loops) apart from the rest,
 # some of whose end-to-end tests block Swift's cooperative threads (two on a 2-core machine) for
 # seconds at a time, which stalls every async test running beside them.
-# Then keyholed's end-to-end suites and the client's once more on keyholed's own epoll loop
-# (Sources/KeyholeServer/REQUEST_LOOP.md): every behaviour is the same on both loops.
+# Then keyholed's end-to-end suites and the client's once more on SwiftNIO's loop, the fallback
+# (`[server] loop = "nio"`, Sources/KeyholeServer/REQUEST_LOOP.md): every behaviour is the same on both.
 test-swift: build-debug
 	$(SWIFT) test --skip-build --skip '^KeyholeClientTests\.'
 	$(SWIFT) test --skip-build --filter '^KeyholeClientTests\.'
-	KEYHOLE_TEST_LOOP=epoll $(SWIFT) test --skip-build --filter '^KeyholedTests\.'
-	KEYHOLE_TEST_LOOP=epoll $(SWIFT) test --skip-build --filter '^KeyholeClientTests\.'
+	KEYHOLE_TEST_LOOP=nio $(SWIFT) test --skip-build --filter '^KeyholedTests\.'
+	KEYHOLE_TEST_LOOP=nio $(SWIFT) test --skip-build --filter '^KeyholeClientTests\.'
 
 ## bench: release build, then keyholed next to Redis (appendfsync always), PyJWT and OpenSSL through one
 ## client, in one run (Scripts/bench.py); writes BENCHMARKS.md and BENCHMARKS.json. Then each language

@@ -157,8 +157,9 @@ def measure(options, directory):
     with open(os.path.join(tokens, "issuer.toml")) as f:
         issuer = f.read()
     one_token = os.path.join(tokens, "tokens.txt")
-    reads = Keyholed(directory, "reads", f'[storage]\nfsync = "always"\n\n{issuer}\n').start()
-    writes = Keyholed(directory, "writes", '[storage]\nfsync = "always"\n').start()
+    server = f'[server]\nloop = "{options.loop}"\n' if options.loop else ""
+    reads = Keyholed(directory, "reads", f'{server}[storage]\nfsync = "always"\n\n{issuer}\n').start()
+    writes = Keyholed(directory, "writes", f'{server}[storage]\nfsync = "always"\n').start()
     servers = [reads, writes]
     helpers = []
     try:
@@ -243,7 +244,8 @@ def measure(options, directory):
                               file=sys.stderr, flush=True)
         reads.stop()
         writes.stop()
-        counted = Keyholed(directory, "counted", f'[storage]\nfsync = "always"\n\n{issuer}\n', count_allocations=True)
+        counted = Keyholed(directory, "counted", f'{server}[storage]\nfsync = "always"\n\n{issuer}\n',
+                           count_allocations=True)
         servers.append(counted.start())
         counted_sessions = os.path.join(directory, "counted-sessions.txt")
         subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-sessions.py"), "--socket",
@@ -305,10 +307,13 @@ def report(rows, allocations, options):
         return None
 
     today = datetime.date.today().isoformat()
+    loop = getattr(options, "loop", None)
+    loop_note = f'[server] loop "{loop}", ' if loop else ""
     lines = [
         "## Lean client (issue 31)", "",
         f"Written by Scripts/lean_bench.py on {today}: lean-load (Scripts/lean/lean_load.c, one C thread on epoll, "
-        "requests made before the run) drives a release keyholed (fsync \"always\", 100 000 sessions) and redis-server "
+        f"requests made before the run) drives a release keyholed ({loop_note}"
+        "fsync \"always\", 100 000 sessions) and redis-server "
         "(appendfsync always, 100 000 strings of 300 bytes and 100 000 hashes shaped like a session) on Unix sockets; "
         "every server on CPU 1, lean-load on the same CPU at one connection and on CPU 0 otherwise; "
         f"{options.rounds} rounds of {options.seconds} s per case, each side first in turn. Server CPU per request is "
@@ -369,6 +374,7 @@ def main():
     parser.add_argument("--settings", default=",".join(f"{c}x{d}" for c, d in SETTINGS),
                         help="connections x depth, comma-separated (default: %(default)s)")
     parser.add_argument("--only", help="keyholed scenarios to run, comma-separated (default: all)")
+    parser.add_argument("--loop", choices=("nio", "epoll"), help="keyholed's [server] loop (default: keyholed's default)")
     parser.add_argument("--out", help="write the section to this file alone")
     options = parser.parse_args()
     options.settings = [tuple(int(n) for n in setting.split("x")) for setting in options.settings.split(",")]

@@ -79,8 +79,9 @@ extension KeyholeServer {
         /// Where connections' peer credentials come from, called once per connection accepted; `nil`
         /// for the kernel's (SO_PEERCRED). Tests put their own here.
         public var credentialSource: (@Sendable () -> PeerCredentials?)?
-        /// Which event loop serves the socket: keyholed's own (`.epoll`) or SwiftNIO's channels (`.nio`).
-        public var loop = Loop.nio
+        /// Which event loop serves the socket: keyholed's own (`.epoll`, the default) or SwiftNIO's
+        /// channels (`.nio`, kept for one release as the fallback).
+        public var loop = Loop.epoll
         /// How many threads `.epoll` runs (`.nio` runs on the event-loop group it is given).
         public var threads = max(1, System.coreCount / 2)
 

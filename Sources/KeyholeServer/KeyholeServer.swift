@@ -55,8 +55,10 @@ public final class KeyholeServer: Service, Sendable {
     /// watchdog: a loop that does not run it is stuck.
     public var servingLoops: [@Sendable (@escaping @Sendable () -> Void) -> Void] {
         if core.configuration.loop == .epoll {
+            // A loop that ended (drained at shutdown, while others still drain) runs nothing more:
+            // it is not asked, so that the watchdog does not take it for stuck.
             let loops = socketLoops.withLock { $0?.loops } ?? []
-            return loops.map { loop in { loop.execute($0) } }
+            return loops.filter { !$0.hasEnded }.map { loop in { loop.execute($0) } }
         }
         return group.makeIterator().map { loop in { loop.execute($0) } }
     }

@@ -44,6 +44,7 @@ public final class SocketLoop: @unchecked Sendable {
     let poll: CInt
     private let wake: CInt
     private let jobs = Mutex<[Job]>([])
+    private let ended = Atomic<Bool>(false)
     private var spareJobs: [Job] = []
 
     // The loop thread's own state.
@@ -102,6 +103,9 @@ public final class SocketLoop: @unchecked Sendable {
         pthread_detach(thread)
     }
 
+    /// Whether the loop's thread has ended (jobs queued from now on never run).
+    public var hasEnded: Bool { ended.load(ordering: .acquiring) }
+
     /// Whether the caller runs on this loop's thread.
     public var inLoop: Bool {
         pthread_getspecific(Self.currentKey) == Unmanaged.passUnretained(self).toOpaque()
@@ -122,12 +126,6 @@ public final class SocketLoop: @unchecked Sendable {
     /// Runs `job` on the loop's thread, after the reads of the pass it is in (or the next one), in
     /// the order queued. Safe from any thread.
     public func execute(_ job: @escaping @Sendable () -> Void) {
-        enqueue(Job(run: job))
-    }
-
-    /// `execute` for a job that touches only what the loop's thread owns (a connection's state):
-    /// the caller vouches for that.
-    public func executeConfined(_ job: @escaping () -> Void) {
         enqueue(Job(run: job))
     }
 
@@ -170,6 +168,7 @@ public final class SocketLoop: @unchecked Sendable {
         events.deallocate()
         stopListening()
         pthread_setspecific(Self.currentKey, nil)
+        ended.store(true, ordering: .releasing)
         onFinished?()
         onFinished = nil
     }

@@ -114,8 +114,8 @@ package final class DaemonProcess: Sendable {
         waiter.start()
     }
 
-    /// `--loop X` when `KEYHOLE_TEST_LOOP` is set: `make test` runs the end-to-end suites once on each
-    /// of keyholed's event loops.
+    /// `--loop X` when `KEYHOLE_TEST_LOOP` is set: `make test` runs the end-to-end suites on keyholed's
+    /// default loop (epoll), then again on SwiftNIO's (`KEYHOLE_TEST_LOOP=nio`).
     package static var loopArguments: [String] {
         guard let loop = ProcessInfo.processInfo.environment["KEYHOLE_TEST_LOOP"], !loop.isEmpty else { return [] }
         return ["--loop", loop]

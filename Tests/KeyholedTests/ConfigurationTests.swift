@@ -83,7 +83,7 @@ struct ConfigurationTests {
         #expect(defaults.threads == max(1, System.coreCount / 2))
         #expect(try DaemonConfiguration.parse("[server]\nthreads = 4\n").threads == 4)
         #expect(try DaemonConfiguration.parse("[server]\nthreads = 4\n").serverConfiguration.threads == 4)
-        #expect(defaults.server.loop == .nio)
+        #expect(defaults.server.loop == .epoll)
         #expect(try DaemonConfiguration.parse("[server]\nloop = \"epoll\"\n").server.loop == .epoll)
         #expect(try DaemonConfiguration.parse("[server]\nloop = \"nio\"\n").server.loop == .nio)
         #expect(parsed.keySetCache == defaults.keySetCache)

@@ -7,7 +7,8 @@ import Testing
 import Glibc
 #endif
 
-/// Review of 36451a5: a client that pipelines durable writes while reading every answer.
+/// A client that pipelines durable writes while reading every answer (found by the review of the epoll
+/// loop: its reads outran its requests, and the NIO loop's did with a client reading slowly).
 @Suite("A client pipelining durable writes, end to end")
 struct PipelinedWritesEndToEndTests {
     /// `{"id":"rNNNNNNN","op":"session.create","args":{"sub":"uNNNNNNN"}}`, framed: every one the same size.

@@ -171,10 +171,10 @@ struct ProtocolEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
-    /// The names of the threads of process `pid` that serve its socket: keyholed's own loops
-    /// (keyhole-loop-N) with `--loop epoll`, else SwiftNIO's (NIO-SGLTN-...).
+    /// The names of the threads of process `pid` that serve its socket: SwiftNIO's (NIO-SGLTN-...)
+    /// with `--loop nio`, else keyholed's own loops (keyhole-loop-N).
     static func eventLoopThreads(_ pid: pid_t) throws -> [String] {
-        let prefix = DaemonProcess.loopArguments == ["--loop", "epoll"] ? "keyhole-loop-" : "NIO-SGLTN"
+        let prefix = DaemonProcess.loopArguments == ["--loop", "nio"] ? "NIO-SGLTN" : "keyhole-loop-"
         return try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task").compactMap { task in
             let name = try String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8)
             return name.hasPrefix(prefix) ? name : nil

@@ -46,7 +46,10 @@ class AllocationBudgetTests(unittest.TestCase):
         with open(os.path.join(tokens, "issuer.toml")) as f:
             issuer = f.read()
         cls.token_file = os.path.join(tokens, "tokens.txt")
-        cls.keyholed = lean_bench.Keyholed(cls.directory.name, "k", f'[storage]\nfsync = "always"\n\n{issuer}\n',
+        # KEYHOLE_TEST_LOOP: keyholed's event loop (nio or epoll) when not its default.
+        loop = os.environ.get("KEYHOLE_TEST_LOOP")
+        server = f'[server]\nloop = "{loop}"\n' if loop else ""
+        cls.keyholed = lean_bench.Keyholed(cls.directory.name, "k", f'{server}[storage]\nfsync = "always"\n\n{issuer}\n',
                                            count_allocations=True).start()
         client = keyhole.Client(cls.keyholed.socket)
         cls.sessions = os.path.join(cls.directory.name, "sessions.txt")

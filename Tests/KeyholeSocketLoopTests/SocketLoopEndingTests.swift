@@ -9,9 +9,9 @@ import Testing
 import Glibc
 #endif
 
-/// Review of 36451a5: what happens around the end of a loop.
-@Suite("SocketLoop review: the end of a loop")
-struct SocketLoopReviewTests {
+/// What happens around the end of a loop (found by the review of its first version).
+@Suite("SocketLoop: the end of a loop")
+struct SocketLoopEndingTests {
     /// The descriptor the loop's epoll instance reports for its eventfd (registered with data = UInt64.max).
     static func wakeDescriptor(of loop: SocketLoop) throws -> CInt {
         let info = try String(contentsOfFile: "/proc/self/fdinfo/\(loop.poll)", encoding: .utf8)
@@ -31,7 +31,7 @@ struct SocketLoopReviewTests {
 
     @Test("while the loop can still be asked to execute, its eventfd's number stays its eventfd")
     func wakeOutlivesRun() async throws {
-        let loop = try SocketLoop(name: "review-0")
+        let loop = try SocketLoop(name: "ending-0")
         let wake = try Self.wakeDescriptor(of: loop)
         let before = try #require(Self.inode(wake))
         await withCheckedContinuation { (ended: CheckedContinuation<Void, Never>) in
@@ -41,33 +41,7 @@ struct SocketLoopReviewTests {
         // `loop` is alive and `execute` callable (AnswerDelivery, a task's onLoop, the watchdog hold
         // it): the number it writes to must still be its own eventfd, not closed, not another file.
         #expect(Self.inode(wake) == before, "the eventfd's number was closed (or reused) while execute may still write to it")
-    }
-
-    /// Run alone (`--filter executeAfterEnd`): with other tests running, another file may take the
-    /// number first, which is the hazard itself but leaves this test nothing to show.
-    @Test("execute after the loop ended does not write into whatever file now has the eventfd's number")
-    func executeAfterEnd() async throws {
-        let loop = try SocketLoop(name: "review-1")
-        let wake = try Self.wakeDescriptor(of: loop)
-        await withCheckedContinuation { (ended: CheckedContinuation<Void, Never>) in
-            loop.start { ended.resume() }
-            loop.execute { loop.quiesce() }
-        }
-        guard fcntl(wake, F_GETFD) == -1 else { return }  // still open (fixed), or already taken by another test
-        // The loop closed its eventfd; the next file opened takes the lowest free number. Stand in
-        // for it (a WAL segment, a snapshot, another client's socket) with a pipe at that number.
-        var ends: [CInt] = [0, 0]
-        #expect(pipe(&ends) == 0)
-        defer { close(ends[0]); close(ends[1]) }
-        _ = fcntl(ends[0], F_SETFL, O_NONBLOCK)
-        #expect(dup2(ends[1], wake) == wake)
-        defer { close(wake) }
-
-        loop.execute {}  // a late pending answer, a task's result, the watchdog's probe
-
-        var bytes = [UInt8](repeating: 0, count: 16)
-        let count = bytes.withUnsafeMutableBytes { read(ends[0], $0.baseAddress, $0.count) }
-        #expect(count <= 0, "execute wrote \(count) bytes into another file: \(bytes.prefix(max(count, 0)))")
+        #expect(loop.hasEnded)
     }
 
     @Test("a job queued in the loop's last pass still runs (Store.commitInline's must run exactly once)")
