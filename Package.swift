@@ -234,7 +234,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KeyholeSocketLoopTests",
-            dependencies: ["KeyholeSocketLoop", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["KeyholeSocketLoop", "KeyholeTestSupport", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "KeyholeServerTests",

@@ -197,11 +197,9 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
 
     func hasTimer(_ kind: ConnectionTimer) -> Bool { timers[kind] != nil }
 
-    func onLoop<Value: Sendable>(_ body: @escaping (ConnectionHandler, Value) -> Void) -> @Sendable (Value) -> Void {
+    var executor: @Sendable (@escaping @Sendable () -> Void) -> Void {
         guard let eventLoop = context?.eventLoop else { return { _ in } }
-        let bound = NIOLoopBound(self, eventLoop: eventLoop)
-        let body = LoopConfined(value: body)
-        return { value in eventLoop.execute { body.value(bound.value, value) } }
+        return { eventLoop.execute($0) }
     }
 
     func confined<Value>(_ body: @escaping (ConnectionHandler, Value) -> Void) -> @Sendable (Value) -> Void {

@@ -28,10 +28,9 @@ extension KeyholeServer {
         group.start(
             listeningOn: descriptor,
             accepted: { connection in Self.accept(connection, core: core, logger: logger) },
-            failed: { _, code in
-                guard let suppressed = core.logRate.withLock({ $0.admit("server.accept_failed", now: NIODeadline.now()) }) else { return }
+            failed: { code in
                 var metadata: Logger.Metadata = ["error": "\(String(cString: strerror(code)))"]
-                if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
+                guard core.admitLog("server.accept_failed", metadata: &metadata) else { return }
                 logger.warning("server.accept_failed", metadata: metadata)
             },
             // Closed once no loop watches it: from then on a client connecting to a socket file is
@@ -60,11 +59,7 @@ extension KeyholeServer {
         let limits = core.limits.current
         guard core.stats.openConnection(limit: limits.maxConnections) else {
             core.metrics.refusedOverMax.increment()
-            let error = ProtocolError.overloaded("too many connections")
-            core.stats.countError(error.code)
-            let before = connection.output.readableBytes
-            FrameEncoder.writeFrame(into: &connection.output) { Response(id: nil, outcome: .failure(error)).write(to: &$0) }
-            core.stats.bytesOut.add(connection.output.readableBytes - before)
+            RejectHandler.writeRefusal(into: &connection.output, stats: core.stats)
             connection.outputAdded()
             connection.closeAfterWrites()
             return

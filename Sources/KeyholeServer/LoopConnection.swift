@@ -58,8 +58,8 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
 
     func deadlineReached(now: NIODeadline, on connection: SocketConnection) {
         for kind in ConnectionTimer.allCases {
-            guard let deadline = timers[kind.index], deadline <= now else { continue }
-            timers[kind.index] = nil
+            guard let deadline = timers[kind.rawValue], deadline <= now else { continue }
+            timers[kind.rawValue] = nil
             timerFired(kind)
             guard !connection.isClosed else { return }
         }
@@ -118,11 +118,11 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     }
 
     func setTimer(_ kind: ConnectionTimer, at deadline: NIODeadline?) {
-        timers[kind.index] = deadline
+        timers[kind.rawValue] = deadline
         armEarliest()
     }
 
-    func hasTimer(_ kind: ConnectionTimer) -> Bool { timers[kind.index] != nil }
+    func hasTimer(_ kind: ConnectionTimer) -> Bool { timers[kind.rawValue] != nil }
 
     /// The loop's sweep looks at one deadline per connection: the earliest of its timers.
     private func armEarliest() {
@@ -134,15 +134,9 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         if connection.deadline != earliest { connection.deadline = earliest }
     }
 
-    func onLoop<Value: Sendable>(_ body: @escaping (LoopConnection, Value) -> Void) -> @Sendable (Value) -> Void {
+    var executor: @Sendable (@escaping @Sendable () -> Void) -> Void {
         let loop = self.loop
-        let confined = LoopConfined(value: (self, body))
-        return { value in
-            loop.execute {
-                precondition(loop.inLoop)
-                confined.value.1(confined.value.0, value)
-            }
-        }
+        return { loop.execute($0) }
     }
 
     func confined<Value>(_ body: @escaping (LoopConnection, Value) -> Void) -> @Sendable (Value) -> Void {
@@ -151,17 +145,6 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         return { value in
             assert(loop.inLoop, "a confined closure ran off its loop")
             confined.value.1(confined.value.0, value)
-        }
-    }
-}
-
-extension ConnectionTimer {
-    fileprivate var index: Int {
-        switch self {
-        case .idle: 0
-        case .frame: 1
-        case .drain: 2
-        case .firstRequest: 3
         }
     }
 }

@@ -10,12 +10,18 @@ final class RejectHandler: ChannelInboundHandler {
 
     init(stats: ServerStats) { self.stats = stats }
 
-    func channelActive(context: ChannelHandlerContext) {
+    /// Writes the answer a connection beyond `max_connections` gets (on either loop), counted in `stats`.
+    static func writeRefusal(into buffer: inout ByteBuffer, stats: ServerStats) {
         let error = ProtocolError.overloaded("too many connections")
         stats.countError(error.code)
-        var buffer = context.channel.allocator.buffer(capacity: 128)
+        let before = buffer.readableBytes
         FrameEncoder.writeFrame(into: &buffer) { Response(id: nil, outcome: .failure(error)).write(to: &$0) }
-        stats.bytesOut.add(buffer.readableBytes)
+        stats.bytesOut.add(buffer.readableBytes - before)
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        var buffer = context.channel.allocator.buffer(capacity: 128)
+        Self.writeRefusal(into: &buffer, stats: stats)
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
         context.fireChannelActive()

@@ -48,10 +48,7 @@ extension ServedConnection {
         guard logger.logLevel <= .notice else { return }
         var metadata = metadata
         var level = Logger.Level.debug
-        if atNotice, let suppressed = core.logRate.withLock({ $0.admit(event, now: .now()) }) {
-            level = .notice
-            if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
-        }
+        if atNotice, core.admitLog(event, metadata: &metadata) { level = .notice }
         logger.log(level: level, "\(event)", metadata: metadata)
     }
 

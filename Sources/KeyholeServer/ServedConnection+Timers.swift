@@ -3,43 +3,45 @@ import NIOCore
 
 /// What a connection's timers do when they fire, and its asynchronous work.
 extension ServedConnection {
-    /// The timer `kind` fired (the loop has already forgotten it).
+    /// The timer `kind` fired (the loop has already forgotten it). Each kind's verdicts are the state
+    /// machine's: idle and drain timers close, frame and first-request timers stop reading.
     func timerFired(_ kind: ConnectionTimer) {
         let now = NIODeadline.now()
+        let verdict: ConnectionStateMachine.TimerVerdict
         switch kind {
-        case .idle:
-            switch machine.idleTimerFired(now: now) {
-            case .close:
-                logger.debug("connection.idle_timeout")
-                closeNow()
-            case .rearm(let deadline): setTimer(.idle, at: deadline)
-            case .drain, .disarm: break
-            }
-        case .frame:
-            switch machine.frameTimerFired(now: now) {
-            case .drain:
-                noteLimited("connection.frame_timeout", ["buffered_bytes": "\(decoder.bufferedBytes)"])
-                afterStoppingReading(serve: true)
-            case .rearm(let deadline): setTimer(.frame, at: deadline)
-            case .close, .disarm: break
-            }
-        case .firstRequest:
-            switch machine.firstRequestTimerFired(now: now) {
-            case .drain:
-                logger.debug("connection.draining")
-                afterStoppingReading(serve: true)
-            case .rearm(let deadline): setTimer(.firstRequest, at: deadline)
-            case .close, .disarm: break
-            }
-        case .drain:
-            switch machine.drainTimerFired(now: now) {
-            case .close:
-                noteLimited("connection.drain_timeout", ["in_flight": "\(machine.inFlight)"])
-                closeNow()
-            case .rearm(let deadline): setTimer(.drain, at: deadline)
-            case .drain, .disarm: break
-            }
+        case .idle: verdict = machine.idleTimerFired(now: now)
+        case .frame: verdict = machine.frameTimerFired(now: now)
+        case .firstRequest: verdict = machine.firstRequestTimerFired(now: now)
+        case .drain: verdict = machine.drainTimerFired(now: now)
         }
+        switch verdict {
+        case .close:
+            if kind == .drain {
+                noteLimited("connection.drain_timeout", ["in_flight": "\(machine.inFlight)"])
+            } else {
+                logger.debug("connection.idle_timeout")
+            }
+            closeNow()
+        case .drain:
+            if kind == .frame {
+                noteLimited("connection.frame_timeout", ["buffered_bytes": "\(decoder.bufferedBytes)"])
+            } else {
+                logger.debug("connection.draining")
+            }
+            afterStoppingReading(serve: true)
+        case .rearm(let deadline):
+            setTimer(kind, at: deadline)
+        case .disarm:
+            break
+        }
+    }
+
+    /// A closure that, called from any thread, runs `body` with this connection and its argument on
+    /// the connection's loop.
+    func onLoop<Value: Sendable>(_ body: @escaping (Self, Value) -> Void) -> @Sendable (Value) -> Void {
+        let run = confined(body)
+        let execute = executor
+        return { value in execute { run(value) } }
     }
 
     /// Runs `work` in a task that answers `request` on the connection's loop when done.

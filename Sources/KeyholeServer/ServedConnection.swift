@@ -45,9 +45,9 @@ protocol ServedConnection: AnyObject {
     func setTimer(_ kind: ConnectionTimer, at deadline: NIODeadline?)
     /// Whether a timer of `kind` is armed.
     func hasTimer(_ kind: ConnectionTimer) -> Bool
-    /// A closure that, called from any thread, runs `body` with this connection and its argument on
-    /// the connection's loop.
-    func onLoop<Value: Sendable>(_ body: @escaping (Self, Value) -> Void) -> @Sendable (Value) -> Void
+    /// Runs a closure on the connection's loop, from any thread (nothing once the connection is gone
+    /// from a loop that cannot say where it ran).
+    var executor: @Sendable (@escaping @Sendable () -> Void) -> Void { get }
     /// A closure to be called on this connection's loop only (checked in debug builds), which runs
     /// `body` with the connection and its argument there.
     func confined<Value>(_ body: @escaping (Self, Value) -> Void) -> @Sendable (Value) -> Void
@@ -72,8 +72,8 @@ struct ConnectionLimits {
     }
 }
 
-/// The timers of a connection.
-enum ConnectionTimer: CaseIterable {
+/// The timers of a connection (the raw value indexes a table of them).
+enum ConnectionTimer: Int, CaseIterable {
     case idle, frame, drain, firstRequest
 }
 

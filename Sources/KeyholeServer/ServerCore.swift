@@ -1,5 +1,6 @@
 import KeyholeProtocol
 import KeyholeSocketLoop
+import Logging
 import NIOCore
 import Synchronization
 
@@ -54,6 +55,14 @@ final class ServerCore: Sendable {
                 operation: operation, counter: stats.requestCounter(for: name)!, requires: requires,
                 metrics: ServerMetrics.Operation(op: name)))
         })
+    }
+
+    /// Whether `event` may be logged at its full level now, within the server's log rate (`LogRate`);
+    /// when it may, `metadata` says how many were held back since the last one.
+    func admitLog(_ event: String, metadata: inout Logger.Metadata) -> Bool {
+        guard let suppressed = logRate.withLock({ $0.admit(event, now: .now()) }) else { return false }
+        if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
+        return true
     }
 
     /// The credentials of `channel`'s peer.

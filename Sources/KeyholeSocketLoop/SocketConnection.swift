@@ -57,10 +57,13 @@ public final class SocketConnection {
     public func outputAdded() {
         guard !io.closed else { return }
         if io.queued(output.readableBytes) != nil { delegate?.writabilityChanged(on: self) }
-        if !inFlushList {
-            inFlushList = true
-            loop.flushList.append(self)
-        }
+        flushAtEndOfPass()
+    }
+
+    private func flushAtEndOfPass() {
+        guard !inFlushList else { return }
+        inFlushList = true
+        loop.flushList.append(self)
     }
 
     /// Sends what it can of `output` now.
@@ -97,10 +100,7 @@ public final class SocketConnection {
     /// Stops reading, and closes once all output so far is sent.
     public func closeAfterWrites() {
         apply(io.closeAfterWrites(unsent: output.readableBytes))
-        if !io.closed, output.readableBytes > 0, !inFlushList {
-            inFlushList = true
-            loop.flushList.append(self)
-        }
+        if !io.closed, output.readableBytes > 0 { flushAtEndOfPass() }
     }
 
     /// Closes now; unsent output is dropped. The delegate's `closed` is called once.
@@ -120,8 +120,11 @@ public final class SocketConnection {
         if effects.close { close() }
     }
 
-    /// The events to watch for now.
-    var events: UInt32 {
-        (io.watchingReads ? EPOLLIN.rawValue : 0) | (io.watchingWrites ? EPOLLOUT.rawValue : 0)
+    /// What epoll is to watch for now, tagged with the descriptor and the generation.
+    var epollEvent: epoll_event {
+        var event = epoll_event()
+        event.events = (io.watchingReads ? EPOLLIN.rawValue : 0) | (io.watchingWrites ? EPOLLOUT.rawValue : 0)
+        event.data.u64 = UInt64(generation) << 32 | UInt64(UInt32(bitPattern: fd))
+        return event
     }
 }

@@ -98,9 +98,7 @@ extension SocketLoop {
         }
         connections[Int(fd)] = connection
         connectionCount += 1
-        var event = epoll_event()
-        event.events = connection.events
-        event.data.u64 = UInt64(connection.generation) << 32 | UInt64(UInt32(bitPattern: fd))
+        var event = connection.epollEvent
         guard epoll_ctl(poll, EPOLL_CTL_ADD, fd, &event) == 0 else {
             connection.close()
             return

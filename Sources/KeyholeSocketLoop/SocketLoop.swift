@@ -33,19 +33,14 @@ public final class SocketLoop: @unchecked Sendable {
         public init() {}
     }
 
-    /// A queued closure; it runs on the loop's thread, which owns whatever it touches.
-    struct Job: @unchecked Sendable {
-        let run: () -> Void
-    }
-
     public let configuration: Configuration
     /// The thread's name, `keyhole-loop-N`.
     public let name: String
     let poll: CInt
     private let wake: CInt
-    private let jobs = Mutex<[Job]>([])
+    private let jobs = Mutex<[@Sendable () -> Void]>([])
     private let ended = Atomic<Bool>(false)
-    private var spareJobs: [Job] = []
+    private var spareJobs: [@Sendable () -> Void] = []
 
     // The loop thread's own state.
     var connections: [SocketConnection?] = []
@@ -126,10 +121,6 @@ public final class SocketLoop: @unchecked Sendable {
     /// Runs `job` on the loop's thread, after the reads of the pass it is in (or the next one), in
     /// the order queued. Safe from any thread.
     public func execute(_ job: @escaping @Sendable () -> Void) {
-        enqueue(Job(run: job))
-    }
-
-    private func enqueue(_ job: Job) {
         let first = jobs.withLock { jobs in
             jobs.append(job)
             return jobs.count == 1
@@ -231,7 +222,7 @@ public final class SocketLoop: @unchecked Sendable {
         for _ in 0..<4 {
             jobs.withLock { swap(&spareJobs, &$0) }
             if spareJobs.isEmpty { return }
-            for job in spareJobs { job.run() }
+            for job in spareJobs { job() }
             spareJobs.removeAll(keepingCapacity: true)
         }
     }
@@ -259,9 +250,7 @@ public final class SocketLoop: @unchecked Sendable {
 
     func watch(_ connection: SocketConnection) {
         guard !connection.isClosed else { return }
-        var event = epoll_event()
-        event.events = connection.events
-        event.data.u64 = UInt64(connection.generation) << 32 | UInt64(UInt32(bitPattern: connection.fd))
+        var event = connection.epollEvent
         epoll_ctl(poll, EPOLL_CTL_MOD, connection.fd, &event)
     }
 

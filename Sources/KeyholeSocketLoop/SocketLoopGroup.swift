@@ -35,7 +35,7 @@ public final class SocketLoopGroup: Sendable {
     public func start(
         listeningOn fd: CInt,
         accepted: @escaping @Sendable (SocketConnection) -> Void,
-        failed: @escaping @Sendable (SocketLoop, CInt) -> Void,
+        failed: @escaping @Sendable (CInt) -> Void,
         released: @escaping @Sendable () -> Void
     ) {
         // O_NONBLOCK: EPOLLEXCLUSIVE may still wake two loops for one connection, and the one that
@@ -51,7 +51,7 @@ public final class SocketLoopGroup: Sendable {
             loop.start { [self] in self.loopFinished() }
             loop.execute { [self] in
                 loop.listen(
-                    on: fd, accepted: accepted, failed: { failed(loop, $0) },
+                    on: fd, accepted: accepted, failed: failed,
                     released: { self.loopReleasedListener() })
             }
         }

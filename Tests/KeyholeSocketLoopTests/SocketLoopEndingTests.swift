@@ -1,4 +1,5 @@
 import Foundation
+import KeyholeTestSupport
 import NIOCore
 import Synchronization
 import Testing
@@ -19,7 +20,7 @@ struct SocketLoopEndingTests {
             let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
             if let fd = CInt(fields[1]) { return fd }
         }
-        throw Failure("no eventfd in \(info)")
+        throw RawConnection.Failure(description: "no eventfd in \(info)")
     }
 
     /// The inode behind `fd`, or nil when `fd` is closed.
@@ -55,14 +56,13 @@ struct SocketLoopEndingTests {
             accepted: { connection in
                 connection.delegate = LastWordsDelegate(events: events, loop: loop)
             },
-            failed: { _, _ in }, released: {})
+            failed: { _ in }, released: {})
         let client = try socket.connect()
-        try TestSocket.send(client, [1])
-        #expect(TestSocket.receive(client, count: 1) == [1])
+        try client.send([1])
+        #expect(try client.receive(count: 1) == [1])
         group.quiesce()
-        #expect(TestSocket.receiveAll(client) == [2], "the last word, then end of file")
+        #expect(try client.receiveAll() == [2], "the last word, then end of file")
         await group.finished()
-        close(client)
         #expect(events.all.contains("closed"))
         #expect(events.all.contains("job ran"), "\(events.all)")
     }
@@ -74,19 +74,18 @@ struct SocketLoopEndingTests {
         let group = try SocketLoopGroup(count: 1)
         group.start(
             listeningOn: socket.fd, accepted: { $0.delegate = EchoDelegate(events: events) },
-            failed: { _, _ in }, released: {})
-        var clients: [CInt] = []
+            failed: { _ in }, released: {})
+        var clients: [RawConnection] = []
         for index in 0..<4 {
             let client = try socket.connect()
-            try TestSocket.send(client, [UInt8(index)])
-            #expect(TestSocket.receive(client, count: 1) == [UInt8(index)])
+            try client.send([UInt8(index)])
+            #expect(try client.receive(count: 1) == [UInt8(index)])
             clients.append(client)
         }
         group.stop()
         await group.finished()
         for client in clients {
-            #expect(TestSocket.receiveAll(client).isEmpty)
-            close(client)
+            #expect(try client.receiveAll().isEmpty)
         }
         #expect(events.all.filter { $0 == "closed" }.count == 4)
     }
