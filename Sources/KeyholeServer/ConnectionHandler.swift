@@ -99,7 +99,7 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        let read = machine.writabilityChanged(context.channel.isWritable, now: .now(), framesWaiting: decoder.hasCompleteFrame)
+        let read = machine.writabilityChanged(context.channel.isWritable, now: now, framesWaiting: decoder.hasCompleteFrame)
         if context.channel.isWritable {
             pump()
             flushIfNeeded()
@@ -208,6 +208,8 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
         let body = LoopConfined(value: body)
         return { value in body.value(bound.value, value) }
     }
+
+    var now: NIODeadline { .now() }
 
     /// This event loop's delivery of pending answers, shared by its connections.
     var delivery: AnswerDelivery {

@@ -23,6 +23,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     private var detachedOutput = ByteBuffer()
     private var timers: [NIODeadline?] = Array(repeating: nil, count: ConnectionTimer.allCases.count)
     let delivery: AnswerDelivery
+    var now: NIODeadline { loop.passTime }
 
     /// Serves `connection`, held to `limits` for its whole life.
     init(connection: SocketConnection, loop: SocketLoop, core: ServerCore, limits: KeyholeServer.Configuration, logger: Logger) {
@@ -52,7 +53,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     }
 
     func writabilityChanged(on connection: SocketConnection) {
-        if machine.writabilityChanged(connection.isWritable, now: .now(), framesWaiting: decoder.hasCompleteFrame) { resumeReading() }
+        if machine.writabilityChanged(connection.isWritable, now: now, framesWaiting: decoder.hasCompleteFrame) { resumeReading() }
         if connection.isWritable { pump() }
     }
 

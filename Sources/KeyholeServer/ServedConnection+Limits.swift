@@ -32,7 +32,7 @@ extension ServedConnection {
     func rateRefusal() -> ProtocolError? {
         guard let uid = access.countedUID else { return nil }
         let (rate, burst) = (limits.requestsPerSecond, limits.requestBurst)
-        guard let wait = core.peers.withLock({ $0.takeRequest(uid: uid, now: .now(), rate: rate, burst: burst) }) else {
+        guard let wait = core.peers.withLock({ $0.takeRequest(uid: uid, now: now, rate: rate, burst: burst) }) else {
             return nil
         }
         access.refusals += 1

@@ -6,7 +6,7 @@ extension ServedConnection {
     /// The timer `kind` fired (the loop has already forgotten it). Each kind's verdicts are the state
     /// machine's: idle and drain timers close, frame and first-request timers stop reading.
     func timerFired(_ kind: ConnectionTimer) {
-        let now = NIODeadline.now()
+        let now = self.now
         let verdict: ConnectionStateMachine.TimerVerdict
         switch kind {
         case .idle: verdict = machine.idleTimerFired(now: now)

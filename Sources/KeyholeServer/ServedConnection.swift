@@ -53,6 +53,9 @@ protocol ServedConnection: AnyObject {
     func confined<Value>(_ body: @escaping (Self, Value) -> Void) -> @Sendable (Value) -> Void
     /// Where this loop's pending answers are delivered.
     var delivery: AnswerDelivery { get }
+    /// The time for the connection's timers and for when a request started: the clock, or the time
+    /// the loop's current pass began (one clock read per pass, not several per request).
+    var now: NIODeadline { get }
 }
 
 /// The limits a connection keeps for its whole life (a reload's new ones apply to new connections).
@@ -97,7 +100,7 @@ extension ServedConnection {
         decoder.append(bytes)
         let frames = pump()
         guard machine.state == .open else { return }
-        machine.bytesReceived(framesCompleted: frames, bufferedBytes: decoder.bufferedBytes, now: .now())
+        machine.bytesReceived(framesCompleted: frames, bufferedBytes: decoder.bufferedBytes, now: now)
         if let deadline = machine.frameDeadline, !hasTimer(.frame) {
             setTimer(.frame, at: deadline)
         }
@@ -124,7 +127,7 @@ extension ServedConnection {
             failFraming(error)
         }
         if machine.firstRequestCameDuringShutdown {
-            machine.stopReading(now: .now())
+            machine.stopReading(now: now)
             armDrainDeadline()
         }
         if machine.state == .draining, machine.drainedIfIdle(framesLeft: decoder.hasCompleteFrame) {
@@ -136,7 +139,7 @@ extension ServedConnection {
     /// The response, or `nil` when an asynchronous operation will answer later. Every answer is
     /// counted in the metrics under its operation, with its time from `started`.
     private func respond(to frame: ByteBuffer) -> Response? {
-        let started = NIODeadline.now()
+        let started = now
         let request: Request
         do {
             request = try Request.parse(frame)
@@ -163,7 +166,7 @@ extension ServedConnection {
     func finish(_ response: Response?) {
         core.stats.inFlight.subtract()
         if let response, machine.state != .closed { write(response) }
-        let completion = machine.requestFinished(now: .now(), framesWaiting: decoder.hasCompleteFrame)
+        let completion = machine.requestFinished(now: now, framesWaiting: decoder.hasCompleteFrame)
         if completion.read { resumeReading() }
     }
 
@@ -213,7 +216,7 @@ extension ServedConnection {
     /// serves by itself).
     func stopReading(serve: Bool) {
         guard machine.state == .open else { return }
-        machine.stopReading(now: .now())
+        machine.stopReading(now: now)
         afterStoppingReading(serve: serve)
     }
 
@@ -228,7 +231,7 @@ extension ServedConnection {
 
     /// Shutdown began: drain now, or after the first request of a connection that has sent none yet.
     func quiesce(serve: Bool) {
-        switch machine.quiesce(now: .now(), grace: limits.firstRequestGrace) {
+        switch machine.quiesce(now: now, grace: limits.firstRequestGrace) {
         case .drain:
             logger.debug("connection.draining")
             afterStoppingReading(serve: serve)

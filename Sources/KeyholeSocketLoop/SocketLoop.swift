@@ -51,6 +51,9 @@ public final class SocketLoop: @unchecked Sendable {
     var listener: Listener?
     private var nextSweep: NIODeadline?
     private var lastSweep = NIODeadline.now()
+    /// When the current pass began (read once, as the wait ended): the time for everything the pass
+    /// does, so that a request does not read the clock for its timers. Read on the loop's thread only.
+    public private(set) var passTime = NIODeadline.now()
     var quiescing = false
     private var finished = false
     /// Connections open on this loop.
@@ -146,12 +149,12 @@ public final class SocketLoop: @unchecked Sendable {
                 precondition(errno == EINTR, "epoll_wait failed: \(String(cString: strerror(errno)))")
                 continue
             }
+            passTime = .now()
             for index in 0..<Int(ready) {
                 handle(events[index])
             }
             runJobs()
-            let now = NIODeadline.now()
-            if let nextSweep, nextSweep <= now { sweep(now: now) }
+            if let nextSweep, nextSweep <= passTime { sweep(now: passTime) }
             flushAll()
             // Not with jobs queued: one may be the store's inline commit, which must run.
             if quiescing, connectionCount == 0, jobs.withLock({ $0.isEmpty }) { finished = true }
