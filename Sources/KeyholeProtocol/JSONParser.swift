@@ -100,12 +100,12 @@ struct JSONParser {
         }
     }
 
-    private let bytes: UnsafeRawBufferPointer
+    let bytes: UnsafeRawBufferPointer
     private let depthLimit: Int
-    private var index = 0
+    var index = 0
     private var depth = 0
 
-    private init(bytes: UnsafeRawBufferPointer, depthLimit: Int = maximumDepth) {
+    init(bytes: UnsafeRawBufferPointer, depthLimit: Int = maximumDepth) {
         self.bytes = bytes
         self.depthLimit = depthLimit
     }
@@ -126,12 +126,13 @@ struct JSONParser {
     }
 
     /// Parses `bytes` as one JSON text whose top level is an object, handing its members to `member`
-    /// (name, the name's offset, value) without building a dictionary of them: a request envelope is
-    /// read this way. Returns `false`, once the whole text has parsed, when the top level is not an
-    /// object. `member` must refuse duplicate names itself.
+    /// (name, the name's offset, and the parser at the value, which `member` must read with
+    /// `parseValue()` or check with `checkValue()`) without building a dictionary of them: a request
+    /// envelope is read this way. Returns `false`, once the whole text has parsed, when the top level
+    /// is not an object. `member` must refuse duplicate names itself.
     static func parseObjectMembers(
         _ bytes: UnsafeRawBufferPointer, depthLimit: Int = maximumDepth,
-        _ member: (String, Int, JSONValue) throws(Failure) -> Void
+        _ member: (String, Int, inout JSONParser) throws(Failure) -> Void
     ) throws(Failure) -> Bool {
         var parser = JSONParser(bytes: bytes, depthLimit: depthLimit)
         try parser.beginDocument()
@@ -168,7 +169,7 @@ struct JSONParser {
         guard index == bytes.count else { throw failure(.trailingData) }
     }
 
-    private mutating func parseValue() throws(Failure) -> JSONValue {
+    mutating func parseValue() throws(Failure) -> JSONValue {
         guard index < bytes.count else { throw failure(.expected("a value")) }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try parseObject()
@@ -200,16 +201,21 @@ struct JSONParser {
         index += length
     }
 
-    private mutating func enterContainer() throws(Failure) {
+    mutating func enterContainer() throws(Failure) {
         depth += 1
         guard depth <= depthLimit else { throw failure(.tooDeep(depthLimit)) }
         index += 1
         skipWhitespace()
     }
 
+    mutating func leaveContainer() {
+        depth -= 1
+    }
+
     private mutating func parseObject() throws(Failure) -> JSONValue {
         var members: [String: JSONValue] = [:]
-        try parseMembers { name, nameOffset, value throws(Failure) in
+        try parseMembers { name, nameOffset, parser throws(Failure) in
+            let value = try parser.parseValue()
             if members.isEmpty { members.reserveCapacity(4) }
             if members.updateValue(value, forKey: name) != nil {
                 throw Failure(offset: nameOffset, reason: .duplicateMember(name), atEnd: false)
@@ -219,9 +225,10 @@ struct JSONParser {
     }
 
     /// Parses the object whose `{` is at `index`, handing each member to `member` as it is read: its
-    /// name, the name's offset and its value. Duplicates are `member`'s to refuse.
-    private mutating func parseMembers(
-        _ member: (String, Int, JSONValue) throws(Failure) -> Void
+    /// name, the name's offset and the parser at its value, which `member` must consume. Duplicates
+    /// are `member`'s to refuse.
+    mutating func parseMembers(
+        _ member: (String, Int, inout JSONParser) throws(Failure) -> Void
     ) throws(Failure) {
         try enterContainer()
         guard index < bytes.count else { throw failure(.expected("a member name or '}'")) }
@@ -238,7 +245,7 @@ struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw failure(.expected("':'")) }
             index += 1
             skipWhitespace()
-            try member(name, nameOffset, try parseValue())
+            try member(name, nameOffset, &self)
             skipWhitespace()
             guard index < bytes.count else { throw failure(.expected("',' or '}'")) }
             switch bytes[index] {
@@ -287,7 +294,7 @@ struct JSONParser {
     }
 
     @inline(__always)
-    private mutating func skipWhitespace() {
+    mutating func skipWhitespace() {
         while index < bytes.count {
             switch bytes[index] {
             case 0x20, 0x0A, 0x0D, 0x09: index += 1
@@ -304,6 +311,14 @@ struct JSONParser {
     /// surrogate pairs); a string without escapes is then made straight from its bytes, one with escapes
     /// is decoded into a string of at most the same number of bytes.
     private mutating func parseString() throws(Failure) -> String {
+        let (content, hasEscapes) = try scanString()
+        let text = UnsafeRawBufferPointer(rebasing: bytes[content])
+        return hasEscapes ? Self.decodeEscapes(text) : String(decoding: text, as: UTF8.self)
+    }
+
+    /// Checks the string whose opening quote is at `index` and moves past it, returning where its
+    /// content lies (between the quotes) and whether it has escapes.
+    mutating func scanString() throws(Failure) -> (content: Range<Int>, hasEscapes: Bool) {
         let openingQuote = index
         index += 1
         let contentStart = index
@@ -330,9 +345,9 @@ struct JSONParser {
                 try scanUTF8Sequence()
             }
         }
-        let content = UnsafeRawBufferPointer(rebasing: bytes[contentStart..<index])
+        let content = contentStart..<index
         index += 1  // the closing quote
-        return hasEscapes ? Self.decodeEscapes(content) : String(decoding: content, as: UTF8.self)
+        return (content, hasEscapes)
     }
 
     /// Whether eight bytes (in either byte order) are all printable ASCII other than a quote and a
@@ -423,7 +438,7 @@ struct JSONParser {
 
     /// Decodes the content of a string already checked by `parseString`. Every escape is at least as
     /// long as the UTF-8 it stands for, so the result fits in `content.count` bytes.
-    private static func decodeEscapes(_ content: UnsafeRawBufferPointer) -> String {
+    static func decodeEscapes(_ content: UnsafeRawBufferPointer) -> String {
         String(unsafeUninitializedCapacity: content.count) { output in
             var input = 0
             var written = 0
@@ -547,7 +562,7 @@ struct JSONParser {
 
     // MARK: - Errors
 
-    private func failure(_ reason: Failure.Reason, at offset: Int? = nil) -> Failure {
+    func failure(_ reason: Failure.Reason, at offset: Int? = nil) -> Failure {
         let offset = offset ?? index
         return Failure(offset: offset, reason: reason, atEnd: offset >= bytes.count)
     }

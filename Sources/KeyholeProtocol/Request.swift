@@ -6,14 +6,45 @@ public struct Request: Sendable, Hashable {
     public var id: RequestID?
     /// The operation.
     public var op: String
-    /// The operation's arguments; empty when absent.
-    public var args: [String: JSONValue]
+    /// The operation's arguments; empty when absent. For a request read from a frame, this builds them
+    /// from `sentArgs` on every use: an operation reads the members it knows from `sentArgs` instead.
+    public var args: [String: JSONValue] {
+        get { sentArgs?.dictionary ?? builtArgs }
+        set {
+            builtArgs = newValue
+            sentArgs = nil
+        }
+    }
+    private var builtArgs: [String: JSONValue]
+    /// The `args` object as the frame held it, checked with the envelope and read in place; `nil` for
+    /// a request built in code, and for one sent without `args` (or with `null`). It holds the frame's
+    /// buffer: see `owned`.
+    public private(set) var sentArgs: CheckedJSONObject?
 
     /// A request.
     public init(id: RequestID?, op: String, args: [String: JSONValue] = [:]) {
         self.id = id
         self.op = op
-        self.args = args
+        self.builtArgs = args
+        self.sentArgs = nil
+    }
+
+    /// The request holding nothing of the frame it was read from (its `sentArgs` copied out): for a
+    /// request kept past its synchronous part, so that it does not hold a whole read buffer.
+    public var owned: Request {
+        var request = self
+        request.sentArgs = sentArgs?.owned
+        return request
+    }
+
+    public static func == (lhs: Request, rhs: Request) -> Bool {
+        lhs.id == rhs.id && lhs.op == rhs.op && lhs.args == rhs.args
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(id)
+        hasher.combine(op)
+        hasher.combine(args)
     }
 
     /// Why a frame could not be taken as a request, with the id to answer to when it was readable.
@@ -37,23 +68,35 @@ public struct Request: Sendable, Hashable {
         var version: JSONValue?
         var rawOp: JSONValue?
         var rawArgs: JSONValue?
+        // An object `args` is checked here, as strictly as the rest, but not built: where it lies and
+        // how many members it has. Its members are read in place by the operation.
+        var argsObject: (range: Range<Int>, count: Int)?
         var others: [String] = []
         let parsed = frame.withUnsafeReadableBytes { bytes in
             Result { () throws(JSONParser.Failure) -> Bool in
                 try JSONParser.parseObjectMembers(bytes, depthLimit: JSONParser.requestMaximumDepth) {
-                    name, offset, value throws(JSONParser.Failure) in
+                    name, offset, parser throws(JSONParser.Failure) in
                     let isNew: Bool
                     switch name {
-                    case "id": isNew = rawID == nil; rawID = value
-                    case "v": isNew = version == nil; version = value
-                    case "op": isNew = rawOp == nil; rawOp = value
-                    case "args": isNew = rawArgs == nil; rawArgs = value
+                    case "id": isNew = rawID == nil; rawID = try parser.parseValue()
+                    case "v": isNew = version == nil; version = try parser.parseValue()
+                    case "op": isNew = rawOp == nil; rawOp = try parser.parseValue()
+                    case "args":
+                        isNew = rawArgs == nil && argsObject == nil
+                        if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "{") {
+                            let start = parser.index
+                            let count = try parser.checkObject()
+                            argsObject = (start..<parser.index, count)
+                        } else {
+                            rawArgs = try parser.parseValue()
+                        }
                     default:
                         guard others.count < maximumUnknownMembers else {
                             throw JSONParser.Failure(offset: offset, reason: .tooManyMembers(maximumUnknownMembers), atEnd: false)
                         }
                         isNew = !others.contains(name)
                         others.append(name)
+                        try parser.checkValue()
                     }
                     guard isNew else {
                         throw JSONParser.Failure(offset: offset, reason: .duplicateMember(name), atEnd: false)
@@ -79,13 +122,17 @@ public struct Request: Sendable, Hashable {
         guard case .string(let op)? = rawOp else {
             throw Rejection(id: id, error: .badRequest("'op' must be present and a string"))
         }
-        var args: [String: JSONValue] = [:]
-        switch rawArgs {
-        case nil, .null?: break
-        case .object(let object)?: args = object
-        default: throw Rejection(id: id, error: .badRequest("'args' must be an object"))
+        var request = Request(id: id, op: op)
+        if let argsObject {
+            let text = frame.getSlice(at: frame.readerIndex + argsObject.range.lowerBound, length: argsObject.range.count)!
+            request.sentArgs = CheckedJSONObject(checked: text, count: argsObject.count)
+        } else {
+            switch rawArgs {
+            case nil, .null?: break
+            default: throw Rejection(id: id, error: .badRequest("'args' must be an object"))
+            }
         }
-        return Request(id: id, op: op, args: args)
+        return request
     }
 
     /// Writes the request's JSON body (without the frame header).

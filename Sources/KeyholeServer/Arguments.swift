@@ -6,19 +6,41 @@ import KeyholeProtocol
 /// `finish()` compares how many distinct members were found with how many were sent. The names read
 /// are kept inline (8 of them; more spill into an array), not in an array: this runs on every request.
 struct Arguments {
-    private let args: [String: JSONValue]
+    /// The arguments as sent, read in place (a request from a frame), or as built.
+    private let sent: CheckedJSONObject?
+    private let built: [String: JSONValue]
+    /// How many members were sent.
+    private let count: Int
     /// How many distinct names read were present.
     private var found = 0
-    /// The names read, for `finish()` and for counting each name once.
-    private var names = InlineArray<8, String>(repeating: "")
+    /// The names read, for `finish()` and for counting each name once. Names are the operations'
+    /// literals: kept as `StaticString`s, which copy without reference counting.
+    private var names = InlineArray<8, StaticString>(repeating: "")
     private var nameCount = 0
-    private var moreNames: [String] = []
+    private var moreNames: [StaticString] = []
 
-    init(_ request: Request) { args = request.args }
+    init(_ request: borrowing Request) {
+        sent = request.sentArgs
+        built = sent == nil ? request.args : [:]
+        count = sent?.count ?? built.count
+    }
 
     /// The member `name`, counted as read.
-    private mutating func member(_ name: String) -> JSONValue? {
-        let value = args.isEmpty ? nil : args[name]
+    private mutating func member(_ name: StaticString) -> JSONValue? {
+        let value: JSONValue?
+        if count == 0 {
+            value = nil
+        } else if let sent {
+            value = name.withUTF8Buffer { sent.value(of: UnsafeRawBufferPointer($0)) }
+        } else {
+            // By its bytes, as in place: the dictionary finds keys equal as Swift strings.
+            let key = name.description
+            if let index = built.index(forKey: key), Self.bytes(of: name, equal: built[index].key) {
+                value = built[index].value
+            } else {
+                value = nil
+            }
+        }
         if !wasRead(name) {
             if nameCount < names.count {
                 names[nameCount] = name
@@ -31,13 +53,26 @@ struct Arguments {
         return value
     }
 
+    /// Names are compared by their bytes, as `CheckedJSONObject` finds them: a name sent that only
+    /// looks like one read (a Kelvin sign for a K) was not read.
+    private func wasRead(_ name: StaticString) -> Bool {
+        name.withUTF8Buffer { name in
+            for index in 0..<nameCount where names[index].withUTF8Buffer({ $0.elementsEqual(name) }) { return true }
+            return moreNames.contains { $0.withUTF8Buffer { $0.elementsEqual(name) } }
+        }
+    }
+
     private func wasRead(_ name: String) -> Bool {
-        for index in 0..<nameCount where names[index] == name { return true }
-        return moreNames.contains(name)
+        for index in 0..<nameCount where Self.bytes(of: names[index], equal: name) { return true }
+        return moreNames.contains { Self.bytes(of: $0, equal: name) }
+    }
+
+    private static func bytes(of name: StaticString, equal string: String) -> Bool {
+        name.withUTF8Buffer { $0.elementsEqual(string.utf8) }
     }
 
     /// A string of 1 to `maxBytes` UTF-8 bytes.
-    mutating func string(_ name: String, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> String? {
+    mutating func string(_ name: StaticString, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> String? {
         switch member(name) {
         case .string(let value)?:
             guard !value.isEmpty, value.utf8.count <= maxBytes else {
@@ -53,7 +88,7 @@ struct Arguments {
     }
 
     /// An integer within `range`.
-    mutating func int(_ name: String, in range: ClosedRange<Int64>) throws(ProtocolError) -> Int64? {
+    mutating func int(_ name: StaticString, in range: ClosedRange<Int64>) throws(ProtocolError) -> Int64? {
         switch member(name) {
         case .int(let value)?:
             guard range.contains(value) else {
@@ -68,15 +103,15 @@ struct Arguments {
     }
 
     /// The member as sent, JSON `null` included (`.some(.null)`), or `nil` when absent.
-    mutating func value(_ name: String) -> JSONValue? {
+    mutating func value(_ name: StaticString) -> JSONValue? {
         return member(name)
     }
 
     /// Refuses members not read.
     func finish() throws(ProtocolError) {
-        guard found < args.count else { return }
+        guard found < count else { return }
         // For the error only: the first member in sorted order that was not read.
-        let unknown = args.keys.sorted().first { !wasRead($0) }!
+        let unknown = (sent?.dictionary ?? built).keys.sorted().first { !wasRead($0) } ?? "?"
         throw .badRequest("unknown argument '\(unknown)'")
     }
 }

@@ -33,21 +33,38 @@ extension ServedConnection {
                     }
                     return .encoded(id: request.id, result: result)
                 }
-                var deferred: Operation.Outcome?
-                try writeInPlace(id: request.id) { buffer throws(ProtocolError) in
-                    deferred = try body(request, requestContext, &buffer)
-                    return deferred == nil
+                // Written in place: the frame's length, the success head, the result, then the length
+                // filled in; on a throw or a deferral nothing of it stays. No closure: one capturing
+                // the request would copy it for every request.
+                prepareOutbound()
+                let start = outbound.writerIndex
+                outbound.writeInteger(UInt32(0))
+                Response.writeSuccessHead(id: request.id, to: &outbound)
+                let resultStart = outbound.writerIndex
+                let deferred: Operation.Outcome?
+                do {
+                    deferred = try body(request, requestContext, &outbound)
+                } catch {
+                    outbound.moveWriterIndex(to: start)
+                    throw error
                 }
                 if let deferred {
+                    outbound.moveWriterIndex(to: start)
                     return answer(request, deferred, metrics: entry.metrics, started: started)
                 }
+                assert(outbound.writerIndex > resultStart, "a writing operation said it wrote, and wrote nothing")
+                outbound.writeInteger(UInt8(ascii: "}"))
+                outbound.setInteger(UInt32(outbound.writerIndex - start - 4), at: start)
+                outboundWritten(outbound.writerIndex - start)
                 answeredInPlace = true
                 return nil
             } catch {
                 return Response(id: request.id, outcome: .failure(error))
             }
         case .async(let body):
-            startTask(request: request, metrics: entry.metrics, started: started) { () async throws(ProtocolError) in
+            // Kept for as long as the task runs: its own copy of the arguments, not the read buffer.
+            let request = request.owned
+            startTask(id: request.id, metrics: entry.metrics, started: started) { () async throws(ProtocolError) in
                 try await body(request, requestContext)
             }
             return nil
@@ -70,39 +87,11 @@ extension ServedConnection {
         case .encoded(let result):
             return Response.encoded(id: request.id, result: result)
         case .later(let work):
-            startTask(request: request, metrics: metrics, started: started, work)
+            startTask(id: request.id, metrics: metrics, started: started, work)
             return nil
         case .pending(let pending):
             wait(for: pending, id: request.id, metrics: metrics, started: started)
             return nil
         }
-    }
-
-    /// Writes a success whose result `body` writes, straight into the batch (the caller has dealt with
-    /// a slow reader). When `body` throws, or returns false (it wrote nothing: its answer comes
-    /// otherwise), nothing of the answer stays.
-    func writeInPlace(
-        id: RequestID?, _ body: (inout ByteBuffer) throws(ProtocolError) -> Bool
-    ) throws(ProtocolError) {
-        prepareOutbound()
-        let start = outbound.writerIndex
-        var written = false
-        do {
-            try FrameEncoder.writeFrame(into: &outbound) { buffer throws(ProtocolError) in
-                Response.writeSuccessHead(id: id, to: &buffer)
-                let resultStart = buffer.writerIndex
-                written = try body(&buffer)
-                assert(!written || buffer.writerIndex > resultStart, "a writing operation said it wrote, and wrote nothing")
-                buffer.writeInteger(UInt8(ascii: "}"))
-            }
-        } catch {
-            outbound.moveWriterIndex(to: start)
-            throw error
-        }
-        guard written else {
-            outbound.moveWriterIndex(to: start)
-            return
-        }
-        outboundWritten(outbound.writerIndex - start)
     }
 }

@@ -44,9 +44,9 @@ extension ServedConnection {
         return { value in execute { run(value) } }
     }
 
-    /// Runs `work` in a task that answers `request` on the connection's loop when done.
+    /// Runs `work` in a task that answers request `id` on the connection's loop when done.
     func startTask(
-        request: Request, metrics: ServerMetrics.Operation, started: NIODeadline,
+        id: RequestID?, metrics: ServerMetrics.Operation, started: NIODeadline,
         _ work: @escaping @Sendable () async throws(ProtocolError) -> [String: JSONValue]
     ) {
         let taskID = tasks.nextID()
@@ -61,7 +61,7 @@ extension ServedConnection {
             } catch {
                 outcome = .failure(error)
             }
-            let response = Response(id: request.id, outcome: outcome)
+            let response = Response(id: id, outcome: outcome)
             metrics.record(response, since: started)
             deliver(response)
         })

@@ -42,6 +42,13 @@ struct RequestTests {
             #"{"op":"ping","id":1,"op":"stats"}"#, #"{"op":"ping","x":1,"y":2,"x":3}"#, #"{"op":"ping","id":2,}"#,
             #"{"op":"ping"} x"#, #"  {"op":"#, "\u{FEFF}{}", #"{"op":"ping","args":{"a":1,"a":2}}"#, "{", "{}}",
             #"{"op" "ping"}"#, #"{op:"ping"}"#, "[1,", "\u{01}",
+            // `args` and unknown members are checked without being built: refused all the same.
+            #"{"op":"ping","args":{"a":{"b":1,"b":2}}}"#, #"{"op":"ping","args":{"a":[1,{"c":1,"c":2}]}}"#,
+            "{\"op\":\"ping\",\"args\":{\"\u{E9}\":1,\"e\u{301}\":2}}", #"{"op":"ping","args":{"a":01}}"#,
+            #"{"op":"ping","args":{"a":"\q"}}"#, #"{"op":"ping","args":{"a":tru}}"#, #"{"op":"ping","args":{"a":[1,]}}"#,
+            #"{"op":"ping","args":{"s\u0061":1,"sa":2}}"#, #"{"op":"ping","args":{"a":1e999}}"#,
+            #"{"op":"ping","args":{"a":"\ud800"}}"#, #"{"op":"ping","zz":[1,}"#, #"{"op":"ping","zz":{"q":1,"q":1}}"#,
+            "{\"op\":\"ping\",\"args\":{" + (0..<12).map { "\"m\($0)\":\($0)" }.joined(separator: ",") + ",\"m10\":0}}",
         ])
     func envelopeMessages(payload: String) {
         let expected: String

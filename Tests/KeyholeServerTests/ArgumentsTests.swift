@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import NIOCore
 import Testing
 
 @testable import KeyholeServer
@@ -6,13 +7,21 @@ import Testing
 /// Reading `args`: types, bounds, and members nobody read.
 @Suite("Arguments")
 struct ArgumentsTests {
-    static func arguments(_ members: [String: JSONValue]) -> Arguments {
-        Arguments(Request(id: nil, op: "test", args: members))
+    /// `members` as a request built in code (`inPlace` false) or read from a frame, whose
+    /// arguments are read in place (`Request.sentArgs`).
+    static func arguments(_ inPlace: Bool, _ members: [String: JSONValue]) -> Arguments {
+        let request = Request(id: nil, op: "test", args: members)
+        guard inPlace else { return Arguments(request) }
+        var frame = ByteBuffer()
+        request.write(to: &frame)
+        let sent = try! Request.parse(frame)
+        precondition(members.isEmpty || sent.sentArgs != nil)
+        return Arguments(sent)
     }
 
-    @Test("members read, absent or null, pass finish")
-    func allRead() throws {
-        var arguments = Self.arguments(["sub": .string("u1"), "ttl_s": .int(120), "data": .null])
+    @Test("members read, absent or null, pass finish", arguments: [false, true])
+    func allRead(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["sub": .string("u1"), "ttl_s": .int(120), "data": .null])
         #expect(try arguments.string("sub") == "u1")
         #expect(try arguments.string("issuer") == nil)
         #expect(try arguments.int("ttl_s", in: 60...3600) == 120)
@@ -21,16 +30,16 @@ struct ArgumentsTests {
         try arguments.finish()
     }
 
-    @Test("no args at all pass finish")
-    func empty() throws {
-        var arguments = Self.arguments([:])
+    @Test("no args at all pass finish", arguments: [false, true])
+    func empty(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, [:])
         #expect(try arguments.string("sub") == nil)
         try arguments.finish()
     }
 
-    @Test("the first member in sorted order that nobody read is named")
-    func unknownNamed() throws {
-        var arguments = Self.arguments(["sub": .string("u1"), "zeta": .int(1), "beta": .bool(true)])
+    @Test("the first member in sorted order that nobody read is named", arguments: [false, true])
+    func unknownNamed(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["sub": .string("u1"), "zeta": .int(1), "beta": .bool(true)])
         _ = try arguments.string("sub")
         _ = try arguments.string("issuer")
         let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
@@ -38,18 +47,18 @@ struct ArgumentsTests {
         #expect(error?.message == "unknown argument 'beta'")
     }
 
-    @Test("an unknown member is found even when as many names were read as members sent")
-    func unknownWithAbsentReads() throws {
-        var arguments = Self.arguments(["sub": .string("u1"), "typo": .int(1)])
+    @Test("an unknown member is found even when as many names were read as members sent", arguments: [false, true])
+    func unknownWithAbsentReads(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["sub": .string("u1"), "typo": .int(1)])
         _ = try arguments.string("sub")
         _ = try arguments.string("issuer")
         let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
         #expect(error?.message == "unknown argument 'typo'")
     }
 
-    @Test("wrong types and bounds are bad_request naming the member")
-    func typesAndBounds() throws {
-        var arguments = Self.arguments(["sub": .int(1), "ttl_s": .int(5), "name": .string("")])
+    @Test("wrong types and bounds are bad_request naming the member", arguments: [false, true])
+    func typesAndBounds(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["sub": .int(1), "ttl_s": .int(5), "name": .string("")])
         #expect(throws: ProtocolError.self) { try arguments.string("sub") }
         let bound = #expect(throws: ProtocolError.self) { try arguments.int("ttl_s", in: 60...3600) }
         #expect(bound?.message == "'ttl_s' must be from 60 to 3600")
@@ -57,27 +66,37 @@ struct ArgumentsTests {
         #expect(empty?.message == "'name' must be 1 to 10 bytes long")
     }
 
-    @Test("a name read twice counts once, so it cannot hide an unknown member")
-    func readTwice() throws {
-        var arguments = Self.arguments(["sub": .string("u1"), "typo": .int(1)])
+    @Test("a name read twice counts once, so it cannot hide an unknown member", arguments: [false, true])
+    func readTwice(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["sub": .string("u1"), "typo": .int(1)])
         _ = try arguments.string("sub")
         _ = try arguments.string("sub")
         let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
         #expect(error?.message == "unknown argument 'typo'")
     }
 
-    @Test("more than eight names are tracked too")
-    func manyNames() throws {
-        let names = (0..<12).map { "n\($0)" }
+    @Test("more than eight names are tracked too", arguments: [false, true])
+    func manyNames(inPlace: Bool) throws {
+        // Names read are the operations' literals.
+        let names: [StaticString] = ["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"]
         var members: [String: JSONValue] = [:]
-        for name in names { members[name] = .int(1) }
-        var all = Self.arguments(members)
+        for name in names { members[name.description] = .int(1) }
+        var all = Self.arguments(inPlace, members)
         for name in names { _ = all.value(name) }
         try all.finish()
         members["zz"] = .int(2)
-        var oneUnknown = Self.arguments(members)
+        var oneUnknown = Self.arguments(inPlace, members)
         for name in names { _ = oneUnknown.value(name) }
         let error = #expect(throws: ProtocolError.self) { try oneUnknown.finish() }
         #expect(error?.message == "unknown argument 'zz'")
+    }
+
+    @Test("a name sent that only looks like one read, as a Swift string, is unknown", arguments: [false, true])
+    func lookalike(inPlace: Bool) throws {
+        // U+212A KELVIN SIGN: "\u{212A}ey" == "Key" as Swift strings; their bytes differ.
+        var arguments = Self.arguments(inPlace, ["\u{212A}ey": .int(1)])
+        #expect(arguments.value("Key") == nil)
+        let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
+        #expect(error?.message == "unknown argument '\u{212A}ey'")
     }
 }

@@ -1,0 +1,105 @@
+/// Checking a value without building it, and reading a checked object's members where they lie: a
+/// request's `args` is checked with its envelope, and an operation then reads the two or three
+/// members it knows straight from the frame (`CheckedJSONObject`), without a dictionary of them.
+extension JSONParser {
+    /// Checks the value at `index` exactly as `parseValue()` would (refusing the same inputs with the
+    /// same failures, repeated names included) and moves past it, building nothing that allocates
+    /// for an object of up to eight members with short names.
+    mutating func checkValue() throws(Failure) {
+        guard index < bytes.count else { throw failure(.expected("a value")) }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): _ = try checkObject()
+        case UInt8(ascii: "["): try checkArray()
+        case UInt8(ascii: "\""): _ = try scanString()
+        default: _ = try parseValue()  // a number or a literal: nothing to allocate
+        }
+    }
+
+    /// Checks the object whose `{` is at `index` as `checkValue()` does; returns how many members it has.
+    mutating func checkObject() throws(Failure) -> Int {
+        var names = SeenNames()
+        try parseMembers { name, nameOffset, parser throws(Failure) in
+            guard names.insert(name) else {
+                throw Failure(offset: nameOffset, reason: .duplicateMember(name), atEnd: false)
+            }
+            try parser.checkValue()
+        }
+        return names.count
+    }
+
+    private mutating func checkArray() throws(Failure) {
+        try enterContainer()
+        guard index < bytes.count else { throw failure(.expected("a value or ']'")) }
+        if bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            leaveContainer()
+            return
+        }
+        while true {
+            try checkValue()
+            skipWhitespace()
+            guard index < bytes.count else { throw failure(.expected("',' or ']'")) }
+            switch bytes[index] {
+            case UInt8(ascii: ","):
+                index += 1
+                skipWhitespace()
+            case UInt8(ascii: "]"):
+                index += 1
+                leaveContainer()
+                return
+            default:
+                throw failure(.expected("',' or ']'"))
+            }
+        }
+    }
+
+    /// In an object `checkObject()` accepted, starting at its `{`: the value of the member whose
+    /// name is exactly `name`'s bytes (after unescaping), or `nil`.
+    mutating func memberValue(named name: UnsafeRawBufferPointer) throws(Failure) -> JSONValue? {
+        try enterContainer()
+        guard bytes[index] != UInt8(ascii: "}") else { return nil }
+        while true {
+            let (content, hasEscapes) = try scanString()
+            skipWhitespace()
+            index += 1  // ':'
+            skipWhitespace()
+            if Self.name(UnsafeRawBufferPointer(rebasing: bytes[content]), hasEscapes: hasEscapes, is: name) {
+                return try parseValue()
+            }
+            try checkValue()
+            skipWhitespace()
+            guard bytes[index] == UInt8(ascii: ",") else { return nil }  // '}'
+            index += 1
+            skipWhitespace()
+        }
+    }
+
+    /// Whether a member name as it lies in the text (`hasEscapes`: with escapes still in it) is `name`.
+    private static func name(_ text: UnsafeRawBufferPointer, hasEscapes: Bool, is name: UnsafeRawBufferPointer) -> Bool {
+        guard hasEscapes else { return text.elementsEqual(name) }
+        return decodeEscapes(text).utf8.elementsEqual(name)
+    }
+}
+
+/// The names seen in one object, to refuse a repeat as a dictionary would (names are compared as
+/// Swift strings, as `parseObject()`'s dictionary compares them): the first eight compared one by
+/// one in place, every name after them in a set, so that thousands of names cost linear time.
+struct SeenNames {
+    private var first = InlineArray<8, String>(repeating: "")
+    private var more: Set<String> = []
+    /// How many names were inserted.
+    private(set) var count = 0
+
+    /// Adds `name`; `false` when it was there already.
+    mutating func insert(_ name: String) -> Bool {
+        let inline = min(count, first.count)
+        for slot in 0..<inline where first[slot] == name { return false }
+        if count < first.count {
+            first[count] = name
+        } else {
+            guard more.insert(name).inserted else { return false }
+        }
+        count += 1
+        return true
+    }
+}
