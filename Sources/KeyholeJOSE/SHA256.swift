@@ -17,30 +17,31 @@ public enum SHA256 {
         }
     }
 
-    /// Fetched once: `EVP_sha256()` would look the implementation up again on every call.
-    nonisolated(unsafe) private static let algorithm = EVP_MD_fetch(nil, "SHA2-256", nil)
 
     /// The 32-byte digest of `bytes`, or `nil` if libcrypto fails (never a made-up value: a digest of
     /// zeros would make every input look alike).
     public static func digest(_ bytes: some Collection<UInt8>) -> [UInt8]? {
-        guard let algorithm else { return nil }
         var output = [UInt8](repeating: 0, count: 32)
         let input = Array(bytes)
         let ok = output.withUnsafeMutableBytes { out in
-            input.withUnsafeBytes { DigestContext.sha256($0, into: out.baseAddress!, algorithm: algorithm) }
+            input.withUnsafeBytes { ckeyhole_sha256($0.baseAddress, $0.count, out.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 1 }
         }
         return ok ? output : nil
     }
 
     /// The digest of `text`'s UTF-8 bytes, without copying them; `nil` if libcrypto fails.
     public static func digest(utf8 text: String) -> Digest? {
-        guard let algorithm else { return nil }
         var text = text
+        return text.withUTF8 { digest(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The digest of `bytes`, without copying them and without allocating (libcrypto's SHA256 on a
+    /// context on the stack: EVP would allocate a provider context for every digest); `nil` if
+    /// libcrypto fails.
+    public static func digest(bytes: UnsafeRawBufferPointer) -> Digest? {
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        let ok = text.withUTF8 { bytes in
-            withUnsafeMutableBytes(of: &words) { out in
-                DigestContext.sha256(UnsafeRawBufferPointer(bytes), into: out.baseAddress!, algorithm: algorithm)
-            }
+        let ok = withUnsafeMutableBytes(of: &words) { out in
+            ckeyhole_sha256(bytes.baseAddress, bytes.count, out.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 1
         }
         return ok ? Digest(words: words) : nil
     }

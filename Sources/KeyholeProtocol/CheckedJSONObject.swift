@@ -26,14 +26,51 @@ public struct CheckedJSONObject: Sendable {
 
     /// The value of the member whose name is exactly the UTF-8 bytes `name`, or `nil` when there is none.
     public func value(of name: UnsafeRawBufferPointer) -> JSONValue? {
-        text.withUnsafeReadableBytes { bytes -> JSONValue? in
+        switch member(name, stringsInPlace: false) {
+        case .value(let value)?: return value
+        case .string(let bytes)?: return .string(String(buffer: bytes))
+        case nil: return nil
+        }
+    }
+
+    /// A member's value, with a string's bytes read where they lie.
+    public enum Member: Sendable {
+        /// A string: its UTF-8 bytes, unescaped (in place when it had no escapes).
+        case string(ByteBuffer)
+        /// Any other value.
+        case value(JSONValue)
+    }
+
+    /// The member whose name is exactly the UTF-8 bytes `name`, or `nil` when there is none; a string
+    /// comes as its bytes, without a `String` made of them (a session token, say).
+    public func member(_ name: UnsafeRawBufferPointer) -> Member? {
+        member(name, stringsInPlace: true)
+    }
+
+    private func member(_ name: UnsafeRawBufferPointer, stringsInPlace: Bool) -> Member? {
+        let found = text.withUnsafeReadableBytes { bytes -> Result<Member?, JSONParser.Failure> in
             var parser = JSONParser(bytes: bytes)
             do throws(JSONParser.Failure) {
-                return try parser.memberValue(named: name)
+                guard try parser.findMember(named: name) else { return .success(nil) }
+                guard stringsInPlace, parser.bytes[parser.index] == UInt8(ascii: "\"") else {
+                    return .success(.value(try parser.parseValue()))
+                }
+                let (content, hasEscapes) = try parser.scanString()
+                if hasEscapes {
+                    let decoded = JSONParser.decodeEscapes(UnsafeRawBufferPointer(rebasing: bytes[content]))
+                    return .success(.string(ByteBuffer(string: decoded)))
+                }
+                return .success(.string(text.getSlice(at: text.readerIndex + content.lowerBound, length: content.count)!))
             } catch {
-                assertionFailure("a checked object failed to parse: \(error.message)")
-                return nil
+                return .failure(error)
             }
+        }
+        switch found {
+        case .success(let member):
+            return member
+        case .failure(let failure):
+            assertionFailure("a checked object failed to parse: \(failure.message)")
+            return nil
         }
     }
 

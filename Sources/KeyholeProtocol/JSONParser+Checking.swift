@@ -53,22 +53,22 @@ extension JSONParser {
         }
     }
 
-    /// In an object `checkObject()` accepted, starting at its `{`: the value of the member whose
-    /// name is exactly `name`'s bytes (after unescaping), or `nil`.
-    mutating func memberValue(named name: UnsafeRawBufferPointer) throws(Failure) -> JSONValue? {
+    /// In an object `checkObject()` accepted, starting at its `{`: moves to the value of the member
+    /// whose name is exactly `name`'s bytes (after unescaping) and returns true, or returns false.
+    mutating func findMember(named name: UnsafeRawBufferPointer) throws(Failure) -> Bool {
         try enterContainer()
-        guard bytes[index] != UInt8(ascii: "}") else { return nil }
+        guard bytes[index] != UInt8(ascii: "}") else { return false }
         while true {
             let (content, hasEscapes) = try scanString()
             skipWhitespace()
             index += 1  // ':'
             skipWhitespace()
             if Self.name(UnsafeRawBufferPointer(rebasing: bytes[content]), hasEscapes: hasEscapes, is: name) {
-                return try parseValue()
+                return true
             }
             try checkValue()
             skipWhitespace()
-            guard bytes[index] == UInt8(ascii: ",") else { return nil }  // '}'
+            guard bytes[index] == UInt8(ascii: ",") else { return false }  // '}'
             index += 1
             skipWhitespace()
         }

@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import NIOCore
 
 /// A request's `args`, read member by member with types and bounds checked; `finish()` refuses any
 /// member nobody read, so a misspelt argument never passes silently.
@@ -41,16 +42,20 @@ struct Arguments {
                 value = nil
             }
         }
-        if !wasRead(name) {
-            if nameCount < names.count {
-                names[nameCount] = name
-                nameCount += 1
-            } else {
-                moreNames.append(name)
-            }
-            if value != nil { found += 1 }
-        }
+        noteRead(name, present: value != nil)
         return value
+    }
+
+    /// Counts `name` as read (once, however often it is read).
+    private mutating func noteRead(_ name: StaticString, present: Bool) {
+        guard !wasRead(name) else { return }
+        if nameCount < names.count {
+            names[nameCount] = name
+            nameCount += 1
+        } else {
+            moreNames.append(name)
+        }
+        if present { found += 1 }
     }
 
     /// Names are compared by their bytes, as `CheckedJSONObject` finds them: a name sent that only
@@ -80,6 +85,33 @@ struct Arguments {
             }
             return value
         case nil, .null?:
+            if required { throw .badRequest("'\(name)' is required") }
+            return nil
+        default:
+            throw .badRequest("'\(name)' must be a string")
+        }
+    }
+
+    /// `string(_:required:maxBytes:)`'s string as its UTF-8 bytes, read where they lie in the frame
+    /// without a `String` made of them (a session token on every session.get).
+    mutating func stringBytes(_ name: StaticString, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> ByteBuffer? {
+        let found: CheckedJSONObject.Member?
+        if let sent, count > 0 {
+            found = name.withUTF8Buffer { sent.member(UnsafeRawBufferPointer($0)) }
+            noteRead(name, present: found != nil)
+        } else {
+            found = member(name).map { value in
+                if case .string(let text) = value { return .string(ByteBuffer(string: text)) }
+                return .value(value)
+            }
+        }
+        switch found {
+        case .string(let bytes)?:
+            guard bytes.readableBytes > 0, bytes.readableBytes <= maxBytes else {
+                throw .badRequest("'\(name)' must be 1 to \(maxBytes) bytes long")
+            }
+            return bytes
+        case nil, .value(.null)?:
             if required { throw .badRequest("'\(name)' is required") }
             return nil
         default:

@@ -22,11 +22,12 @@ extension StoreOperations {
             },
             "session.get": .writing { request, _, buffer throws(ProtocolError) in
                 var arguments = Arguments(request)
-                let token = try arguments.string("session", required: true, maxBytes: 1024)!
+                // The token's bytes where they lie in the frame: no String made of them.
+                let token = try arguments.stringBytes("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
                 let time = now()
                 // Found at once (the usual case): written straight into the answer.
-                return try StoreCommit.read(store, { store.session(token: token, now: time) }, into: &buffer) {
+                return try StoreCommit.read(store, { token.withUnsafeReadableBytes { store.session(token: $0, now: time) } }, into: &buffer) {
                     found, buffer throws(ProtocolError) in
                     guard let (session, user) = found else { throw .sessionNotFound() }
                     encode(session, user: user, into: &buffer)

@@ -14,19 +14,26 @@ public enum SessionToken {
     /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
     static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
         guard let token = SecureRandom.withBytes32({ Base64URL.encode($0, prefix: prefixLiteral) }) else { return nil }
-        guard let (id, check) = digest(wellFormed: token) else { return nil }
+        var text = token
+        guard let (id, check) = text.withUTF8({ digest(wellFormed: UnsafeRawBufferPointer($0)) }) else { return nil }
         return (token, id, check)
     }
 
     /// The id and check of `token`, or `nil` when it does not have a token's form.
     static func digest(_ token: String) -> (SessionID, SessionCheck)? {
-        guard isWellFormed(token) else { return nil }
+        var token = token
+        return token.withUTF8 { digest(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// `digest` of a token's UTF-8 bytes, read where they lie (a request's frame).
+    static func digest(bytes token: UnsafeRawBufferPointer) -> (SessionID, SessionCheck)? {
+        guard isWellFormed(token.assumingMemoryBound(to: UInt8.self)) else { return nil }
         return digest(wellFormed: token)
     }
 
     /// `digest` of a token known to have a token's form (one just made).
-    private static func digest(wellFormed token: String) -> (SessionID, SessionCheck)? {
-        guard let digest = SHA256.digest(utf8: token) else { return nil }
+    private static func digest(wellFormed token: UnsafeRawBufferPointer) -> (SessionID, SessionCheck)? {
+        guard let digest = SHA256.digest(bytes: token) else { return nil }
         // Digest words are in memory order; the id is defined over the bytes, so read them big-endian.
         let words = digest.words
         return (
@@ -37,14 +44,15 @@ public enum SessionToken {
 
     /// Whether `text` has the form of a token (it may still name no session).
     public static func isWellFormed(_ text: String) -> Bool {
-        let utf8 = text.utf8
-        guard utf8.count == length else { return false }
+        var text = text
+        return text.withUTF8 { isWellFormed($0) }
+    }
+
+    /// Whether `bytes` have the form of a token.
+    static func isWellFormed(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         // Byte comparisons against literals: `hasPrefix` compares by Unicode rules, which a fixed ASCII
         // prefix does not need, and `prefix` is a global, checked for initialisation on each use.
-        func check(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-            bytes[0] == UInt8(ascii: "k") && bytes[1] == UInt8(ascii: "h") && bytes[2] == UInt8(ascii: "_")
-                && bytes[3...].allSatisfy(Base64URL.isAlphabet)
-        }
-        return utf8.withContiguousStorageIfAvailable(check) ?? Array(utf8).withUnsafeBufferPointer(check)
+        bytes.count == length && bytes[0] == UInt8(ascii: "k") && bytes[1] == UInt8(ascii: "h")
+            && bytes[2] == UInt8(ascii: "_") && bytes[3...].allSatisfy(Base64URL.isAlphabet)
     }
 }

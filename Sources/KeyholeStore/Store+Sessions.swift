@@ -32,7 +32,13 @@ extension Store {
     /// The live session `token` names, and its user's record, marking it as used now (which extends
     /// its idle deadline); `nil` for an unknown, revoked or expired session alike.
     public func session(token: String, now: Int64) -> (session: Session, user: User?)? {
-        guard let (id, check) = SessionToken.digest(token) else { return nil }
+        var token = token
+        return token.withUTF8 { session(token: UnsafeRawBufferPointer($0), now: now) }
+    }
+
+    /// `session(token:now:)` for a token's UTF-8 bytes, read where they lie (a request's frame).
+    public func session(token: UnsafeRawBufferPointer, now: Int64) -> (session: Session, user: User?)? {
+        guard let (id, check) = SessionToken.digest(bytes: token) else { return nil }
         return state.withLock { state -> (Session, User?)? in
             guard let slot = state.tables.slot(of: id, check: check), !state.tables.isExpired(slot, now: now) else {
                 return nil

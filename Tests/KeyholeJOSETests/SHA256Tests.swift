@@ -19,15 +19,16 @@ struct SHA256Tests {
         }
     }
 
-    @Test("known digests, through the bytes and the UTF-8 entry points")
+    @Test("known digests, through the bytes, the raw bytes and the UTF-8 entry points")
     func knownDigests() {
         for (input, expected) in Self.vectors {
             #expect(SHA256.hexDigest(Array(input.utf8)) == expected)
             #expect(SHA256.digest(utf8: input).map(Self.hex) == expected)
+            #expect(Array(input.utf8).withUnsafeBytes { SHA256.digest(bytes: $0) }.map(Self.hex) == expected)
         }
     }
 
-    @Test("a context reused for digest after digest gives each its own (no state carried over)")
+    @Test("digest after digest gives each its own (no state carried over)")
     func reusedContext() {
         for _ in 0..<3 {
             for (input, expected) in Self.vectors.reversed() {
@@ -36,9 +37,8 @@ struct SHA256Tests {
         }
     }
 
-    @Test("threads digesting at once each use their own context")
+    @Test("threads digesting at once each get their own digests")
     func concurrentThreads() {
-        // Dispatch's worker threads, each making its own context on its first digest.
         let mismatches = Mutex(0)
         DispatchQueue.concurrentPerform(iterations: 8) { seed in
             var wrong = 0

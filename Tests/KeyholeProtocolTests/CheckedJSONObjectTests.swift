@@ -82,4 +82,25 @@ struct CheckedJSONObjectTests {
             #expect(error.error.message.contains("UTF-8"), "\(error.error.message)")
         }
     }
+
+    @Test("a string member comes as its bytes, unescaped; other values as values")
+    func members() throws {
+        let sent = try #require(try Self.request(#"{"plain":"kh_x-y","escaped":"a\nb\u00e9","n":null,"o":{"k":"v"}}"#).sentArgs)
+        func member(_ name: String) -> CheckedJSONObject.Member? {
+            var name = name
+            return name.withUTF8 { sent.member(UnsafeRawBufferPointer($0)) }
+        }
+        guard case .string(let plain)? = member("plain"), case .string(let escaped)? = member("escaped") else {
+            Issue.record("strings not found as strings")
+            return
+        }
+        #expect(String(buffer: plain) == "kh_x-y")
+        #expect(String(buffer: escaped) == "a\nb\u{E9}")
+        guard case .value(.null)? = member("n"), case .value(let object)? = member("o") else {
+            Issue.record("other values not found as values")
+            return
+        }
+        #expect(object == ["k": "v"])
+        #expect(member("absent") == nil)
+    }
 }

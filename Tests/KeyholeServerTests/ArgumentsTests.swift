@@ -99,4 +99,22 @@ struct ArgumentsTests {
         let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
         #expect(error?.message == "unknown argument '\u{212A}ey'")
     }
+
+    @Test("a string read as its bytes is checked as string() checks it", arguments: [false, true])
+    func stringBytes(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["session": "kh_abc", "escaped": "a\"b\u{E9}", "number": 1, "empty": "", "none": .null])
+        #expect(try arguments.stringBytes("session").map { String(buffer: $0) } == "kh_abc")
+        #expect(try arguments.stringBytes("escaped").map { String(buffer: $0) } == "a\"b\u{E9}")
+        #expect(try arguments.stringBytes("none") == nil)
+        #expect(try arguments.stringBytes("absent") == nil)
+        let type = #expect(throws: ProtocolError.self) { try arguments.stringBytes("number") }
+        #expect(type?.message == "'number' must be a string")
+        let empty = #expect(throws: ProtocolError.self) { try arguments.stringBytes("empty", maxBytes: 8) }
+        #expect(empty?.message == "'empty' must be 1 to 8 bytes long")
+        let long = #expect(throws: ProtocolError.self) { try arguments.stringBytes("session", maxBytes: 5) }
+        #expect(long?.message == "'session' must be 1 to 5 bytes long")
+        let required = #expect(throws: ProtocolError.self) { try arguments.stringBytes("missing", required: true) }
+        #expect(required?.message == "'missing' is required")
+        try arguments.finish()
+    }
 }
