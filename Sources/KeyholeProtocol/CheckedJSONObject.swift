@@ -52,13 +52,17 @@ public struct CheckedJSONObject: Sendable {
             var parser = JSONParser(bytes: bytes)
             do throws(JSONParser.Failure) {
                 guard try parser.findMember(named: name) else { return .success(nil) }
-                guard stringsInPlace, parser.bytes[parser.index] == UInt8(ascii: "\"") else {
+                guard parser.bytes[parser.index] == UInt8(ascii: "\"") else {
                     return .success(.value(try parser.parseValue()))
                 }
-                let (content, hasEscapes) = try parser.scanString()
+                // A string was checked with the envelope: made without a second check of its bytes.
+                let (content, hasEscapes) = parser.scanCheckedString()
+                let raw = UnsafeRawBufferPointer(rebasing: bytes[content])
+                if !stringsInPlace {
+                    return .success(.value(.string(hasEscapes ? JSONParser.decodeEscapes(raw) : String(decoding: raw, as: UTF8.self))))
+                }
                 if hasEscapes {
-                    let decoded = JSONParser.decodeEscapes(UnsafeRawBufferPointer(rebasing: bytes[content]))
-                    return .success(.string(ByteBuffer(string: decoded)))
+                    return .success(.string(ByteBuffer(string: JSONParser.decodeEscapes(raw))))
                 }
                 return .success(.string(text.getSlice(at: text.readerIndex + content.lowerBound, length: content.count)!))
             } catch {

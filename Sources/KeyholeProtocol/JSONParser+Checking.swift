@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Checking a value without building it, and reading a checked object's members where they lie: a
 /// request's `args` is checked with its envelope, and an operation then reads the two or three
 /// members it knows straight from the frame (`CheckedJSONObject`), without a dictionary of them.
@@ -55,22 +61,74 @@ extension JSONParser {
 
     /// In an object `checkObject()` accepted, starting at its `{`: moves to the value of the member
     /// whose name is exactly `name`'s bytes (after unescaping) and returns true, or returns false.
+    /// The members it passes are skipped, not checked again: an operation looks up several names, and
+    /// a token passed over for each would otherwise be checked byte by byte each time.
     mutating func findMember(named name: UnsafeRawBufferPointer) throws(Failure) -> Bool {
         try enterContainer()
         guard bytes[index] != UInt8(ascii: "}") else { return false }
         while true {
-            let (content, hasEscapes) = try scanString()
+            let (content, hasEscapes) = scanCheckedString()
             skipWhitespace()
             index += 1  // ':'
             skipWhitespace()
             if Self.name(UnsafeRawBufferPointer(rebasing: bytes[content]), hasEscapes: hasEscapes, is: name) {
                 return true
             }
-            try checkValue()
+            skipCheckedValue()
             skipWhitespace()
             guard bytes[index] == UInt8(ascii: ",") else { return false }  // '}'
             index += 1
             skipWhitespace()
+        }
+    }
+
+    /// In a text already checked: moves past the string whose opening quote is at `index`, returning
+    /// where its content lies and whether it has escapes. Quotes are found with `memchr`; one is the
+    /// end unless an odd run of backslashes escapes it (each backslash is counted for one quote only).
+    mutating func scanCheckedString() -> (content: Range<Int>, hasEscapes: Bool) {
+        let start = index + 1
+        var from = start
+        while true {
+            guard let found = memchr(bytes.baseAddress! + from, Int32(UInt8(ascii: "\"")), bytes.count - from) else {
+                assertionFailure("a checked string has no closing quote")
+                index = bytes.count
+                return (start..<bytes.count, false)
+            }
+            let quote = UnsafeRawPointer(found) - bytes.baseAddress!
+            var backslashes = 0
+            while quote - backslashes > start, bytes[quote - backslashes - 1] == UInt8(ascii: "\\") { backslashes += 1 }
+            if backslashes % 2 == 0 {
+                index = quote + 1
+                let hasEscapes = memchr(bytes.baseAddress! + start, Int32(UInt8(ascii: "\\")), quote - start) != nil
+                return (start..<quote, hasEscapes)
+            }
+            from = quote + 1
+        }
+    }
+
+    /// In a text already checked: moves past the value at `index` without checking it again.
+    mutating func skipCheckedValue() {
+        switch bytes[index] {
+        case UInt8(ascii: "\""):
+            _ = scanCheckedString()
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            var open = 0
+            repeat {
+                switch bytes[index] {
+                case UInt8(ascii: "\""): _ = scanCheckedString()
+                case UInt8(ascii: "{"), UInt8(ascii: "["): open += 1; index += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"): open -= 1; index += 1
+                default: index += 1
+                }
+            } while open > 0
+        default:
+            // A number or a literal: up to the next structural character or whitespace.
+            while index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x0A, 0x0D, 0x09: return
+                default: index += 1
+                }
+            }
         }
     }
 
