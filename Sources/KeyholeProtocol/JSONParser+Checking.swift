@@ -17,7 +17,7 @@ extension JSONParser {
         case UInt8(ascii: "{"): _ = try checkObject()
         case UInt8(ascii: "["): try checkArray()
         case UInt8(ascii: "\""): _ = try scanString()
-        default: _ = try parseValue()  // a number or a literal: nothing to allocate
+        default: _ = try parseValue()  // a number or a literal (a non-integer makes a String to read it)
         }
     }
 
@@ -25,10 +25,11 @@ extension JSONParser {
     mutating func checkObject() throws(Failure) -> Int {
         var names = SeenNames()
         try parseMembers { name, nameOffset, parser throws(Failure) in
+            // The value first, then the name's repeat: the order parseObject() finds faults in.
+            try parser.checkValue()
             guard names.insert(name) else {
                 throw Failure(offset: nameOffset, reason: .duplicateMember(name), atEnd: false)
             }
-            try parser.checkValue()
         }
         return names.count
     }

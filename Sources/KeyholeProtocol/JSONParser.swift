@@ -132,7 +132,7 @@ struct JSONParser {
     /// is not an object. `member` must refuse duplicate names itself.
     static func parseObjectMembers(
         _ bytes: UnsafeRawBufferPointer, depthLimit: Int = maximumDepth,
-        _ member: (String, Int, inout JSONParser) throws(Failure) -> Void
+        _ member: (MemberName, Int, inout JSONParser) throws(Failure) -> Void
     ) throws(Failure) -> Bool {
         var parser = JSONParser(bytes: bytes, depthLimit: depthLimit)
         try parser.beginDocument()
@@ -224,11 +224,42 @@ struct JSONParser {
         return .object(members)
     }
 
+    /// A member's name as it lies in the text: made into a `String` (`string(of:)`) only by a caller
+    /// that needs one, compared by its bytes (`name(_:is:)`) by one that knows what it looks for.
+    struct MemberName {
+        /// Between the quotes.
+        let content: Range<Int>
+        let hasEscapes: Bool
+    }
+
+    /// The name as a string.
+    func string(of name: MemberName) -> String {
+        let text = UnsafeRawBufferPointer(rebasing: bytes[name.content])
+        return name.hasEscapes ? Self.decodeEscapes(text) : String(decoding: text, as: UTF8.self)
+    }
+
+    /// Whether the name is exactly `literal`'s bytes (after unescaping).
+    func name(_ name: MemberName, is literal: StaticString) -> Bool {
+        literal.withUTF8Buffer { literal in
+            guard name.hasEscapes else { return UnsafeRawBufferPointer(rebasing: bytes[name.content]).elementsEqual(literal) }
+            return string(of: name).utf8.elementsEqual(literal)
+        }
+    }
+
     /// Parses the object whose `{` is at `index`, handing each member to `member` as it is read: its
     /// name, the name's offset and the parser at its value, which `member` must consume. Duplicates
     /// are `member`'s to refuse.
     mutating func parseMembers(
         _ member: (String, Int, inout JSONParser) throws(Failure) -> Void
+    ) throws(Failure) {
+        try parseMembers { (name: MemberName, offset, parser) throws(Failure) in
+            try member(parser.string(of: name), offset, &parser)
+        }
+    }
+
+    /// `parseMembers(_:)`, handing each name as it lies in the text.
+    mutating func parseMembers(
+        _ member: (MemberName, Int, inout JSONParser) throws(Failure) -> Void
     ) throws(Failure) {
         try enterContainer()
         guard index < bytes.count else { throw failure(.expected("a member name or '}'")) }
@@ -240,7 +271,8 @@ struct JSONParser {
         guard bytes[index] == UInt8(ascii: "\"") else { throw failure(.expected("a member name or '}'")) }
         while true {
             let nameOffset = index
-            let name = try parseString()
+            let (content, hasEscapes) = try scanString()
+            let name = MemberName(content: content, hasEscapes: hasEscapes)
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw failure(.expected("':'")) }
             index += 1

@@ -76,12 +76,15 @@ public struct Request: Sendable, Hashable {
             Result { () throws(JSONParser.Failure) -> Bool in
                 try JSONParser.parseObjectMembers(bytes, depthLimit: JSONParser.requestMaximumDepth) {
                     name, offset, parser throws(JSONParser.Failure) in
+                    // The envelope's own names are recognised by their bytes: no String is made of them.
                     let isNew: Bool
-                    switch name {
-                    case "id": isNew = rawID == nil; rawID = try parser.parseValue()
-                    case "v": isNew = version == nil; version = try parser.parseValue()
-                    case "op": isNew = rawOp == nil; rawOp = try parser.parseValue()
-                    case "args":
+                    if parser.name(name, is: "id") {
+                        isNew = rawID == nil
+                        rawID = try parser.parseValue()
+                    } else if parser.name(name, is: "op") {
+                        isNew = rawOp == nil
+                        rawOp = try parser.parseValue()
+                    } else if parser.name(name, is: "args") {
                         isNew = rawArgs == nil && argsObject == nil
                         if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "{") {
                             let start = parser.index
@@ -90,16 +93,21 @@ public struct Request: Sendable, Hashable {
                         } else {
                             rawArgs = try parser.parseValue()
                         }
-                    default:
+                    } else if parser.name(name, is: "v") {
+                        isNew = version == nil
+                        version = try parser.parseValue()
+                    } else {
+                        // The value first: its faults are found before the cap's and the repeat's.
+                        try parser.checkValue()
                         guard others.count < maximumUnknownMembers else {
                             throw JSONParser.Failure(offset: offset, reason: .tooManyMembers(maximumUnknownMembers), atEnd: false)
                         }
-                        isNew = !others.contains(name)
-                        others.append(name)
-                        try parser.checkValue()
+                        let text = parser.string(of: name)
+                        isNew = !others.contains(text)
+                        others.append(text)
                     }
                     guard isNew else {
-                        throw JSONParser.Failure(offset: offset, reason: .duplicateMember(name), atEnd: false)
+                        throw JSONParser.Failure(offset: offset, reason: .duplicateMember(parser.string(of: name)), atEnd: false)
                     }
                 }
             }

@@ -21,7 +21,7 @@ package final class ServerMetrics: Sendable {
             duration = Timer(label: "keyholed_request_duration_seconds", dimensions: [("op", op)])
         }
 
-        /// Counts an answer (`code` nil: a result) given `started` (when its frame was cut).
+        /// Counts an answer (`code` nil: a result) given `started` (`ServedConnection.now` as its frame was cut).
         package func record(_ code: ProtocolError.Code?, since started: NIODeadline) {
             if let code {
                 errors.withLock { errors in

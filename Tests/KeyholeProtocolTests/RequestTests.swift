@@ -41,7 +41,7 @@ struct RequestTests {
         arguments: [
             #"{"op":"ping","id":1,"op":"stats"}"#, #"{"op":"ping","x":1,"y":2,"x":3}"#, #"{"op":"ping","id":2,}"#,
             #"{"op":"ping"} x"#, #"  {"op":"#, "\u{FEFF}{}", #"{"op":"ping","args":{"a":1,"a":2}}"#, "{", "{}}",
-            #"{"op" "ping"}"#, #"{op:"ping"}"#, "[1,", "\u{01}",
+            #"{"op" "ping"}"#, #"{op:"ping"}"#, "[1,", "\u{01}", #"{"op":"a","\u006fp":"b"}"#,
             // `args` and unknown members are checked without being built: refused all the same.
             #"{"op":"ping","args":{"a":{"b":1,"b":2}}}"#, #"{"op":"ping","args":{"a":[1,{"c":1,"c":2}]}}"#,
             "{\"op\":\"ping\",\"args\":{\"\u{E9}\":1,\"e\u{301}\":2}}", #"{"op":"ping","args":{"a":01}}"#,
@@ -49,6 +49,12 @@ struct RequestTests {
             #"{"op":"ping","args":{"s\u0061":1,"sa":2}}"#, #"{"op":"ping","args":{"a":1e999}}"#,
             #"{"op":"ping","args":{"a":"\ud800"}}"#, #"{"op":"ping","zz":[1,}"#, #"{"op":"ping","zz":{"q":1,"q":1}}"#,
             "{\"op\":\"ping\",\"args\":{" + (0..<12).map { "\"m\($0)\":\($0)" }.joined(separator: ",") + ",\"m10\":0}}",
+            // A repeated name whose value is malformed too: the value's fault is the one reported.
+            #"{"op":"ping","args":{"a":1,"a":tru}}"#, #"{"op":"ping","args":{"a":1,"a":[1,]}}"#,
+            #"{"op":"ping","args":{"a":1,"a":"\q"}}"#, #"{"op":"ping","args":{"a":1,"a":1e999}}"#,
+            #"{"op":"ping","zz":{"q":1,"q":tru}}"#, #"{"op":"ping","args":{"a":{"b":1,"b":{"c":1,"c":2}}}}"#,
+            // The 33rd unknown member, malformed: its fault before the cap.
+            #"{"op":"ping","# + (0..<32).map { "\"x\($0)\":0" }.joined(separator: ",") + #","y":tru}"#,
         ])
     func envelopeMessages(payload: String) {
         let expected: String
@@ -91,6 +97,10 @@ struct RequestTests {
     func memberOrder() throws {
         let request = try Request.parse(ByteBuffer(string: #"{"args":{"k":[1]},"x":{"op":"no"},"id":"r","v":1,"op":"o"}"#))
         #expect(request == Request(id: .string("r"), op: "o", args: ["k": [1]]))
+        // The envelope's names are recognised by their bytes once unescaped.
+        let escaped = try Request.parse(ByteBuffer(string: #"{"\u006fp":"ping","\u0069d":3,"\u0061rgs":{"a":1},"\u0076":1}"#))
+        #expect(escaped == Request(id: .int(3), op: "ping", args: ["a": 1]))
+        #expect(throws: Request.Rejection.self) { try Request.parse(ByteBuffer(string: #"{"op":"a","\u006fp":"b"}"#)) }
     }
 }
 
