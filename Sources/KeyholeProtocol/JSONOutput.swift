@@ -67,24 +67,47 @@ public struct JSONOutput: ~Copyable {
         count &+= 1
     }
 
-    /// Writes an integer in decimal.
+    /// Writes an integer in decimal: its length counted first, then its digits written in place from
+    /// the end, two at a time (every answer has several times in it).
     public mutating func write(integer value: Int64) {
-        // 20 bytes hold any Int64 with its sign; digits are written from the end, then moved into place.
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var magnitude = value.magnitude
-            var start = digits.count
-            repeat {
-                start -= 1
-                digits[start] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
-                magnitude /= 10
-            } while magnitude != 0
-            if value < 0 {
-                start -= 1
-                digits[start] = UInt8(ascii: "-")
-            }
-            write(json: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: digits[start...])))
+        let magnitude = value.magnitude
+        var digits = 1
+        var bound: UInt64 = 10
+        while digits < 20, magnitude >= bound {
+            digits &+= 1
+            bound = bound &* 10  // past 10^19 it wraps, but 20 digits is the most there is
         }
+        let length = digits &+ (value < 0 ? 1 : 0)
+        guard room(for: length) else { return }
+        let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self) + count
+        if value < 0 { out[0] = UInt8(ascii: "-") }
+        var position = length
+        var rest = magnitude
+        Self.pairs.withUTF8Buffer { pairs in
+            while rest >= 100 {
+                let pair = Int(rest % 100) &* 2
+                rest /= 100
+                position &-= 2
+                out[position] = pairs[pair]
+                out[position &+ 1] = pairs[pair &+ 1]
+            }
+            if rest >= 10 {
+                let pair = Int(rest) &* 2
+                out[position &- 2] = pairs[pair]
+                out[position &- 1] = pairs[pair &+ 1]
+            } else {
+                out[position &- 1] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest)
+            }
+        }
+        count &+= length
     }
+
+    /// "00" to "99", the two digits of each number below 100.
+    private static let pairs: StaticString = """
+        00010203040506070809101112131415161718192021222324252627282930313233343536373839\
+        40414243444546474849505152535455565758596061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899
+        """
 
     /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
     public mutating func write(string: String) {
