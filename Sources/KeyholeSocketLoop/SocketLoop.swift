@@ -55,6 +55,8 @@ public final class SocketLoop: @unchecked Sendable {
     /// does, so that a request does not read the clock for its timers. Read on the loop's thread only.
     public private(set) var passTime = NIODeadline.now()
     var quiescing = false
+    /// The listening socket has connections waiting (accepted at the end of the pass).
+    private var acceptReady = false
     private var finished = false
     /// Connections open on this loop.
     public internal(set) var connectionCount = 0
@@ -156,6 +158,13 @@ public final class SocketLoop: @unchecked Sendable {
             runJobs()
             if let nextSweep, nextSweep <= passTime { sweep(now: passTime) }
             flushAll()
+            // Accepted last, once the pass's hang-ups are closed: a client that closes a connection and
+            // opens another is not refused for one it no longer has (max_connections_per_uid).
+            if acceptReady {
+                acceptReady = false
+                acceptAll()
+                flushAll()  // a refusal written to one just accepted
+            }
             // Not with jobs queued: one may be the store's inline commit, which must run.
             if quiescing, connectionCount == 0, jobs.withLock({ $0.isEmpty }) { finished = true }
         }
@@ -184,7 +193,7 @@ public final class SocketLoop: @unchecked Sendable {
             return
         }
         if tag == Self.listenerTag {
-            acceptAll()
+            acceptReady = true
             return
         }
         let fd = Int(UInt32(truncatingIfNeeded: tag))
