@@ -129,7 +129,7 @@ extension StoreOperations {
             out.write("{\"expires_at\":")
             out.write(integer: session.expiresAt)
             out.write(",\"id\":\"")
-            session.id.withText { out.write(json: UnsafeRawBufferPointer($0)) }
+            session.id.writeText(to: &out)
             out.write("\",\"session\":")
             out.write(string: token)
             out.write(byte: UInt8(ascii: "}"))
@@ -163,7 +163,7 @@ extension StoreOperations {
             out.write(",\"expires_at\":")
             out.write(integer: session.expiresAt)
             out.write(",\"id\":\"")
-            session.id.withText { out.write(json: UnsafeRawBufferPointer($0)) }
+            session.id.writeText(to: &out)
             out.write("\",\"idle_timeout_s\":")
             out.write(integer: Int64(session.idleSeconds))
             out.write(",\"issuer\":")

@@ -1,4 +1,5 @@
 import KeyholeJOSE
+import KeyholeProtocol
 
 /// A session's id: the first 16 bytes of SHA-256 of its token (WALRecordTypes.md). Not a secret: it
 /// names a session in lists and logs, and knowing it does not help find the token.
@@ -41,13 +42,39 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
 
     /// Calls `body` with the text form's UTF-8, kept on the stack: answers write it without a `String`.
     public func withText<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
-        withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { bytes in
-            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 22) { text in
-                let count = Base64URL.encode(bytes, into: text)
-                return body(UnsafeBufferPointer(rebasing: text[..<count]))
-            }
+        var text: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        return withUnsafeMutableBytes(of: &text) { bytes in
+            let start = bytes.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            encodeText(into: start)
+            return body(UnsafeBufferPointer(start: start, count: Self.textLength))
         }
     }
+
+    /// Writes the text form, without quotes, into an answer being written: every session.get has one.
+    public func writeText(to out: inout JSONOutput) {
+        var text: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &text) { bytes in
+            encodeText(into: bytes.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            out.write(json: UnsafeRawBufferPointer(rebasing: bytes[..<Self.textLength]))
+        }
+    }
+
+    /// The text form's length: 128 bits in base64url without padding.
+    public static let textLength = 22
+
+    /// The text form into `text` (22 bytes), straight from the two words: 21 characters of six bits,
+    /// then the last two bits. Base64URL.encode gives the same from the 16 bytes, through a generic
+    /// loop that costs a session.get's answer more than the rest of the id.
+    private func encodeText(into text: UnsafeMutablePointer<UInt8>) {
+        Self.alphabet.withUTF8Buffer { alphabet in
+            for k in 0..<10 { text[k] = alphabet[Int(truncatingIfNeeded: (high >> (58 - 6 * k)) & 63)] }
+            text[10] = alphabet[Int(truncatingIfNeeded: (high & 0xF) << 2 | low >> 62)]
+            for k in 0..<10 { text[11 + k] = alphabet[Int(truncatingIfNeeded: (low >> (56 - 6 * k)) & 63)] }
+            text[21] = alphabet[Int(truncatingIfNeeded: (low & 0x3) << 4)]
+        }
+    }
+
+    private static let alphabet: StaticString = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
     /// Spreads ids over the table: they are uniformly distributed already.
     public func hash(into hasher: inout Hasher) { hasher.combine(high) }

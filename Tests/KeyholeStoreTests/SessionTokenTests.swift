@@ -1,4 +1,5 @@
 import KeyholeJOSE
+import KeyholeProtocol
 import NIOCore
 import Testing
 
@@ -44,11 +45,15 @@ struct SessionTokenTests {
     @Test("an id's text is the base64url of its 16 big-endian bytes, with or without a String")
     func idText() throws {
         var generator = SystemRandomNumberGenerator()
-        for _ in 0..<200 {
-            let id = SessionID(high: generator.next(), low: generator.next())
+        let edges = [SessionID(high: 0, low: 0), SessionID(high: .max, low: .max), SessionID(high: 0xF, low: 0xC000_0000_0000_0003),
+                     SessionID(high: 1 << 63, low: 1)]
+        for id in edges + (0..<500).map({ _ in SessionID(high: generator.next(), low: generator.next()) }) {
             #expect(id.description == Base64URL.encode(id.bytes))
             #expect(id.description.utf8.count == 22)
             #expect(id.withText { String(decoding: $0, as: UTF8.self) } == id.description)
+            var written = ByteBuffer()
+            written.writeJSON(guess: 22) { id.writeText(to: &$0) }
+            #expect(String(buffer: written) == id.description)
             #expect(SessionID(text: id.description) == id)
         }
     }
