@@ -35,29 +35,7 @@ extension JSONParser {
     }
 
     private mutating func checkArray() throws(Failure) {
-        try enterContainer()
-        guard index < bytes.count else { throw failure(.expected("a value or ']'")) }
-        if bytes[index] == UInt8(ascii: "]") {
-            index += 1
-            leaveContainer()
-            return
-        }
-        while true {
-            try checkValue()
-            skipWhitespace()
-            guard index < bytes.count else { throw failure(.expected("',' or ']'")) }
-            switch bytes[index] {
-            case UInt8(ascii: ","):
-                index += 1
-                skipWhitespace()
-            case UInt8(ascii: "]"):
-                index += 1
-                leaveContainer()
-                return
-            default:
-                throw failure(.expected("',' or ']'"))
-            }
-        }
+        try parseElements { parser throws(Failure) in try parser.checkValue() }
     }
 
     /// In an object `checkObject()` accepted, starting at its `{`: moves to the value of the member

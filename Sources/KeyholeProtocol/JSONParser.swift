@@ -208,10 +208,6 @@ struct JSONParser {
         skipWhitespace()
     }
 
-    mutating func leaveContainer() {
-        depth -= 1
-    }
-
     private mutating func parseObject() throws(Failure) -> JSONValue {
         var members: [String: JSONValue] = [:]
         try parseMembers { name, nameOffset, parser throws(Failure) in
@@ -298,17 +294,26 @@ struct JSONParser {
     }
 
     private mutating func parseArray() throws(Failure) -> JSONValue {
+        var elements: [JSONValue] = []
+        try parseElements { parser throws(Failure) in
+            if elements.isEmpty { elements.reserveCapacity(4) }
+            elements.append(try parser.parseValue())
+        }
+        return .array(elements)
+    }
+
+    /// Parses the array whose `[` is at `index`, handing the parser to `element` at each element,
+    /// which `element` must consume.
+    mutating func parseElements(_ element: (inout JSONParser) throws(Failure) -> Void) throws(Failure) {
         try enterContainer()
         guard index < bytes.count else { throw failure(.expected("a value or ']'")) }
         if bytes[index] == UInt8(ascii: "]") {
             index += 1
             depth -= 1
-            return .array([])
+            return
         }
-        var elements: [JSONValue] = []
-        elements.reserveCapacity(4)
         while true {
-            elements.append(try parseValue())
+            try element(&self)
             skipWhitespace()
             guard index < bytes.count else { throw failure(.expected("',' or ']'")) }
             switch bytes[index] {
@@ -318,7 +323,7 @@ struct JSONParser {
             case UInt8(ascii: "]"):
                 index += 1
                 depth -= 1
-                return .array(elements)
+                return
             default:
                 throw failure(.expected("',' or ']'"))
             }

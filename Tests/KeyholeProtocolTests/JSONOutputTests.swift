@@ -2,6 +2,7 @@ import NIOCore
 import Testing
 
 @testable import KeyholeProtocol
+import KeyholeTestSupport
 
 /// `JSONOutput` writes into reserved memory without per-piece checks of the buffer: it must write
 /// exactly JSON's escapes, never past its room, and leave the buffer as it was when something did not fit.
@@ -28,7 +29,7 @@ struct JSONOutputTests {
     }
 
     /// Strings of plain bytes, quotes, backslashes, every control character and multi-byte scalars.
-    static func randomString(_ generator: inout SplitMix) -> String {
+    static func randomString(_ generator: inout SeededGenerator) -> String {
         let pieces = ["a", "Z", "0", " ", "\"", "\\", "/", "é", "😀", "\u{7F}"] + (0..<0x20).map { String(UnicodeScalar(UInt8($0))) }
         let length = Int(generator.next() % 40)
         return (0..<length).map { _ in pieces[Int(generator.next() % UInt64(pieces.count))] }.joined()
@@ -48,7 +49,7 @@ struct JSONOutputTests {
 
     @Test("strings: exactly the reference's escapes when they fit in the room, never a byte past it")
     func stringsInEveryRoom() throws {
-        var generator = SplitMix(seed: 20261125)
+        var generator = SeededGenerator(state: 20261125)
         for _ in 0..<300 {
             let string = Self.randomString(&generator)
             let expected = Self.reference(string)
@@ -96,7 +97,7 @@ struct JSONOutputTests {
     }
 
     /// Nested values with random strings, numbers and literals.
-    static func randomValue(_ generator: inout SplitMix, depth: Int = 0) -> JSONValue {
+    static func randomValue(_ generator: inout SeededGenerator, depth: Int = 0) -> JSONValue {
         switch generator.next() % (depth > 2 ? 5 : 7) {
         case 0: return .null
         case 1: return .bool(generator.next() % 2 == 0)
@@ -113,7 +114,7 @@ struct JSONOutputTests {
 
     @Test("a value that does not fit is counted exactly, so that one more try with that room fits")
     func neededIsExact() {
-        var generator = SplitMix(seed: 42)
+        var generator = SeededGenerator(state: 42)
         for _ in 0..<300 {
             let value = Self.randomValue(&generator)
             let whole = Self.write(room: 1 << 16) { $0.write(value: value) }
@@ -146,7 +147,7 @@ struct JSONOutputTests {
 
     @Test("values: what was written parses back to the same value, members sorted")
     func valuesRoundTrip() throws {
-        var generator = SplitMix(seed: 7)
+        var generator = SeededGenerator(state: 7)
         for _ in 0..<200 {
             let value = JSONValue.object([
                 "b": .string(Self.randomString(&generator)), "a": .int(Int64(bitPattern: generator.next())),
@@ -159,19 +160,6 @@ struct JSONOutputTests {
             #expect(text.hasPrefix("{\"a\":"), "members not sorted: \(text)")
             #expect(!text.utf8.contains { $0 < 0x20 }, "a raw control character in \(text.debugDescription)")
         }
-    }
-}
-
-/// A small seeded generator, so a failure can be replayed.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import KeyholeTestSupport
 import NIOCore
 import Testing
 
@@ -8,21 +9,10 @@ import Testing
 /// accepts one, Request.parse must not refuse it as invalid JSON, and must read the same arguments.
 @Suite("Request.parse against the general parser")
 struct RequestDifferentialTests {
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static let names = ["a", "b", "\\u0061", "K", "\\u212A", "\u{212A}", "\u{E9}", "e\u{301}", "session", "s"]
     static let scalars = ["1", "-0", "1.5e3", "1e999", "01", "tru", "true", "null", "\"x\"", "\"\\q\"", "\"\\ud800\"", "\"a\\nb\"", "[]", "{}"]
 
-    static func value(_ g: inout Generator, depth: Int) -> String {
+    static func value(_ g: inout SeededGenerator, depth: Int) -> String {
         switch Int.random(in: 0..<(depth > 4 ? 1 : 3), using: &g) {
         case 1:
             let n = Int.random(in: 0..<4, using: &g)
@@ -32,14 +22,14 @@ struct RequestDifferentialTests {
         }
     }
 
-    static func object(_ g: inout Generator, depth: Int) -> String {
+    static func object(_ g: inout SeededGenerator, depth: Int) -> String {
         let n = Int.random(in: 0..<4, using: &g)
         return "{" + (0..<n).map { _ in "\"\(names.randomElement(using: &g)!)\":\(value(&g, depth: depth))" }.joined(separator: ",") + "}"
     }
 
     @Test("random frames")
     func differential() {
-        var g = Generator(state: 42)
+        var g = SeededGenerator(state: 42)
         var kinds: [String: (Int, String)] = [:]
         var seen = 0
         for _ in 0..<50_000 {
@@ -85,7 +75,7 @@ struct RequestDifferentialTests {
 extension RequestDifferentialTests {
     @Test("random accepted frames: sentArgs reads what the general parser built")
     func acceptedReads() throws {
-        var g = Generator(state: 7)
+        var g = SeededGenerator(state: 7)
         var accepted = 0
         for _ in 0..<50_000 {
             let text = "{\"op\":\"ping\",\"args\":\(Self.object(&g, depth: 1))}"
