@@ -8,6 +8,28 @@ import Darwin
 /// request's `args` is checked with its envelope, and an operation then reads the two or three
 /// members it knows straight from the frame (`CheckedJSONObject`), without a dictionary of them.
 extension JSONParser {
+    /// A member's name as it lies in the text: made into a `String` (`string(of:)`) only by a caller
+    /// that needs one, compared by its bytes (`name(_:is:)`) by one that knows what it looks for.
+    struct MemberName {
+        /// Between the quotes.
+        let content: Range<Int>
+        let hasEscapes: Bool
+    }
+
+    /// The name as a string.
+    func string(of name: MemberName) -> String {
+        let text = UnsafeRawBufferPointer(rebasing: bytes[name.content])
+        return name.hasEscapes ? Self.decodeEscapes(text) : String(decoding: text, as: UTF8.self)
+    }
+
+    /// Whether the name is exactly `literal`'s bytes (after unescaping).
+    func name(_ name: MemberName, is literal: StaticString) -> Bool {
+        literal.withUTF8Buffer { literal in
+            guard name.hasEscapes else { return UnsafeRawBufferPointer(rebasing: bytes[name.content]).elementsEqual(literal) }
+            return string(of: name).utf8.elementsEqual(literal)
+        }
+    }
+
     /// Checks the value at `index` exactly as `parseValue()` would (refusing the same inputs with the
     /// same failures, repeated names included) and moves past it, building nothing that allocates
     /// for an object of up to eight members with short names.

@@ -220,28 +220,6 @@ struct JSONParser {
         return .object(members)
     }
 
-    /// A member's name as it lies in the text: made into a `String` (`string(of:)`) only by a caller
-    /// that needs one, compared by its bytes (`name(_:is:)`) by one that knows what it looks for.
-    struct MemberName {
-        /// Between the quotes.
-        let content: Range<Int>
-        let hasEscapes: Bool
-    }
-
-    /// The name as a string.
-    func string(of name: MemberName) -> String {
-        let text = UnsafeRawBufferPointer(rebasing: bytes[name.content])
-        return name.hasEscapes ? Self.decodeEscapes(text) : String(decoding: text, as: UTF8.self)
-    }
-
-    /// Whether the name is exactly `literal`'s bytes (after unescaping).
-    func name(_ name: MemberName, is literal: StaticString) -> Bool {
-        literal.withUTF8Buffer { literal in
-            guard name.hasEscapes else { return UnsafeRawBufferPointer(rebasing: bytes[name.content]).elementsEqual(literal) }
-            return string(of: name).utf8.elementsEqual(literal)
-        }
-    }
-
     /// Parses the object whose `{` is at `index`, handing each member to `member` as it is read: its
     /// name, the name's offset and the parser at its value, which `member` must consume. Duplicates
     /// are `member`'s to refuse.
