@@ -26,7 +26,7 @@ public struct CheckedJSONObject: Sendable {
 
     /// The value of the member whose name is exactly the UTF-8 bytes `name`, or `nil` when there is none.
     public func value(of name: UnsafeRawBufferPointer) -> JSONValue? {
-        switch member(name, stringsInPlace: false) {
+        switch member(name) {
         case .value(let value)?: return value
         case .string(let bytes)?: return .string(String(buffer: bytes))
         case nil: return nil
@@ -44,10 +44,6 @@ public struct CheckedJSONObject: Sendable {
     /// The member whose name is exactly the UTF-8 bytes `name`, or `nil` when there is none; a string
     /// comes as its bytes, without a `String` made of them (a session token, say).
     public func member(_ name: UnsafeRawBufferPointer) -> Member? {
-        member(name, stringsInPlace: true)
-    }
-
-    private func member(_ name: UnsafeRawBufferPointer, stringsInPlace: Bool) -> Member? {
         let found = text.withUnsafeReadableBytes { bytes -> Result<Member?, JSONParser.Failure> in
             var parser = JSONParser(bytes: bytes)
             do throws(JSONParser.Failure) {
@@ -57,12 +53,8 @@ public struct CheckedJSONObject: Sendable {
                 }
                 // A string was checked with the envelope: made without a second check of its bytes.
                 let (content, hasEscapes) = parser.scanCheckedString()
-                let raw = UnsafeRawBufferPointer(rebasing: bytes[content])
-                if !stringsInPlace {
-                    return .success(.value(.string(hasEscapes ? JSONParser.decodeEscapes(raw) : String(decoding: raw, as: UTF8.self))))
-                }
                 if hasEscapes {
-                    return .success(.string(ByteBuffer(string: JSONParser.decodeEscapes(raw))))
+                    return .success(.string(ByteBuffer(string: JSONParser.decodeEscapes(UnsafeRawBufferPointer(rebasing: bytes[content])))))
                 }
                 return .success(.string(text.getSlice(at: text.readerIndex + content.lowerBound, length: content.count)!))
             } catch {

@@ -78,22 +78,11 @@ struct Arguments {
 
     /// A string of 1 to `maxBytes` UTF-8 bytes.
     mutating func string(_ name: StaticString, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> String? {
-        switch member(name) {
-        case .string(let value)?:
-            guard !value.isEmpty, value.utf8.count <= maxBytes else {
-                throw .badRequest("'\(name)' must be 1 to \(maxBytes) bytes long")
-            }
-            return value
-        case nil, .null?:
-            if required { throw .badRequest("'\(name)' is required") }
-            return nil
-        default:
-            throw .badRequest("'\(name)' must be a string")
-        }
+        try stringBytes(name, required: required, maxBytes: maxBytes).map { String(buffer: $0) }
     }
 
-    /// `string(_:required:maxBytes:)`'s string as its UTF-8 bytes, read where they lie in the frame
-    /// without a `String` made of them (a session token on every session.get).
+    /// A string of 1 to `maxBytes` UTF-8 bytes, as its bytes: read where they lie in the frame, without
+    /// a `String` made of them (a session token on every session.get).
     mutating func stringBytes(_ name: StaticString, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> ByteBuffer? {
         let found: CheckedJSONObject.Member?
         if let sent, count > 0 {
