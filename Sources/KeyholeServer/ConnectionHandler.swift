@@ -211,6 +211,10 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
 
     var now: NIODeadline { .now() }
 
+    /// SwiftNIO's loops cannot say when they have read every hang-up signalled: refused at once (the
+    /// `nio` loop is kept for a release only).
+    func deferAdmission(of peer: PeerCredentials) -> Bool { false }
+
     /// This event loop's delivery of pending answers, shared by its connections.
     var delivery: AnswerDelivery {
         if let answers { return answers }

@@ -27,7 +27,7 @@ extension KeyholeServer {
         let logger = self.logger
         group.start(
             listeningOn: descriptor,
-            accepted: { connection in Self.accept(connection, core: core, logger: logger) },
+            accepted: { connection in Self.accept(connection, group: group, core: core, logger: logger) },
             failed: { code in
                 var metadata: Logger.Metadata = ["error": "\(String(cString: strerror(code)))"]
                 guard core.admitLog("server.accept_failed", metadata: &metadata) else { return }
@@ -55,7 +55,7 @@ extension KeyholeServer {
     }
 
     /// A connection a loop accepted: served, or answered `overloaded` and closed past `max_connections`.
-    private static func accept(_ connection: SocketConnection, core: ServerCore, logger: Logger) {
+    private static func accept(_ connection: SocketConnection, group: SocketLoopGroup, core: ServerCore, logger: Logger) {
         let limits = core.limits.current
         guard core.stats.openConnection(limit: limits.maxConnections) else {
             core.metrics.refusedOverMax.increment()
@@ -65,7 +65,8 @@ extension KeyholeServer {
             return
         }
         core.metrics.accepted.increment()
-        let served = LoopConnection(connection: connection, loop: connection.loop, core: core, limits: limits, logger: logger)
+        let served = LoopConnection(
+            connection: connection, loop: connection.loop, group: group, core: core, limits: limits, logger: logger)
         connection.delegate = served
         served.identified(as: core.credentials(ofSocket: connection.fd))
     }

@@ -19,6 +19,10 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     /// The socket; `nil` once closed.
     private var connection: SocketConnection?
     private let loop: SocketLoop
+    /// The loops serving the listening socket, all of which hold connections of the peer's uid.
+    private let group: SocketLoopGroup
+    /// At its uid's limit, waiting for the loops to read the hang-ups already signalled (not reading).
+    private var admissionDeferred = false
     /// A stand-in for `connection.output` once the socket is gone, so that late answers have somewhere to go.
     private var detachedOutput = ByteBuffer()
     private var timers: [NIODeadline?] = Array(repeating: nil, count: ConnectionTimer.allCases.count)
@@ -26,9 +30,13 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     var now: NIODeadline { loop.passTime }
 
     /// Serves `connection`, held to `limits` for its whole life.
-    init(connection: SocketConnection, loop: SocketLoop, core: ServerCore, limits: KeyholeServer.Configuration, logger: Logger) {
+    init(
+        connection: SocketConnection, loop: SocketLoop, group: SocketLoopGroup, core: ServerCore,
+        limits: KeyholeServer.Configuration, logger: Logger
+    ) {
         self.connection = connection
         self.loop = loop
+        self.group = group
         self.core = core
         self.logger = logger
         self.limits = ConnectionLimits(limits)
@@ -107,7 +115,23 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     func flushIfNeeded() {}
 
     func resumeReading() {
+        guard !admissionDeferred else { return }
         connection?.setReading(true)
+    }
+
+    func deferAdmission(of peer: PeerCredentials) -> Bool {
+        guard let connection else { return false }
+        admissionDeferred = true
+        connection.setReading(false)
+        let decide = confined { (served, _: Void) in
+            // Closed meanwhile (the peer left, or shutdown): nothing to decide.
+            guard let connection = served.connection else { return }
+            served.admissionDeferred = false
+            served.admit(peer, final: true)
+            if served.access.countedUID != nil, served.machine.state == .open { connection.setReading(true) }
+        }
+        group.afterEveryLoopWaited(thenOn: loop) { decide(()) }
+        return true
     }
 
     func closeNow() {

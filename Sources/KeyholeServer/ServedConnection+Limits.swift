@@ -6,12 +6,17 @@ import NIOCore
 /// rate (`PeerLimits`), its unsent output, and how often its events may be logged (`LogRate`).
 extension ServedConnection {
     /// Counts the connection towards its uid's limit, or refuses it when the uid is at the limit.
-    func admit(_ peer: PeerCredentials) {
+    ///
+    /// At the limit, the loop may look again once every hang-up already signalled has been read
+    /// (`deferAdmission`): a client that closed a connection and at once opened another must not be
+    /// refused for the one it no longer has, which the loops may not have read yet.
+    func admit(_ peer: PeerCredentials, final: Bool = false) {
         let limit = limits.maxConnectionsPerUID
         if core.peers.withLock({ $0.openConnection(uid: peer.uid, limit: limit) }) {
             access.countedUID = peer.uid
             return
         }
+        if !final, deferAdmission(of: peer) { return }
         core.stats.rejectedConnections.add()
         core.metrics.refusedOverUIDMax.increment()
         noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])

@@ -51,6 +51,10 @@ protocol ServedConnection: AnyObject {
     /// A closure to be called on this connection's loop only (checked in debug builds), which runs
     /// `body` with the connection and its argument there.
     func confined<Value>(_ body: @escaping (Self, Value) -> Void) -> @Sendable (Value) -> Void
+    /// At its uid's limit: holds the connection, not reading, until every loop has read the hang-ups
+    /// already signalled, then calls `admit(peer, final: true)` on its loop. `false` when the loop
+    /// cannot, and the connection is refused at once.
+    func deferAdmission(of peer: PeerCredentials) -> Bool
     /// Where this loop's pending answers are delivered.
     var delivery: AnswerDelivery { get }
     /// The time for the connection's timers and for when a request started: the clock, or the time

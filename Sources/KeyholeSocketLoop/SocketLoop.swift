@@ -61,6 +61,9 @@ public final class SocketLoop: @unchecked Sendable {
     /// Connections open on this loop.
     public internal(set) var connectionCount = 0
     private var onFinished: (@Sendable () -> Void)?
+    /// `afterNextWait` callbacks for the next wait, and those of the wait under way.
+    private var waitRequested: [@Sendable () -> Void] = []
+    private var waitArmed: [@Sendable () -> Void] = []
 
     private static let wakeTag = UInt64.max
     static let listenerTag = UInt64.max - 1
@@ -139,6 +142,18 @@ public final class SocketLoop: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` on the loop's thread once the loop has waited on epoll, from a wait that began
+    /// after this call, and has handled every event that wait returned: whatever the kernel had
+    /// signalled to this loop before the call (a peer's hang-up, say) has been seen by then. Safe from
+    /// any thread; never runs if the loop ends first.
+    public func afterNextWait(_ body: @escaping @Sendable () -> Void) {
+        if inLoop {
+            waitRequested.append(body)
+        } else {
+            execute { self.waitRequested.append(body) }
+        }
+    }
+
     // MARK: The loop
 
     private func run() {
@@ -146,7 +161,12 @@ public final class SocketLoop: @unchecked Sendable {
         let capacity = 256
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         while !finished {
-            let ready = epoll_wait(poll, events, Int32(capacity), waitMilliseconds())
+            // Requested before this wait began: its events settle them.
+            if !waitRequested.isEmpty {
+                waitArmed.append(contentsOf: waitRequested)
+                waitRequested.removeAll(keepingCapacity: true)
+            }
+            let ready = epoll_wait(poll, events, Int32(capacity), waitArmed.isEmpty ? waitMilliseconds() : 0)
             if ready < 0 {
                 precondition(errno == EINTR, "epoll_wait failed: \(String(cString: strerror(errno)))")
                 continue
@@ -155,6 +175,8 @@ public final class SocketLoop: @unchecked Sendable {
             for index in 0..<Int(ready) {
                 handle(events[index])
             }
+            // Fewer events than room for them: the wait returned every one ready, none is left behind.
+            if Int(ready) < capacity, !waitArmed.isEmpty { settleWaits() }
             runJobs()
             if let nextSweep, nextSweep <= passTime { sweep(now: passTime) }
             flushAll()
@@ -226,6 +248,12 @@ public final class SocketLoop: @unchecked Sendable {
         } else if errno != EAGAIN, errno != EINTR {
             connection.close()
         }
+    }
+
+    private func settleWaits() {
+        let settled = waitArmed
+        waitArmed.removeAll(keepingCapacity: true)
+        for body in settled { body() }
     }
 
     private func runJobs() {

@@ -83,6 +83,20 @@ public final class SocketLoopGroup: Sendable {
         }
     }
 
+    /// Runs `body` on `loop` once every loop of the group has waited and handled its events
+    /// (`SocketLoop.afterNextWait`): every hang-up the kernel signalled to any loop before this call
+    /// has been seen. Safe from any thread; never runs if a loop ends first.
+    public func afterEveryLoopWaited(thenOn loop: SocketLoop, _ body: @escaping @Sendable () -> Void) {
+        let left = Countdown(loops.count)
+        for each in loops {
+            each.afterNextWait {
+                if left.count.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+                    loop.execute(body)
+                }
+            }
+        }
+    }
+
     /// Whether any loop's thread still runs.
     public var isRunning: Bool { state.withLock { $0.running > 0 } }
 
@@ -105,4 +119,11 @@ public final class SocketLoopGroup: Sendable {
         }
         released?()
     }
+}
+
+/// The loops yet to settle an `afterEveryLoopWaited`.
+private final class Countdown: Sendable {
+    let count: Atomic<Int>
+
+    init(_ count: Int) { self.count = Atomic(count) }
 }

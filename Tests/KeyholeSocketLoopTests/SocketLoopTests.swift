@@ -261,6 +261,31 @@ struct SocketLoopTests {
         await group.finished()
     }
 
+    @Test("after every loop waited, each hang-up signalled before the call has been read", arguments: [1, 3])
+    func afterEveryLoopWaited(loops: Int) async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        let group = try start(socket, loops: loops, events: events)
+        for round in 0..<20 {
+            var clients: [RawConnection] = []
+            for _ in 0..<10 {
+                let client = try socket.connect()
+                try client.send([1])
+                #expect(try client.receive(count: 1) == [1], "accepted and served")
+                clients.append(client)
+            }
+            clients.removeAll()  // each closed, both ways: its loop is told before this returns
+            let closed = await withCheckedContinuation { continuation in
+                group.afterEveryLoopWaited(thenOn: group.loops[round % loops]) {
+                    continuation.resume(returning: events.all.count { $0 == "closed" })
+                }
+            }
+            #expect(closed == 10 * (round + 1), "round \(round)")
+        }
+        group.stop()
+        await group.finished()
+    }
+
     @Test("a client that finishes sending gets its answers, then end of file")
     func halfClose() async throws {
         let socket = try TestSocket()

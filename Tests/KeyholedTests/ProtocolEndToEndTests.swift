@@ -245,6 +245,30 @@ struct ProtocolEndToEndTests {
         #expect(served)
         #expect(try daemon.terminate() == 0)
     }
+
+    @Test(
+        "at max_connections_per_uid, a client refused a second connection that closes its first and at once opens another is served, every time",
+        arguments: [1, 3])
+    func reconnectAtPerUIDLimit(threads: Int) throws {
+        // The new connection may be accepted before any loop has read the first one's hang-up (the
+        // loop accepts until the backlog is empty; another loop may hold the first): at the limit, a
+        // connection waits for every loop to read what was signalled before it is refused.
+        let daemon = try DaemonProcess.start(config: "[server]\nmax_connections_per_uid = 1\nthreads = \(threads)\n")
+        var holder: RawConnection? = try RawConnection(path: daemon.socketPath)
+        try holder!.sendFrame(#"{"op":"ping","id":0}"#)
+        #expect(try holder!.readResponse()["ok"] == true)
+        var served = 0
+        for round in 1...200 {
+            let extra = try RawConnection(path: daemon.socketPath)
+            #expect(try extra.readResponse()["error"]?["code"] == "overloaded")
+            holder = nil  // its descriptor closed, both ways, before the next connects
+            holder = try RawConnection(path: daemon.socketPath)
+            try holder!.sendFrame(#"{"op":"ping","id":\#(round)}"#)
+            if try holder!.readResponse()["ok"] == true { served += 1 }
+        }
+        #expect(served == 200)
+        #expect(try daemon.terminate() == 0)
+    }
 }
 
 /// A value written by the writer thread and read after it is done.
