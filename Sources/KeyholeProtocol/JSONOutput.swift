@@ -176,11 +176,34 @@ public struct JSONOutput: ~Copyable {
     /// The length of `bytes` as a JSON string literal, quotes included.
     private static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
         var length = bytes.count &+ 2
-        for byte in bytes where needsEscape(byte) {
+        var index = 0
+        // Eight bytes at a time while none needs escaping: nearly every string is such.
+        if let base = bytes.baseAddress {
+            let raw = UnsafeRawPointer(base)
+            while bytes.count &- index >= 8, !mayNeedEscape(raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+                index &+= 8
+            }
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
             // A short escape ("\n") adds one byte, "\u00XX" five.
-            length &+= shortEscape(byte) == nil ? 5 : 1
+            if needsEscape(byte) { length &+= shortEscape(byte) == nil ? 5 : 1 }
+            index &+= 1
         }
         return length
+    }
+
+    /// Whether any of eight bytes (in either byte order) is a quote, a backslash or a control
+    /// character. Each test is the exact word-at-a-time form of "some byte is zero" (or less than
+    /// 0x20): a borrow only ever starts at a byte that is, so none is missed and none is made up.
+    @inline(__always)
+    static func mayNeedEscape(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        let quote = word ^ (ones &* 0x22)
+        let backslash = word ^ (ones &* 0x5C)
+        let special = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)
+        return special & highs != 0
     }
 
     /// The length of `value` as compact JSON, counted without writing it (nor sorting its members).

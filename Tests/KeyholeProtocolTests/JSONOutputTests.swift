@@ -67,6 +67,36 @@ struct JSONOutputTests {
         }
     }
 
+    @Test("eight bytes at a time: a byte needing an escape is found at every position, beside any others, and no other byte is taken for one")
+    func wordCheck() {
+        func needs(_ byte: UInt8) -> Bool { byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
+        var generator = SeededGenerator(state: 20261126)
+        for byte in UInt8.min...UInt8.max {
+            for position in 0..<8 {
+                for _ in 0..<16 {
+                    // The other seven: any byte that needs none (high bytes included, as UTF-8 brings).
+                    var word: UInt64 = 0
+                    for other in 0..<8 {
+                        var filler = UInt8(truncatingIfNeeded: generator.next())
+                        while needs(filler) { filler = UInt8(truncatingIfNeeded: generator.next()) }
+                        word |= UInt64(other == position ? byte : filler) << (8 * other)
+                    }
+                    #expect(JSONOutput.mayNeedEscape(word) == needs(byte), "byte \(byte) at \(position)")
+                }
+            }
+        }
+        // Long strings with one special byte anywhere: the word path and the tail agree with the reference.
+        for length in 0..<40 {
+            for position in 0..<max(1, length) {
+                var bytes = Array(repeating: UInt8(ascii: "x"), count: length)
+                if length > 0 { bytes[position] = 0x01 }
+                let string = String(decoding: bytes, as: UTF8.self)
+                let result = Self.write(room: 256) { $0.write(string: string) }
+                #expect(result.bytes == Self.reference(string))
+            }
+        }
+    }
+
     @Test("integers: Swift's decimal form, written only where it fits", arguments: [Int64.min, Int64.min + 1, -100, -99, -10, -9, -1, 0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 1_700_000_000, 999_999_999_999_999_999, 1_000_000_000_000_000_000, Int64.max - 1, Int64.max])
     func integers(value: Int64) throws {
         let text = Array(String(value).utf8)

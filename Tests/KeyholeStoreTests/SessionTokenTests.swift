@@ -36,6 +36,19 @@ struct SessionTokenTests {
         #expect(SessionToken.digest(text) == nil)
     }
 
+    @Test("every byte at every position of a token's 43 letters: well formed exactly when it is base64url")
+    func everyByteEveryPosition() {
+        let token = Array(SessionToken.generate()!.token.utf8)
+        for position in 3..<token.count {
+            for byte in UInt8.min...UInt8.max {
+                var text = token
+                text[position] = byte
+                let wellFormed = text.withUnsafeBufferPointer { SessionToken.isWellFormed($0) }
+                #expect(wellFormed == Base64URL.isAlphabet(byte), "byte \(byte) at \(position)")
+            }
+        }
+    }
+
     @Test("a token cut from a longer string is well formed")
     func cutToken() {
         let token = "xx" + "kh_" + String(repeating: "a", count: 43)
