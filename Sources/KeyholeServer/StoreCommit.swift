@@ -46,21 +46,40 @@ final class StoreCommit: Sendable {
         }
     }
 
-    /// `read(_:_:answer:)` for an operation that writes in place: what is found without waiting is
-    /// written into `buffer` by `write` (and `nil` returned); `answer` builds the answer only when it
-    /// must wait. `write` may refuse (throw) before it writes anything.
-    static func read<Value>(
-        _ store: Store, _ read: () -> Value, into buffer: inout ByteBuffer,
-        write: (Value, inout ByteBuffer) throws(ProtocolError) -> Void,
-        answer: @escaping @Sendable (Value) -> PendingAnswer.Outcome
-    ) throws(ProtocolError) -> Operation.Outcome? where Value: Sendable {
-        let (value, now, commit) = observe(store, read)
+    /// For a read that writes its answer into `buffer` as it reads (`Store.writeSession`): `read` gets
+    /// the buffer and the waiter to hand the store, and says whether it found anything (else it wrote
+    /// nothing, and the answer is `notFound`) and whether the answer may go now. Found at once (the
+    /// usual case): left in place, and `nil` returned. When it must wait for the disk, what was
+    /// written is taken out of `buffer` and kept for then.
+    static func readWriting(
+        into buffer: inout ByteBuffer, notFound: ProtocolError,
+        _ read: (inout ByteBuffer, () -> Store.Completion) -> (found: Bool, now: Result<Void, StoreError>?)
+    ) throws(ProtocolError) -> Operation.Outcome? {
+        let start = buffer.writerIndex
+        var commit: StoreCommit?
+        let (found, now) = read(&buffer) {
+            let made = StoreCommit()
+            commit = made
+            return { made.complete($0) }
+        }
         switch now {
         case .success?:
-            try write(value, &buffer)
+            guard found else { throw notFound }
             return nil
-        case .failure(let error)?: throw protocolError(error)
-        case nil: return try commit!.outcome { answer(value) }
+        case .failure(let error)?:
+            buffer.moveWriterIndex(to: start)
+            throw protocolError(error)
+        case nil:
+            let answer: PendingAnswer.Outcome
+            if found {
+                var written = ByteBufferAllocator().buffer(capacity: buffer.writerIndex - start)
+                written.writeImmutableBuffer(buffer.getSlice(at: start, length: buffer.writerIndex - start)!)
+                answer = .success(.encoded(written))
+            } else {
+                answer = .failure(notFound)
+            }
+            buffer.moveWriterIndex(to: start)
+            return try commit!.outcome { answer }
         }
     }
 

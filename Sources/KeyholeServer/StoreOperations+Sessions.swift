@@ -26,14 +26,9 @@ extension StoreOperations {
                 let token = try arguments.stringBytes("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
                 let time = now()
-                // Found at once (the usual case): written straight into the answer.
-                return try StoreCommit.read(store, { token.withUnsafeReadableBytes { store.session(token: $0, now: time) } }, into: &buffer) {
-                    found, buffer throws(ProtocolError) in
-                    guard let (session, user) = found else { throw .sessionNotFound() }
-                    encode(session, user: user, into: &buffer)
-                } answer: { found in
-                    guard let (session, user) = found else { return .failure(.sessionNotFound()) }
-                    return .success(.encoded(encode(session, user: user)))
+                // Written straight into the answer by the store, under its lock, as it is read.
+                return try StoreCommit.readWriting(into: &buffer, notFound: .sessionNotFound()) { buffer, waiter in
+                    token.withUnsafeReadableBytes { store.writeSession(token: $0, now: time, into: &buffer, waiter: waiter) }
                 }
             },
             "session.revoke": .deferrable { request, _ throws(ProtocolError) in
@@ -137,44 +132,4 @@ extension StoreOperations {
         return buffer
     }
 
-    /// The `session.get` result as compact JSON, members sorted as `JSONValue` writes them; `data` is
-    /// copied as stored, not parsed again.
-    static func encode(_ session: Session, user: User?) -> ByteBuffer {
-        var buffer = ByteBufferAllocator().buffer(capacity: guess(session, user: user))
-        encode(session, user: user, into: &buffer)
-        return buffer
-    }
-
-    /// Room for every member but the user's own fields; a user with fields may take a second try.
-    private static func guess(_ session: Session, user: User?) -> Int {
-        let principal = session.principal
-        return 448 + (session.data?.count ?? 0) + 2 * (principal.issuer.utf8.count + principal.sub.utf8.count)
-            + (user.map { $0.fields.isEmpty ? 0 : 256 } ?? 0)
-    }
-
-    /// The `session.get` result, written at the end of `buffer`.
-    static func encode(_ session: Session, user: User?, into buffer: inout ByteBuffer) {
-        let principal = session.principal
-        buffer.writeJSON(guess: guess(session, user: user)) { out in
-            out.write("{\"created_at\":")
-            out.write(integer: session.createdAt)
-            out.write(",\"data\":")
-            if let data = session.data { data.withUnsafeBytes { out.write(json: $0) } } else { out.write("{}") }
-            out.write(",\"expires_at\":")
-            out.write(integer: session.expiresAt)
-            out.write(",\"id\":\"")
-            session.id.writeText(to: &out)
-            out.write("\",\"idle_timeout_s\":")
-            out.write(integer: Int64(session.idleSeconds))
-            out.write(",\"issuer\":")
-            out.write(string: principal.issuer)
-            out.write(",\"last_seen_at\":")
-            out.write(integer: session.lastSeenAt)
-            out.write(",\"sub\":")
-            out.write(string: principal.sub)
-            out.write(",\"user\":")
-            if let user { user.writePublicJSON(to: &out) } else { out.write("null") }
-            out.write(byte: UInt8(ascii: "}"))
-        }
-    }
 }

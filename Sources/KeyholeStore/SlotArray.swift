@@ -24,7 +24,8 @@ struct SlotArray<Element> {
     var count: Int { elements.count }
 
     subscript(slot: UInt32) -> Element {
-        get { elements[Int(slot)] }
+        // Read in place (a borrow), not copied: reading one member of an element must not retain its others.
+        _read { yield elements[Int(slot)] }
         _modify { yield &elements[Int(slot)] }
     }
 }

@@ -1,3 +1,5 @@
+import NIOCore
+
 extension Store {
     /// Creates a session for `principal` and returns its token (shown once, never stored) and the
     /// session. Creates the user's record when they have none and stamps their last login.
@@ -48,6 +50,31 @@ extension Store {
                 state.queueQuietly([touch], undo: undo ?? [])
             }
             return (state.tables.session(at: slot), state.tables.user(ofSession: slot))
+        }
+    }
+
+    /// `session.get` in one hold of the lock: finds the live session `token` names, marks it used, and
+    /// writes its result at the end of `buffer` (`StoreTables.writeSessionJSON`); `found` is `false`
+    /// (nothing written) for an unknown, revoked or expired session alike. `now` says, as
+    /// `observing(_:waiter:)` does, whether the answer may go at once; when it must wait for the disk,
+    /// `waiter` was called (under the lock: it must only make the completion).
+    public func writeSession(
+        token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer, waiter: () -> Completion
+    ) -> (found: Bool, now: Result<Void, StoreError>?) {
+        let digest = SessionToken.digest(bytes: token)
+        return state.withLock { state in
+            // One hold for the read and the check of what it saw: no write can fail between them, so
+            // no failure epoch needs comparing, as it must across two holds.
+            var found = false
+            if let (id, check) = digest, let slot = state.tables.slot(of: id, check: check), !state.tables.isExpired(slot, now: now) {
+                var undo: [StoreTables.Undo]? = []
+                if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
+                    state.queueQuietly([touch], undo: undo ?? [])
+                }
+                state.tables.writeSessionJSON(slot, to: &buffer)
+                found = true
+            }
+            return (found, state.observe(waiter()) ? nil : .success(()))
         }
     }
 

@@ -71,7 +71,15 @@ public struct User: Sendable, Equatable {
 
     /// `writePublicJSON(to:)` into output another answer is being written to.
     public func writePublicJSON(to out: inout JSONOutput) {
-        let names = fields.isEmpty ? [] : fields.keys.filter { $0 != "ext" && !Self.fixedMembers.contains($0) }.sorted()
+        Self.writePublicJSON(principal, createdAt: createdAt, updatedAt: updatedAt, lastLoginAt: lastLoginAt, fields: fields, to: &out)
+    }
+
+    /// `publicJSON` of a user's parts, as they lie in the store's tables (no `User` is made of them).
+    static func writePublicJSON(
+        _ principal: Principal, createdAt: Int64, updatedAt: Int64, lastLoginAt: Int64?, fields: [String: JSONValue],
+        to out: inout JSONOutput
+    ) {
+        let names = fields.isEmpty ? [] : fields.keys.filter { $0 != "ext" && !fixedMembers.contains($0) }.sorted()
         var next = 0
         var first = true
         func separator(_ out: inout JSONOutput) {

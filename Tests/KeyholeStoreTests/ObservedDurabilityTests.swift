@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import KeyholeTestSupport
 import Testing
 
@@ -69,6 +70,32 @@ struct ObservedDurabilityTests {
             let results = try await outcomes.wait(for: 1)
             #expect(results.count == 1 && (try? results[0].get()) != nil)
         }
+        await running.close()
+    }
+
+    @Test("session.get's read-and-write in one hold waits as a read does: nothing found yet, its answer only once the revoke is durable",
+        .timeLimit(.minutes(1)))
+    func writeSessionWaits() async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        let held = HeldSync()
+        let (running, token, id) = try await start(directory, held: held)
+        let (first, _, _) = try await revokeWhileHeld(running, held: held, token: token, id: id)
+        let read = Outcomes()
+        var waiters = 0
+        var buffer = ByteBuffer()
+        let (found, ready) = Array(token.utf8).withUnsafeBytes {
+            running.store.writeSession(token: $0, now: now, into: &buffer) {
+                waiters += 1
+                return read.completion
+            }
+        }
+        #expect(!found && buffer.readableBytes == 0)
+        #expect(ready == nil && waiters == 1)
+        #expect(read.all.isEmpty && first.all.isEmpty)
+        held.release(succeeding: true)
+        let results = try await read.wait(for: 1)
+        #expect(results.count == 1 && (try? results[0].get()) != nil)
         await running.close()
     }
 

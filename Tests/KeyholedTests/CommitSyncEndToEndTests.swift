@@ -29,6 +29,9 @@ struct CommitSyncEndToEndTests {
             #expect(!seen.answeredWhileHeld.contains(true))
             #expect(seen.kept["ok"] == true, "\(seen.kept.jsonText)")
             #expect(seen.lost["ok"] == false && seen.lost["error"]?["code"] == "storage_unavailable", "\(seen.lost.jsonText)")
+            // The session.get that waited is the one answered at once later, byte for byte.
+            #expect(seen.readWhileHeld["ok"] == true && seen.readWhileHeld["result"]?["sub"] == "kept", "\(seen.readWhileHeld.jsonText)")
+            #expect(seen.readWhileHeldBytes == seen.readAfterBytes)
         }
 
         // A restart has the first change and not the second. (The store above is gone, and its lock
@@ -40,8 +43,9 @@ struct CommitSyncEndToEndTests {
             reopened = try Self.open(directory, now: now)
         }
         let store = try #require(reopened)
-        #expect(store.statistics.sessions == 1)
+        #expect(store.statistics.sessions == 2)
         #expect(!store.sessions(of: Principal(issuer: "local", sub: "kept"), now: now).isEmpty)
+        #expect(!store.sessions(of: Principal(issuer: "local", sub: "also kept"), now: now).isEmpty)
         #expect(store.sessions(of: Principal(issuer: "local", sub: "lost"), now: now).isEmpty)
     }
 
@@ -50,6 +54,11 @@ struct CommitSyncEndToEndTests {
         var answeredWhileHeld: [Bool] = []
         var kept: JSONValue = nil
         var lost: JSONValue = nil
+        /// A session.get sent while a create's sync was held: its answer, and that answer's bytes
+        /// beside those of the same session.get sent once nothing was held.
+        var readWhileHeld: JSONValue = nil
+        var readWhileHeldBytes: [UInt8] = []
+        var readAfterBytes: [UInt8] = []
     }
 
     /// Creates a session whose sync is held then succeeds, and one whose sync is held then fails.
@@ -63,12 +72,34 @@ struct CommitSyncEndToEndTests {
         held.release(succeeding: true)
         seen.kept = try connection.readResponse()
 
+        // A read that could see a change on its way to the disk waits for it: session.get's answer,
+        // written as it was read, is kept until then.
+        let token = try #require(seen.kept["result"]?["session"]?.stringValue)
+        let reader = try RawConnection(path: socket)
+        held.arm()
+        try connection.sendFrame(#"{"op":"session.create","id":3,"args":{"sub":"also kept"}}"#)
+        held.waitUntilEntered()
+        // Answers may come in any order: the ping's, read first, shows the session.get before it read
+        // and held back, not merely not read yet.
+        try reader.sendFrame(#"{"op":"session.get","id":4,"args":{"session":"\#(token)"}}"#)
+        try reader.sendFrame(#"{"op":"ping","id":5}"#)
+        let first = try reader.readResponse()
+        seen.answeredWhileHeld.append(first["id"] != 5)
+        seen.answeredWhileHeld.append(reader.hasUnreadBytes)
+        held.release(succeeding: true)
+        _ = try connection.readResponse()
+        seen.readWhileHeldBytes = try #require(try reader.readFrame())
+        seen.readWhileHeld = try JSONValue.parse(ByteBuffer(bytes: seen.readWhileHeldBytes))
+        try reader.sendFrame(#"{"op":"session.get","id":4,"args":{"session":"\#(token)"}}"#)
+        seen.readAfterBytes = try #require(try reader.readFrame())
+
         held.arm()
         try connection.sendFrame(#"{"op":"session.create","id":2,"args":{"sub":"lost"}}"#)
         held.waitUntilEntered()
         seen.answeredWhileHeld.append(connection.hasUnreadBytes)
         held.release(succeeding: false)
         seen.lost = try connection.readResponse()
+
         return seen
     }
 
