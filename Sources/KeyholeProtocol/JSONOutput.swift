@@ -111,6 +111,8 @@ public struct JSONOutput: ~Copyable {
 
     /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
     public mutating func write(string: String) {
+        // A native string's bytes are read where they are; `withUTF8` would copy (and retain) it first.
+        if string.utf8.withContiguousStorageIfAvailable({ write(stringBytes: $0) }) != nil { return }
         var string = string
         string.withUTF8 { write(stringBytes: $0) }
     }
