@@ -149,6 +149,13 @@ public struct KeySetCacheState: Sendable {
 
     /// Joins a running fetch, or starts one unless the last rate-limited fetch was within the cool-down.
     private mutating func rateLimitedFetch(_ reason: FetchReason, now: Double) -> UnknownKeyDecision {
+        // Nothing fetched nor begun yet: a request ahead of `start` (keyholed answers as soon as it
+        // listens) begins the start-up fetch early. That fetch is no unknown kid's, and must not start
+        // the cool-down, or every new kid within it would fail fast (seen under load in CI).
+        if keys == nil, fetchCount == 0 {
+            _ = beginFetch(.initial)
+            return .fetchAndWait
+        }
         guard allowsRateLimitedFetch(now: now) else { return .failFast }
         if fetching != nil { return .waitForFetch }
         lastUnknownKeyFetch = now

@@ -215,7 +215,9 @@ public struct JSONOutput: ~Copyable {
         case .bool(let value): return value ? 4 : 5
         case .int(let value): return Self.digits(value)
         case .double(let value): return value.isFinite ? value.description.utf8.count : 4
-        case .string(var value): return value.withUTF8 { quotedLength($0) }
+        case .string(var value):
+            if let length = value.utf8.withContiguousStorageIfAvailable({ quotedLength($0) }) { return length }
+            return value.withUTF8 { quotedLength($0) }
         case .array(let elements):
             return elements.reduce(2 &+ Swift.max(0, elements.count &- 1)) { $0 &+ length(of: $1) }
         case .object(let members):

@@ -366,17 +366,11 @@ struct JSONParser {
     }
 
     /// Whether eight bytes (in either byte order) are all printable ASCII other than a quote and a
-    /// backslash. Each test is the exact word-at-a-time form of "some byte is zero" (or less than
-    /// 0x20), so a special byte is never missed.
+    /// backslash: none has its high bit, and none needs escaping in JSON (`JSONOutput.mayNeedEscape`,
+    /// exact).
     @inline(__always)
     static func isPlainASCII(_ word: UInt64) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
-        let quote = word ^ (ones &* 0x22)
-        let backslash = word ^ (ones &* 0x5C)
-        let special = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
-            | ((word &- ones &* 0x20) & ~word) | word
-        return special & highs == 0
+        word & 0x8080_8080_8080_8080 == 0 && !JSONOutput.mayNeedEscape(word)
     }
 
     /// Checks the escape sequence whose backslash is at `index` and moves past it.

@@ -127,7 +127,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
             // Closed meanwhile (the peer left, or shutdown): nothing to decide.
             guard let connection = served.connection else { return }
             served.admissionDeferred = false
-            served.admit(peer, final: true)
+            served.admit(peer, afterWaiting: true)
             if served.access.countedUID != nil, served.machine.state == .open { connection.setReading(true) }
         }
         group.afterEveryLoopWaited(thenOn: loop) { decide(()) }

@@ -10,13 +10,13 @@ extension ServedConnection {
     /// At the limit, the loop may look again once every hang-up already signalled has been read
     /// (`deferAdmission`): a client that closed a connection and at once opened another must not be
     /// refused for the one it no longer has, which the loops may not have read yet.
-    func admit(_ peer: PeerCredentials, final: Bool = false) {
+    func admit(_ peer: PeerCredentials, afterWaiting waited: Bool = false) {
         let limit = limits.maxConnectionsPerUID
         if core.peers.withLock({ $0.openConnection(uid: peer.uid, limit: limit) }) {
             access.countedUID = peer.uid
             return
         }
-        if !final, deferAdmission(of: peer) { return }
+        if !waited, deferAdmission(of: peer) { return }
         core.stats.rejectedConnections.add()
         core.metrics.refusedOverUIDMax.increment()
         noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])

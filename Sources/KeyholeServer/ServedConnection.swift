@@ -52,7 +52,7 @@ protocol ServedConnection: AnyObject {
     /// `body` with the connection and its argument there.
     func confined<Value>(_ body: @escaping (Self, Value) -> Void) -> @Sendable (Value) -> Void
     /// At its uid's limit: holds the connection, not reading, until every loop has read the hang-ups
-    /// already signalled, then calls `admit(peer, final: true)` on its loop. `false` when the loop
+    /// already signalled, then calls `admit(peer, afterWaiting: true)` on its loop. `false` when the loop
     /// cannot, and the connection is refused at once.
     func deferAdmission(of peer: PeerCredentials) -> Bool
     /// Where this loop's pending answers are delivered.

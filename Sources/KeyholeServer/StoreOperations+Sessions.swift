@@ -26,7 +26,9 @@ extension StoreOperations {
                 let token = try arguments.stringBytes("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
                 let time = now()
-                // Written straight into the answer by the store, under its lock, as it is read.
+                // Written straight into the answer by the store, under its lock, as it is read: room
+                // is made first, so that growing a big batch is not done while every loop waits.
+                buffer.reserveCapacity(minimumWritableBytes: 1024)
                 return try StoreCommit.readWriting(into: &buffer, notFound: .sessionNotFound()) { buffer, waiter in
                     token.withUnsafeReadableBytes { store.writeSession(token: $0, now: time, into: &buffer, waiter: waiter) }
                 }

@@ -29,6 +29,8 @@ public final class SocketLoop: @unchecked Sendable {
         public var acceptsPerWake = 16
         /// Out of descriptors (EMFILE), accepting pauses this long instead of spinning.
         public var acceptPause = TimeAmount.milliseconds(100)
+        /// Events one `epoll_wait` returns at most (more while `afterNextWait` callbacks wait).
+        public var eventsPerWait = 256
 
         public init() {}
     }
@@ -145,7 +147,8 @@ public final class SocketLoop: @unchecked Sendable {
     /// Runs `body` on the loop's thread once the loop has waited on epoll, from a wait that began
     /// after this call, and has handled every event that wait returned: whatever the kernel had
     /// signalled to this loop before the call (a peer's hang-up, say) has been seen by then. Safe from
-    /// any thread; never runs if the loop ends first.
+    /// any thread. A loop that ends runs those still waiting as it ends (nothing is left to read);
+    /// one asked from another thread as the loop ends may never run.
     public func afterNextWait(_ body: @escaping @Sendable () -> Void) {
         if inLoop {
             waitRequested.append(body)
@@ -158,13 +161,21 @@ public final class SocketLoop: @unchecked Sendable {
 
     private func run() {
         pthread_setspecific(Self.currentKey, Unmanaged.passUnretained(self).toOpaque())
-        let capacity = 256
-        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
+        var capacity = configuration.eventsPerWait
+        var events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         while !finished {
             // Requested before this wait began: its events settle them.
             if !waitRequested.isEmpty {
                 waitArmed.append(contentsOf: waitRequested)
                 waitRequested.removeAll(keepingCapacity: true)
+            }
+            // Room for every descriptor epoll watches (each is on its ready list once at most: the
+            // connections, the listener, the eventfd), so that a wait that settles `afterNextWait`
+            // returns all that is ready however busy the loop: settled on this very pass.
+            if !waitArmed.isEmpty, capacity <= connectionCount + 2 {
+                events.deallocate()
+                capacity = connectionCount + 3
+                events = .allocate(capacity: capacity)
             }
             let ready = epoll_wait(poll, events, Int32(capacity), waitArmed.isEmpty ? waitMilliseconds() : 0)
             if ready < 0 {
@@ -192,6 +203,10 @@ public final class SocketLoop: @unchecked Sendable {
         }
         events.deallocate()
         stopListening()
+        // Nothing is left to read: whoever waits on this loop's next wait may go on.
+        waitArmed.append(contentsOf: waitRequested)
+        waitRequested.removeAll()
+        settleWaits()
         pthread_setspecific(Self.currentKey, nil)
         ended.store(true, ordering: .releasing)
         onFinished?()

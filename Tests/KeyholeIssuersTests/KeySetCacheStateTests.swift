@@ -45,6 +45,31 @@ struct KeySetCacheStateTests {
         #expect(state.fetchCount == 3)
     }
 
+    @Test("a request ahead of start-up begins the start-up fetch, which does not start the cool-down")
+    func requestBeforeStart() {
+        var state = KeySetCacheState()
+        #expect(state.unknownKey(now: t0) == .fetchAndWait)
+        #expect(state.fetching == .initial)
+        #expect(state.start(now: t0 + 1) == .none, "already under way")
+        _ = state.fetchSucceeded(keys, maxAge: nil, now: t0 + 2)
+        // A new kid at once: fetched, as after any start-up fetch, not refused as too soon.
+        #expect(state.unknownKey(now: t0 + 3) == .fetchAndWait)
+        #expect(state.fetching == .unknownKey)
+        _ = state.fetchSucceeded(keys, maxAge: nil, now: t0 + 4)
+        #expect(state.unknownKey(now: t0 + 5) == .failFast)
+        #expect(state.fetchCount == 2)
+    }
+
+    @Test("with no keys after a failed start-up fetch, unknown kids are held to the cool-down")
+    func noKeysAfterFailure() {
+        var state = KeySetCacheState()
+        #expect(state.start(now: t0) == .fetch(.initial))
+        _ = state.fetchFailed("down", now: t0 + 1, jitter: 0)
+        #expect(state.unknownKey(now: t0 + 2) == .fetchAndWait)
+        _ = state.fetchFailed("down", now: t0 + 3, jitter: 0)
+        #expect(state.unknownKey(now: t0 + 4) == .failFast)
+    }
+
     @Test("a wall clock stepped back does not stretch the cool-down")
     func clockSteppedBack() {
         var state = KeySetCacheState()

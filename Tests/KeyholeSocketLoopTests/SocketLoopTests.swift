@@ -286,6 +286,36 @@ struct SocketLoopTests {
         await group.finished()
     }
 
+    @Test("a wait that settles afterEveryLoopWaited has room for every ready connection, however many stay ready")
+    func afterEveryLoopWaitedWhileBusy() async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        var configuration = SocketLoop.Configuration()
+        // Four events a wait and a byte a read: twenty clients that each sent 100 000 bytes keep more
+        // connections ready than one wait returns, for hundreds of thousands of passes.
+        configuration.eventsPerWait = 4
+        configuration.readBytes = 1
+        let received = Mutex(0)
+        let group = try start(socket, loops: 1, events: events, delegate: { events in
+            EchoDelegate(events: events) { bytes, _ in received.withLock { $0 += bytes.readableBytes } }
+        }, configuration: configuration)
+        var clients: [RawConnection] = []
+        for _ in 0..<20 {
+            let client = try socket.connect()
+            try client.send(Array(repeating: 7, count: 100_000))
+            clients.append(client)
+        }
+        // Every client accepted and being read (a connection is accepted within a pass or two).
+        while received.withLock({ $0 }) < 200 { await Task.yield() }
+        let seen = await withCheckedContinuation { continuation in
+            group.afterEveryLoopWaited(thenOn: group.loops[0]) { continuation.resume(returning: received.withLock { $0 }) }
+        }
+        // Settled within a pass or two, not once nearly every connection was drained.
+        #expect(seen < 1_000_000, "\(seen) of 2 000 000 bytes read first")
+        group.stop()
+        await group.finished()
+    }
+
     @Test("a client that finishes sending gets its answers, then end of file")
     func halfClose() async throws {
         let socket = try TestSocket()
