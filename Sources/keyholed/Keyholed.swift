@@ -14,6 +14,7 @@ import KeyholeSystemd
 import Logging
 import ServiceLifecycle
 import Synchronization
+import UnixSignals
 
 #if canImport(Glibc)
 import Glibc
@@ -84,8 +85,11 @@ struct Keyholed: AsyncParsableCommand {
         }
         // Before anything uses NIO's shared event-loop group, which the server and the fetchers share.
         NIOSingletons.groupLoopCountSuggestion = configuration.threads
-        // An early SIGHUP (before the reload service listens) must not end keyholed, SIGHUP's default.
-        signal(SIGHUP, SIG_IGN)
+        // SIGHUP trapped now, long before READY=1: one sent as soon as keyholed says it is ready waits in
+        // the sequence for the reload service, however late that starts. (Ignoring it until the service
+        // listened lost a SIGHUP sent in between, seen under load in make test; SIGHUP's default would
+        // end keyholed.)
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
         // Before anything makes a metric handle (the server makes its own when it is built).
         let exporter = Self.bootstrapMetrics(enabled: configuration.metricsEnabled)
         let level = LogLevelControl(configuration.logLevel)
@@ -246,7 +250,7 @@ struct Keyholed: AsyncParsableCommand {
             ] + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
             ] + (http.map { [.init(service: $0)] } ?? []) + [
-                .init(service: ReloadSignals(reloader: reloader)),
+                .init(service: ReloadSignals(reloader: reloader, signals: hangups)),
             ] + systemdStatus).map {
                 .init(service: $0.service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup)
             },

@@ -65,6 +65,23 @@ struct ReloadEndToEndTests {
 }
 
 extension ReloadEndToEndTests {
+    @Test("a SIGHUP sent the moment READY=1 arrives is a reload, every time (SIGHUP is trapped before keyholed says it is ready)")
+    func sighupRightAfterReady() throws {
+        for _ in 0..<5 {
+            let directory = try DaemonProcess.makeDirectory()
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let notify = try DatagramSocket(path: directory.appendingPathComponent("notify").path)
+            let daemon = try DaemonProcess(
+                config: Self.config(audiences: [Self.audience]), directory: directory, environment: ["NOTIFY_SOCKET": notify.path])
+            _ = try #require(notify.receive(until: "READY=1"))
+            daemon.signal(SIGHUP)
+            let messages = try #require(notify.receive(until: "READY=1"), "the SIGHUP was lost")
+            #expect(messages.contains { $0.hasPrefix("RELOADING=1\nMONOTONIC_USEC=") })
+            daemon.signal(SIGTERM)
+            #expect(try daemon.waitForExit() == 0)
+        }
+    }
+
     @Test("keyhole reload: a file that does not load changes nothing (exit 1, config_invalid naming the key); new limits hold for new connections only")
     func cliReload() throws {
         let (token, moment) = try KeySetEndToEndTests.token4()
