@@ -95,6 +95,11 @@ package final class RawConnection: @unchecked Sendable {
     /// Stops sending (half-close); the server may still answer.
     package func shutdownWrite() { shutdown(fd, Int32(SHUT_WR)) }
 
+    /// Ends the connection both ways now (the descriptor is closed at deinit). Unlike a close, this
+    /// reaches the server even while a child another test is spawning holds a copy of the descriptor
+    /// (between posix_spawn's clone and its exec): a close then ends nothing until the child execs.
+    package func hangUp() { shutdown(fd, Int32(SHUT_RDWR)) }
+
     /// Exactly `count` bytes, or `nil` on a clean end of stream before the first byte.
     private func receive(_ count: Int) throws -> [UInt8]? {
         var bytes = [UInt8](repeating: 0, count: count)
