@@ -274,7 +274,10 @@ struct SocketLoopTests {
                 #expect(try client.receive(count: 1) == [1], "accepted and served")
                 clients.append(client)
             }
-            clients.removeAll()  // each closed, both ways: its loop is told before this returns
+            // Each hung up, then closed: its loop is told before this returns. (A close alone ends
+            // nothing while a child another test is spawning holds a copy of the descriptor.)
+            for client in clients { client.hangUp() }
+            clients.removeAll()
             let closed = await withCheckedContinuation { continuation in
                 group.afterEveryLoopWaited(thenOn: group.loops[round % loops]) {
                     continuation.resume(returning: events.all.count { $0 == "closed" })
