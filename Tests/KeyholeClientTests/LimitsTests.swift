@@ -146,6 +146,9 @@ struct LimitsTests {
                 }
             } catch let failure as RawConnection.Failure where failure.description.contains("reset") {
                 // Closed with bytes unread on the server's side: a close all the same.
+            } catch let failure as RawConnection.Failure where failure.description.contains("end of stream inside a frame") {
+                // Cut with its unsent answers dropped: the last send may have stopped inside a frame
+                // (seen in a fresh-clone run, when the server had read every request, so no reset).
             }
             #expect(answers < 40)
         }

@@ -248,6 +248,8 @@ struct ProtocolEndToEndTests {
 
     @Test(
         "at max_connections_per_uid, a client refused a second connection that closes its first and at once opens another is served, every time",
+        // SwiftNIO's loop, kept for one release, refuses at once (PROTOCOL.md): the wait is the epoll loop's.
+        .enabled(if: ProcessInfo.processInfo.environment["KEYHOLE_TEST_LOOP"] != "nio"),
         arguments: [1, 3])
     func reconnectAtPerUIDLimit(threads: Int) throws {
         // The new connection may be accepted before any loop has read the first one's hang-up (the
