@@ -48,39 +48,28 @@ final class StoreCommit: Sendable {
 
     /// For a read that writes its answer into `buffer` as it reads (`Store.writeSession`): `read` gets
     /// the buffer and the waiter to hand the store, and says whether it found anything (else it wrote
-    /// nothing, and the answer is `notFound`) and whether the answer may go now. Found at once (the
-    /// usual case): left in place, and `nil` returned. When it must wait for the disk, what was
-    /// written is taken out of `buffer` and kept for then.
+    /// nothing, and the answer is `notFound`) and whether the answer must wait for the disk. At once
+    /// (the usual case): left in place, and `nil` returned. When it must wait, what was written is
+    /// taken out of `buffer` (copied: the batch's storage goes on) and kept for then.
     static func readWriting(
         into buffer: inout ByteBuffer, notFound: ProtocolError,
-        _ read: (inout ByteBuffer, () -> Store.Completion) -> (found: Bool, now: Result<Void, StoreError>?)
+        _ read: (inout ByteBuffer, () -> Store.Completion) -> (found: Bool, waits: Bool)
     ) throws(ProtocolError) -> Operation.Outcome? {
         let start = buffer.writerIndex
         var commit: StoreCommit?
-        let (found, now) = read(&buffer) {
+        let (found, waits) = read(&buffer) {
             let made = StoreCommit()
             commit = made
             return { made.complete($0) }
         }
-        switch now {
-        case .success?:
+        guard waits else {
             guard found else { throw notFound }
             return nil
-        case .failure(let error)?:
-            buffer.moveWriterIndex(to: start)
-            throw protocolError(error)
-        case nil:
-            let answer: PendingAnswer.Outcome
-            if found {
-                var written = ByteBufferAllocator().buffer(capacity: buffer.writerIndex - start)
-                written.writeImmutableBuffer(buffer.getSlice(at: start, length: buffer.writerIndex - start)!)
-                answer = .success(.encoded(written))
-            } else {
-                answer = .failure(notFound)
-            }
-            buffer.moveWriterIndex(to: start)
-            return try commit!.outcome { answer }
         }
+        let answer: PendingAnswer.Outcome =
+            found ? .success(.encoded(ByteBuffer(bytes: buffer.viewBytes(at: start, length: buffer.writerIndex - start)!))) : .failure(notFound)
+        buffer.moveWriterIndex(to: start)
+        return try commit!.outcome { answer }
     }
 
     /// `read`'s value and, when the changes it could have seen are durable already, that outcome;

@@ -85,7 +85,8 @@ public final class SocketLoopGroup: Sendable {
 
     /// Runs `body` on `loop` once every loop of the group has waited and handled its events
     /// (`SocketLoop.afterNextWait`): every hang-up the kernel signalled to any loop before this call
-    /// has been seen. Safe from any thread; never runs if a loop ends first.
+    /// has been seen. Safe from any thread; a loop that ends settles its part as it ends (but one
+    /// asked as it ends may never run, as with `SocketLoop.afterNextWait`).
     public func afterEveryLoopWaited(thenOn loop: SocketLoop, _ body: @escaping @Sendable () -> Void) {
         let left = Countdown(loops.count)
         for each in loops {

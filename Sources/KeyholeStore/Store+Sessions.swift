@@ -40,41 +40,39 @@ extension Store {
 
     /// `session(token:now:)` for a token's UTF-8 bytes, read where they lie (a request's frame).
     public func session(token: UnsafeRawBufferPointer, now: Int64) -> (session: Session, user: User?)? {
-        guard let (id, check) = SessionToken.digest(bytes: token) else { return nil }
+        guard let digest = SessionToken.digest(bytes: token) else { return nil }
         return state.withLock { state -> (Session, User?)? in
-            guard let slot = state.tables.slot(of: id, check: check), !state.tables.isExpired(slot, now: now) else {
-                return nil
-            }
-            var undo: [StoreTables.Undo]? = []
-            if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
-                state.queueQuietly([touch], undo: undo ?? [])
-            }
+            guard let slot = used(digest, now: now, in: &state) else { return nil }
             return (state.tables.session(at: slot), state.tables.user(ofSession: slot))
         }
     }
 
+    /// The slot of the live session `digest` names, marked as used now (its touch queued when the
+    /// log's last_seen_at is a touch interval behind); `nil` for an unknown or expired one.
+    private func used(_ digest: (SessionID, SessionCheck), now: Int64, in state: inout State) -> UInt32? {
+        guard let slot = state.tables.slot(of: digest.0, check: digest.1), !state.tables.isExpired(slot, now: now) else { return nil }
+        var undo: [StoreTables.Undo]? = []
+        if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
+            state.queueQuietly([touch], undo: undo ?? [])
+        }
+        return slot
+    }
+
     /// `session.get` in one hold of the lock: finds the live session `token` names, marks it used, and
     /// writes its result at the end of `buffer` (`StoreTables.writeSessionJSON`); `found` is `false`
-    /// (nothing written) for an unknown, revoked or expired session alike. `now` says, as
-    /// `observing(_:waiter:)` does, whether the answer may go at once; when it must wait for the disk,
-    /// `waiter` was called (under the lock: it must only make the completion).
+    /// (nothing written) for an unknown, revoked or expired session alike. `waits` says whether the
+    /// answer must wait for the disk (changes the read could have seen are not durable yet), and then
+    /// `waiter` was called (under the lock: it must only make the completion). One hold for the read
+    /// and the check of what it saw: no write can fail between them, so, unlike
+    /// `observing(_:waiter:)`, it never fails at once.
     public func writeSession(
         token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer, waiter: () -> Completion
-    ) -> (found: Bool, now: Result<Void, StoreError>?) {
+    ) -> (found: Bool, waits: Bool) {
         let digest = SessionToken.digest(bytes: token)
         return state.withLock { state in
-            // One hold for the read and the check of what it saw: no write can fail between them, so
-            // no failure epoch needs comparing, as it must across two holds.
-            var found = false
-            if let (id, check) = digest, let slot = state.tables.slot(of: id, check: check), !state.tables.isExpired(slot, now: now) {
-                var undo: [StoreTables.Undo]? = []
-                if let touch = state.tables.touch(slot, now: now, touchInterval: configuration.touchInterval, undo: &undo) {
-                    state.queueQuietly([touch], undo: undo ?? [])
-                }
-                state.tables.writeSessionJSON(slot, to: &buffer)
-                found = true
-            }
-            return (found, state.observe(waiter()) ? nil : .success(()))
+            guard let digest, let slot = used(digest, now: now, in: &state) else { return (false, state.observe(waiter())) }
+            state.tables.writeSessionJSON(slot, to: &buffer)
+            return (true, state.observe(waiter()))
         }
     }
 

@@ -84,14 +84,14 @@ struct ObservedDurabilityTests {
         let read = Outcomes()
         var waiters = 0
         var buffer = ByteBuffer()
-        let (found, ready) = Array(token.utf8).withUnsafeBytes {
+        let (found, waits) = Array(token.utf8).withUnsafeBytes {
             running.store.writeSession(token: $0, now: now, into: &buffer) {
                 waiters += 1
                 return read.completion
             }
         }
         #expect(!found && buffer.readableBytes == 0)
-        #expect(ready == nil && waiters == 1)
+        #expect(waits && waiters == 1)
         #expect(read.all.isEmpty && first.all.isEmpty)
         held.release(succeeding: true)
         let results = try await read.wait(for: 1)
