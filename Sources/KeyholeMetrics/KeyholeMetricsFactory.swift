@@ -4,19 +4,27 @@ import Prometheus
 /// swift-metrics' factory for keyholed: every metric goes into `registry`, with the help text and
 /// buckets `MetricsCatalogue` gives its name. swift-prometheus's own factory registers metrics
 /// without help (swift-metrics has none to pass), and a family must have one help text throughout.
-/// A name the catalogue lacks (a library's) is exported with a help text saying so.
+/// A name the catalogue lacks (a library's) is exported with a help text saying so. Timers are
+/// `AtomicHistogram`s, kept in `timers`: they are recorded on every request, and the registry's own
+/// histograms take a lock for it. `MetricsExporter` writes both into one text.
 public struct KeyholeMetricsFactory: MetricsFactory {
-    /// Where the metrics go.
+    /// Where counters and gauges go.
     public let registry: PrometheusCollectorRegistry
+    /// Where timers go.
+    public let timers: AtomicHistograms
 
-    /// A factory for `registry`.
-    public init(registry: PrometheusCollectorRegistry) {
+    /// A factory for `registry`, its timers kept in `timers`.
+    public init(registry: PrometheusCollectorRegistry, timers: AtomicHistograms = AtomicHistograms()) {
         self.registry = registry
+        self.timers = timers
+    }
+
+    static func help(_ label: String) -> String {
+        MetricsCatalogue.metrics[label]?.help ?? "\(label), recorded through swift-metrics."
     }
 
     static func descriptor(_ label: String) -> MetricNameDescriptor {
-        let help = MetricsCatalogue.metrics[label]?.help ?? "\(label), recorded through swift-metrics."
-        return MetricNameDescriptor(metricName: label, unitName: "", helpText: help)
+        MetricNameDescriptor(metricName: label, unitName: "", helpText: help(label))
     }
 
     public func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
@@ -37,7 +45,7 @@ public struct KeyholeMetricsFactory: MetricsFactory {
 
     public func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
         let buckets: [Duration] = if case .histogram(let buckets)? = MetricsCatalogue.metrics[label]?.kind { buckets } else { MetricsCatalogue.requestBuckets }
-        return registry.makeDurationHistogram(descriptor: Self.descriptor(label), labels: dimensions, buckets: buckets)
+        return timers.histogram(name: label, help: Self.help(label), labels: dimensions, buckets: buckets)
     }
 
     // Handles live as long as keyholed: nothing is ever destroyed.

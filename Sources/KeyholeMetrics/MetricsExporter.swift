@@ -2,10 +2,12 @@ import Prometheus
 import Synchronization
 
 /// The metrics text (Prometheus exposition format 0.0.4): what was recorded through swift-metrics
-/// into `registry`, and figures read from their owners when the text is made (`collectors`).
+/// into `registry` and `timers`, and figures read from their owners when the text is made (`collectors`).
 public final class MetricsExporter: Sendable {
-    /// Where recorded and read metrics go.
+    /// Where recorded counters and gauges, and read metrics, go.
     public let registry: PrometheusCollectorRegistry
+    /// Where recorded timers go.
+    public let timers: AtomicHistograms
     private let collectors: Mutex<[@Sendable (inout Reading) -> Void]>
     private let mirrored = Mutex<[String: (counter: Prometheus.Counter, total: Double)]>([:])
     /// The gauges the last reading set: one it no longer has (an issuer a reload removed) is dropped.
@@ -32,9 +34,10 @@ public final class MetricsExporter: Sendable {
         }
     }
 
-    /// An exporter; `version` goes into `keyholed_build_info`.
-    public init(registry: PrometheusCollectorRegistry, version: String) {
-        self.registry = registry
+    /// An exporter of what `factory` makes; `version` goes into `keyholed_build_info`.
+    public init(factory: KeyholeMetricsFactory, version: String) {
+        self.registry = factory.registry
+        self.timers = factory.timers
         self.collectors = Mutex([])
         registry.makeGauge(descriptor: KeyholeMetricsFactory.descriptor("keyholed_build_info"), labels: [("version", version)]).set(to: 1.0)
         add(ProcessMetrics.read(into:))
@@ -81,6 +84,10 @@ public final class MetricsExporter: Sendable {
                 mirrored[key] = entry
             }
         }
-        return registry.emitToString()
+        var bytes: [UInt8] = []
+        registry.emit(into: &bytes)
+        var text = String(decoding: bytes, as: UTF8.self)
+        timers.emit(into: &text)
+        return text
     }
 }

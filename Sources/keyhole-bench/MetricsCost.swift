@@ -24,8 +24,7 @@ struct MetricsCost: AsyncParsableCommand {
     var rounds = 5
 
     func run() async throws {
-        let registry = PrometheusCollectorRegistry()
-        let factory = KeyholeMetricsFactory(registry: registry)
+        let factory = KeyholeMetricsFactory(registry: PrometheusCollectorRegistry())
         MetricsSystem.bootstrap(factory)
         let operation = ServerMetrics.Operation(op: "session.get")
         var perRequest: [Double] = []
@@ -41,9 +40,11 @@ struct MetricsCost: AsyncParsableCommand {
             perRequest.append(nanoseconds / Double(requests))
         }
         perRequest.sort()
-        let text = registry.emitToString()
-        guard text.contains("keyholed_requests_total{op=\"session.get\",code=\"ok\"} \(requests * rounds)") else {
-            throw ValidationError("the counter does not show every request recorded")
+        let text = MetricsExporter(factory: factory, version: "bench").text()
+        guard text.contains("keyholed_requests_total{op=\"session.get\",code=\"ok\"} \(requests * rounds)"),
+            text.contains("keyholed_request_duration_seconds_count{op=\"session.get\"} \(requests * rounds)")
+        else {
+            throw ValidationError("the counter or the histogram does not show every request recorded")
         }
         print(#"{"metrics_ns_per_request": \#(Double(Int(perRequest[perRequest.count / 2] * 10)) / 10), "rounds": \#(perRequest.map { Double(Int($0 * 10)) / 10 })}"#)
     }

@@ -7,12 +7,12 @@ import KeyholeStore
 import Prometheus
 
 extension Keyholed {
-    /// Points swift-metrics at one Prometheus registry (Sources/KeyholeMetrics/METRICS.md), unless
-    /// `[metrics] enabled = false`; the exporter makes the text from that registry either way.
+    /// Points swift-metrics at keyholed's factory (Sources/KeyholeMetrics/METRICS.md), unless
+    /// `[metrics] enabled = false`; the exporter makes the text from what it holds either way.
     static func bootstrapMetrics(enabled: Bool) -> MetricsExporter {
-        let registry = PrometheusCollectorRegistry()
-        if enabled { MetricsSystem.bootstrap(KeyholeMetricsFactory(registry: registry)) }
-        return MetricsExporter(registry: registry, version: KeyholeVersion.current)
+        let factory = KeyholeMetricsFactory(registry: PrometheusCollectorRegistry())
+        if enabled { MetricsSystem.bootstrap(factory) }
+        return MetricsExporter(factory: factory, version: KeyholeVersion.current)
     }
 
     /// The figures read when the text is made: they are kept by their owners already.

@@ -12,22 +12,23 @@ import Testing
     }
 
     @Test func theFactoryGivesEachFamilyItsHelpAndBuckets() {
-        let registry = PrometheusCollectorRegistry()
-        let factory = KeyholeMetricsFactory(registry: registry)
+        let factory = KeyholeMetricsFactory(registry: PrometheusCollectorRegistry())
         Counter(label: "keyholed_sessions_created_total", dimensions: [], factory: factory).increment(by: 2)
         Timer(label: "keyholed_request_duration_seconds", dimensions: [("op", "ping")], factory: factory).recordNanoseconds(30_000)
         Counter(label: "some_library_total", dimensions: [], factory: factory).increment()
-        let text = registry.emitToString()
+        let text = MetricsExporter(factory: factory, version: "1").text()
         #expect(text.contains("# HELP keyholed_sessions_created_total Sessions created.\n"))
         #expect(Self.value(text, "keyholed_sessions_created_total") == "2")
         // 30 µs falls in the 50 µs bucket, not the 25 µs one.
         #expect(Self.value(text, #"keyholed_request_duration_seconds_bucket{op="ping",le="0.000025"}"#) == "0")
         #expect(Self.value(text, #"keyholed_request_duration_seconds_bucket{op="ping",le="0.00005"}"#) == "1")
         #expect(text.contains("# HELP some_library_total some_library_total, recorded through swift-metrics.\n"))
+        #expect(text.contains("# HELP keyholed_request_duration_seconds Time from a request's frame to its answer, by operation.\n"
+            + "# TYPE keyholed_request_duration_seconds histogram\n"))
     }
 
     @Test func totalsKeptElsewhereAreFollowedAndNeverGoBack() {
-        let exporter = MetricsExporter(registry: PrometheusCollectorRegistry(), version: "1.2.3")
+        let exporter = MetricsExporter(factory: KeyholeMetricsFactory(registry: PrometheusCollectorRegistry()), version: "1.2.3")
         let total = Mutex(5)
         exporter.add { reading in
             reading.total("keyholed_log_syncs_total", [], total.withLock { $0 })
@@ -49,7 +50,7 @@ import Testing
     }
 
     @Test func aGaugeTheOwnerNoLongerReadsIsDropped() {
-        let exporter = MetricsExporter(registry: PrometheusCollectorRegistry(), version: "1")
+        let exporter = MetricsExporter(factory: KeyholeMetricsFactory(registry: PrometheusCollectorRegistry()), version: "1")
         let issuers = Mutex(["apple", "google"])
         exporter.add { reading in
             for issuer in issuers.withLock({ $0 }) { reading.gauge("keyholed_key_set_keys", [("issuer", issuer)], 3) }
