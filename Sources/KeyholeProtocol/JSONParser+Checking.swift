@@ -46,11 +46,11 @@ extension JSONParser {
     /// Checks the object whose `{` is at `index` as `checkValue()` does; returns how many members it has.
     mutating func checkObject() throws(Failure) -> Int {
         var names = SeenNames()
-        try parseMembers { name, nameOffset, parser throws(Failure) in
+        try parseMembers { (name: MemberName, nameOffset, parser) throws(Failure) in
             // The value first, then the name's repeat: the order parseObject() finds faults in.
             try parser.checkValue()
-            guard names.insert(name) else {
-                throw Failure(offset: nameOffset, reason: .duplicateMember(name), atEnd: false)
+            guard names.insert(name, in: parser) else {
+                throw Failure(offset: nameOffset, reason: .duplicateMember(parser.string(of: name)), atEnd: false)
             }
         }
         return names.count
@@ -141,24 +141,47 @@ extension JSONParser {
 }
 
 /// The names seen in one object, to refuse a repeat as a dictionary would (names are compared as
-/// Swift strings, as `parseObject()`'s dictionary compares them): the first eight compared one by
-/// one in place, every name after them in a set, so that thousands of names cost linear time.
+/// Swift strings, as `parseObject()`'s dictionary compares them, so that both refuse the same objects).
+///
+/// While every name is plain ASCII without escapes, and there are at most eight, they are compared
+/// by their bytes where they lie: for ASCII text that is the same as comparing strings, and no
+/// `String` is made (a request's `args` has two or three such names). The first other name moves
+/// every name into a set of strings, so that thousands of names cost linear time and a name
+/// canonically equal to an ASCII one (a Kelvin sign for "K") is still a repeat.
 struct SeenNames {
-    private var first = InlineArray<8, String>(repeating: "")
+    private var first = InlineArray<8, Range<Int>>(repeating: 0..<0)
     private var more: Set<String> = []
+    /// Whether the names are in `more`, not `first`.
+    private var asStrings = false
     /// How many names were inserted.
     private(set) var count = 0
 
-    /// Adds `name`; `false` when it was there already.
-    mutating func insert(_ name: String) -> Bool {
-        let inline = min(count, first.count)
-        for slot in 0..<inline where first[slot] == name { return false }
-        if count < first.count {
-            first[count] = name
-        } else {
-            guard more.insert(name).inserted else { return false }
+    /// Adds `name`, which lies in `parser`'s text; `false` when it was there already.
+    mutating func insert(_ name: JSONParser.MemberName, in parser: JSONParser) -> Bool {
+        let text = UnsafeRawBufferPointer(rebasing: parser.bytes[name.content])
+        if !asStrings, count < first.count, !name.hasEscapes, Self.isASCII(text) {
+            for slot in 0..<count where UnsafeRawBufferPointer(rebasing: parser.bytes[first[slot]]).elementsEqual(text) {
+                return false
+            }
+            first[count] = name.content
+            count += 1
+            return true
         }
+        if !asStrings {
+            asStrings = true
+            more.reserveCapacity(count + 1)
+            for slot in 0..<count {
+                more.insert(String(decoding: UnsafeRawBufferPointer(rebasing: parser.bytes[first[slot]]), as: UTF8.self))
+            }
+        }
+        guard more.insert(parser.string(of: name)).inserted else { return false }
         count += 1
         return true
+    }
+
+    private static func isASCII(_ text: UnsafeRawBufferPointer) -> Bool {
+        var bits: UInt8 = 0
+        for byte in text { bits |= byte }
+        return bits < 0x80
     }
 }

@@ -5,7 +5,12 @@ public struct Request: Sendable, Hashable {
     /// The id echoed in the response, if the client gave one.
     public var id: RequestID?
     /// The operation.
-    public var op: String
+    public var op: String {
+        didSet { operationIndex = nil }
+    }
+    /// `op`'s index in the `OperationNames` the request was parsed with, when it is one of them;
+    /// `nil` otherwise, and for a request built in code (or whose `op` was set since).
+    public private(set) var operationIndex: Int?
     /// The operation's arguments; empty when absent. For a request read from a frame, this builds them
     /// from `sentArgs` on every use: an operation reads the members it knows from `sentArgs` instead.
     public var args: [String: JSONValue] {
@@ -60,13 +65,18 @@ public struct Request: Sendable, Hashable {
     /// thousands of short names costs the event loop time quadratic in its size.
     public static let maximumUnknownMembers = 32
 
-    /// Reads a request from a frame body, checking in the order PROTOCOL.md section 3 gives.
-    public static func parse(_ frame: ByteBuffer) throws(Rejection) -> Request {
+    /// Reads a request from a frame body, checking in the order PROTOCOL.md section 3 gives. With
+    /// `operations`, an `op` that is one of them is found by its bytes (`operationIndex`), and `op`
+    /// is that name's `String`, not one made from the frame.
+    public static func parse(_ frame: ByteBuffer, operations: OperationNames? = nil) throws(Rejection) -> Request {
         // The envelope's members are picked up as they are read: building a dictionary of four
         // members only to look three up costs a request more than all the rest of its parsing.
         var rawID: JSONValue?
         var version: JSONValue?
-        var rawOp: JSONValue?
+        var opSeen = false
+        // A string `op` is read where it lies and looked up by its bytes, before the frame is let go.
+        var opText: (content: Range<Int>, hasEscapes: Bool)?
+        var knownOp: (op: String, index: Int?)?
         var rawArgs: JSONValue?
         // An object `args` is checked here, as strictly as the rest, but not built: where it lies and
         // how many members it has. Its members are read in place by the operation.
@@ -82,8 +92,13 @@ public struct Request: Sendable, Hashable {
                         isNew = rawID == nil
                         rawID = try parser.parseValue()
                     } else if parser.name(name, is: "op") {
-                        isNew = rawOp == nil
-                        rawOp = try parser.parseValue()
+                        isNew = !opSeen
+                        opSeen = true
+                        if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "\"") {
+                            opText = try parser.scanString()
+                        } else {
+                            try parser.checkValue()  // not a string: refused below, once the rest is checked
+                        }
                     } else if parser.name(name, is: "args") {
                         isNew = rawArgs == nil && argsObject == nil
                         if parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "{") {
@@ -110,6 +125,11 @@ public struct Request: Sendable, Hashable {
                         throw JSONParser.Failure(offset: offset, reason: .duplicateMember(parser.string(of: name)), atEnd: false)
                     }
                 }
+            }.map { isObject in
+                if isObject, let opText {
+                    knownOp = Self.operation(UnsafeRawBufferPointer(rebasing: bytes[opText.content]), hasEscapes: opText.hasEscapes, in: operations)
+                }
+                return isObject
             }
         }
         switch parsed {
@@ -127,10 +147,11 @@ public struct Request: Sendable, Hashable {
         if let version, version != .int(1) {
             throw Rejection(id: id, error: .unsupportedVersion())
         }
-        guard case .string(let op)? = rawOp else {
+        guard let knownOp else {
             throw Rejection(id: id, error: .badRequest("'op' must be present and a string"))
         }
-        var request = Request(id: id, op: op)
+        var request = Request(id: id, op: knownOp.op)
+        request.operationIndex = knownOp.index
         if let argsObject {
             let text = frame.getSlice(at: frame.readerIndex + argsObject.range.lowerBound, length: argsObject.range.count)!
             request.sentArgs = CheckedJSONObject(checked: text, count: argsObject.count)
@@ -141,6 +162,16 @@ public struct Request: Sendable, Hashable {
             }
         }
         return request
+    }
+
+    /// The `op` whose content (between its quotes) is `text`, and its index in `operations`.
+    private static func operation(_ text: UnsafeRawBufferPointer, hasEscapes: Bool, in operations: OperationNames?) -> (op: String, index: Int?) {
+        guard !hasEscapes else {
+            let op = JSONParser.decodeEscapes(text)
+            return (op, operations?.index(of: op))
+        }
+        if let operations, let index = operations.index(of: text) { return (operations.names[index], index) }
+        return (String(decoding: text, as: UTF8.self), nil)
     }
 
     /// Writes the request's JSON body (without the frame header).

@@ -146,14 +146,14 @@ extension ServedConnection {
         let started = now
         let request: Request
         do {
-            request = try Request.parse(frame)
+            request = try Request.parse(frame, operations: core.operationNames)
         } catch {
             core.metrics.unknown.record(error.error.code, since: started)
             return Response(id: error.id, outcome: .failure(error.error))
         }
         // With the connection's peer_uid and peer_pid; the op as sent may be anything, so it is cut short.
         logger.debug("request", metadata: ["op": "\(request.op.prefix(64))"])
-        guard let entry = core.operations[request.op] else {
+        guard let entry = core.entry(for: request) else {
             let refusal = limits.requestsPerSecond > 0 ? rateRefusal() : nil
             core.metrics.unknown.record(refusal?.code ?? .unknownOp, since: started)
             return Response(id: request.id, outcome: .failure(refusal ?? .unknownOp(request.op)))

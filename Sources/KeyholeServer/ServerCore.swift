@@ -18,7 +18,10 @@ final class ServerCore: Sendable {
     let configuration: KeyholeServer.Configuration
     /// The limits each new connection takes (a reload replaces them; open connections keep theirs).
     let limits: Reloadable<KeyholeServer.Configuration>
-    let operations: [String: Entry]
+    /// The operations' names, looked up by their bytes (`Request.parse`), and their entries, by the
+    /// same index.
+    let operationNames: OperationNames
+    private let entries: [Entry]
     let stats: ServerStats
     let metrics = ServerMetrics()
     /// Who may ask what (a reload may replace the rules).
@@ -49,12 +52,20 @@ final class ServerCore: Sendable {
         self.stats = stats
         self.access = AccessControl(configuration.access)
         self.credentialSource = configuration.credentialSource
-        self.operations = Dictionary(uniqueKeysWithValues: all.map { name, operation in
+        let sorted = all.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        self.operationNames = OperationNames(sorted.map(\.key))
+        self.entries = sorted.map { name, operation in
             let requires = AccessPolicy.group(of: name).map(AccessPolicy.Groups.init) ?? []
-            return (name, Entry(
+            return Entry(
                 operation: operation, counter: stats.requestCounter(for: name)!, requires: requires,
-                metrics: ServerMetrics.Operation(op: name)))
-        })
+                metrics: ServerMetrics.Operation(op: name))
+        }
+    }
+
+    /// The entry of `request`'s operation: by the index its parse found, else by its name's bytes.
+    func entry(for request: Request) -> Entry? {
+        if let index = request.operationIndex { return entries[index] }
+        return operationNames.index(of: request.op).map { entries[$0] }
     }
 
     /// Whether `event` may be logged at its full level now, within the server's log rate (`LogRate`);
