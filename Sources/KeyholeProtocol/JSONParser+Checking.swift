@@ -25,7 +25,7 @@ extension JSONParser {
     /// Whether the name is exactly `literal`'s bytes (after unescaping).
     func name(_ name: MemberName, is literal: StaticString) -> Bool {
         literal.withUTF8Buffer { literal in
-            guard name.hasEscapes else { return UnsafeRawBufferPointer(rebasing: bytes[name.content]).elementsEqual(literal) }
+            guard name.hasEscapes else { return Self.same(UnsafeRawBufferPointer(rebasing: bytes[name.content]), UnsafeRawBufferPointer(literal)) }
             return string(of: name).utf8.elementsEqual(literal)
         }
     }
@@ -133,9 +133,16 @@ extension JSONParser {
         }
     }
 
+    /// Whether two runs of bytes are the same: their lengths, then memcmp (a generic byte loop cost
+    /// more than the rest of the envelope's names).
+    @inline(__always)
+    static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        a.count == b.count && (a.count == 0 || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0)
+    }
+
     /// Whether a member name as it lies in the text (`hasEscapes`: with escapes still in it) is `name`.
     private static func name(_ text: UnsafeRawBufferPointer, hasEscapes: Bool, is name: UnsafeRawBufferPointer) -> Bool {
-        guard hasEscapes else { return text.elementsEqual(name) }
+        guard hasEscapes else { return same(text, name) }
         return decodeEscapes(text).utf8.elementsEqual(name)
     }
 }
@@ -160,7 +167,7 @@ struct SeenNames {
     mutating func insert(_ name: JSONParser.MemberName, in parser: JSONParser) -> Bool {
         let text = UnsafeRawBufferPointer(rebasing: parser.bytes[name.content])
         if !asStrings, count < first.count, !name.hasEscapes, Self.isASCII(text) {
-            for slot in 0..<count where UnsafeRawBufferPointer(rebasing: parser.bytes[first[slot]]).elementsEqual(text) {
+            for slot in 0..<count where JSONParser.same(UnsafeRawBufferPointer(rebasing: parser.bytes[first[slot]]), text) {
                 return false
             }
             first[count] = name.content

@@ -37,9 +37,7 @@ extension ServedConnection {
                 // filled in; on a throw or a deferral nothing of it stays. No closure: one capturing
                 // the request would copy it for every request.
                 prepareOutbound()
-                let start = outbound.writerIndex
-                outbound.writeInteger(UInt32(0))
-                Response.writeSuccessHead(id: request.id, to: &outbound)
+                let start = Response.writeFramedSuccessHead(id: request.id, to: &outbound)
                 let resultStart = outbound.writerIndex
                 let deferred: Operation.Outcome?
                 do {
