@@ -72,10 +72,14 @@ public struct JSONOutput: ~Copyable {
     public mutating func write(integer value: Int64) {
         let magnitude = value.magnitude
         var digits = 1
-        var bound: UInt64 = 10
-        while digits < 20, magnitude >= bound {
-            digits &+= 1
-            bound = bound &* 10  // past 10^19 it wraps, but 20 digits is the most there is
+        if magnitude &- 1_000_000_000 < 9_000_000_000 {
+            digits = 10  // a time in seconds, from 2001 to 2286: most integers in answers
+        } else {
+            var bound: UInt64 = 10
+            while digits < 20, magnitude >= bound {
+                digits &+= 1
+                bound = bound &* 10  // past 10^19 it wraps, but 20 digits is the most there is
+            }
         }
         let length = digits &+ (value < 0 ? 1 : 0)
         guard room(for: length) else { return }

@@ -97,7 +97,7 @@ struct JSONOutputTests {
         }
     }
 
-    @Test("integers: Swift's decimal form, written only where it fits", arguments: [Int64.min, Int64.min + 1, -100, -99, -10, -9, -1, 0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 1_700_000_000, 999_999_999_999_999_999, 1_000_000_000_000_000_000, Int64.max - 1, Int64.max])
+    @Test("integers: Swift's decimal form, written only where it fits", arguments: [Int64.min, Int64.min + 1, -100, -99, -10, -9, -1, 0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 999_999_999, 1_000_000_000, -1_000_000_000, -1_700_000_000, 1_700_000_000, 9_999_999_999, 10_000_000_000, 999_999_999_999_999_999, 1_000_000_000_000_000_000, Int64.max - 1, Int64.max])
     func integers(value: Int64) throws {
         let text = Array(String(value).utf8)
         for room in 0...21 {
