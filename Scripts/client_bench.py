@@ -188,8 +188,12 @@ def main():
         """Medians over rounds of each figure, and the ratios: wall, and CPU (client and server) a call."""
         median = {key: statistics.median(r[key] for r in rounds) for key in FIGURES}
         total = {side: median[f"{side}_cpu_us"] + median[f"{side}_server_cpu_us"] for side in ("keyhole", "redis")}
+        # Each round's own ratio (both sides measured in the same process, slice by slice): their
+        # spread says how far this machine's noise carries the median.
+        ratios = [r["keyhole_session_get_us"] / r["redis_get_us"] for r in rounds]
         return {**{key: round(value, 1) for key, value in median.items()},
                 "ratio": round(median["keyhole_session_get_us"] / median["redis_get_us"], 2),
+                "round_ratios": [round(x, 2) for x in ratios],
                 "cpu_ratio": round(total["keyhole"] / total["redis"], 2), "rounds": rounds}
     results = {name: summary(samples[name]) for name in names}
     results["raw floor"] = summary(floors)
@@ -205,17 +209,18 @@ def main():
              f"slices of {options.seconds:g} s. Goal: the Keyhole client's call at most 1.0x its Redis client's GET "
              "(wall µs a call). CPU: µs a call of the client process, and of the server for each request "
              "(every thread's run time from /proc), Keyhole / Redis; the CPU ratio compares client and server together. "
+             "Rounds' ratios: the lowest and highest of the rounds' own wall ratios, the noise around the median. "
              f"Placement (--pin {options.pin}): {placement}.", "",
-             "| client | Redis client | Keyhole session.get µs/call | Redis GET µs/call | ratio | goal met "
+             "| client | Redis client | Keyhole session.get µs/call | Redis GET µs/call | ratio | rounds' ratios | goal met "
              "| client CPU µs | server CPU µs | CPU ratio |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     redis_clients = {"raw floor": "none: one frame, or one RESP command, over a Python socket", "python": "redis-py", "node": "node-redis", "php": "php-redis", "ruby": "ruby-redis",
                      "go": "RESP over net.Conn"}
     for name in ["raw floor"] + names:
         r = results[name]
         met = "(reference)" if name == "raw floor" else ("yes" if r["ratio"] <= 1.0 else "no")
         lines.append(f"| {name} | {redis_clients[name]} | {r['keyhole_session_get_us']} | {r['redis_get_us']} | "
-                     f"{r['ratio']:.2f}x | {met} | {r['keyhole_cpu_us']} / {r['redis_cpu_us']} | "
+                     f"{r['ratio']:.2f}x | {min(r['round_ratios']):.2f}-{max(r['round_ratios']):.2f}x | {met} | {r['keyhole_cpu_us']} / {r['redis_cpu_us']} | "
                      f"{r['keyhole_server_cpu_us']} / {r['redis_server_cpu_us']} | {r['cpu_ratio']:.2f}x |")
     lines += ["", "The raw floor is the servers' own round trip at depth 1, with no client library: what is left "
               "of a client's figure above it is the client's cost. At depth 1 on one connection every request also "
