@@ -13,9 +13,13 @@ import Synchronization
 /// (the same `le` and sum representation), so scrapes, dashboards and tests see no difference.
 ///
 /// A scrape reads the counts one by one while records go on: a request recorded meanwhile may be in
-/// its bucket but not yet in the sum, for one scrape. The buckets and `_count` are always
-/// consistent with each other (`_count` is the `+Inf` bucket, summed from the same reads).
-public final class AtomicHistogram: TimerHandler, @unchecked Sendable {
+/// its bucket and not yet in the sum, or the other way round, for one scrape. The buckets and
+/// `_count` are always consistent with each other (`_count` is the `+Inf` bucket, summed from the
+/// same reads), and never go down from one scrape to the next.
+///
+/// The sum is unsigned: a duration swift-metrics caps at `Int64.max` (an infinite one) and anything
+/// after it must not make it negative, which swift-prometheus's text cannot write (it traps).
+final class AtomicHistogram: TimerHandler, @unchecked Sendable {
     // @unchecked: the two buffers are allocated once, in init, never reassigned and freed in deinit;
     // `bounds` is only read, and every count is touched through its Atomic.
 
@@ -28,7 +32,7 @@ public final class AtomicHistogram: TimerHandler, @unchecked Sendable {
     private let bounds: UnsafeMutableBufferPointer<Int64>
     /// One count per bound, then the count above every bound: not cumulative.
     private let counts: UnsafeMutablePointer<Atomic<Int>>
-    private let sum = Atomic<Int64>(0)
+    private let sum = Atomic<UInt64>(0)
 
     init(name: String, labels: [(String, String)], buckets: [Duration]) {
         self.name = name
@@ -52,12 +56,12 @@ public final class AtomicHistogram: TimerHandler, @unchecked Sendable {
     }
 
     /// Counts one duration. Negative ones (a clock that went back) count as zero.
-    public func recordNanoseconds(_ duration: Int64) {
+    func recordNanoseconds(_ duration: Int64) {
         let value = max(duration, 0)
         var index = 0
         while index < bounds.count, value > bounds[index] { index &+= 1 }
         counts[index].wrappingAdd(1, ordering: .relaxed)
-        sum.wrappingAdd(value, ordering: .relaxed)
+        sum.wrappingAdd(UInt64(value), ordering: .relaxed)
     }
 
     /// The series' lines in Prometheus's text format: each bucket (cumulative), `+Inf`, `_sum`, `_count`.
@@ -71,23 +75,29 @@ public final class AtomicHistogram: TimerHandler, @unchecked Sendable {
         }
         total += counts[bucketBounds.count].load(ordering: .relaxed)
         text += "\(name)_bucket{\(prefix)le=\"+Inf\"} \(total)\n"
-        text += "\(name)_sum\(braced)\(Duration.nanoseconds(sum.load(ordering: .relaxed)).bucketRepresentation)\n"
+        let nanoseconds = sum.load(ordering: .relaxed)
+        let seconds = Duration(
+            secondsComponent: Int64(nanoseconds / 1_000_000_000), attosecondsComponent: Int64(nanoseconds % 1_000_000_000) * 1_000_000_000)
+        text += "\(name)_sum\(braced)\(seconds.bucketRepresentation)\n"
         text += "\(name)_count\(braced)\(total)\n"
     }
 
     /// `name="value",…` with each value escaped as the text format wants (backslash, quote, newline).
     static func render(_ labels: [(String, String)]) -> String {
-        labels.map { name, value in
-            var escaped = ""
-            for character in value.unicodeScalars {
-                switch character {
-                case "\\": escaped += "\\\\"
-                case "\"": escaped += "\\\""
-                case "\n": escaped += "\\n"
-                default: escaped.unicodeScalars.append(character)
-                }
+        labels.map { name, value in "\(name)=\"\(escape(value, quotes: true))\"" }.joined(separator: ",")
+    }
+
+    /// `text` with backslashes and newlines escaped, and quotes too for a label value (HELP keeps them).
+    static func escape(_ text: String, quotes: Bool) -> String {
+        var escaped = ""
+        for character in text.unicodeScalars {
+            switch character {
+            case "\\": escaped += "\\\\"
+            case "\"" where quotes: escaped += "\\\""
+            case "\n": escaped += "\\n"
+            default: escaped.unicodeScalars.append(character)
             }
-            return "\(name)=\"\(escaped)\""
-        }.joined(separator: ",")
+        }
+        return escaped
     }
 }

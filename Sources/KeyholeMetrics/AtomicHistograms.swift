@@ -35,14 +35,7 @@ public final class AtomicHistograms: Sendable {
         let families = families.withLock { $0 }
         for name in families.keys.sorted() {
             let family = families[name]!
-            var help = ""
-            for character in family.help.unicodeScalars {
-                switch character {
-                case "\\": help += "\\\\"
-                case "\n": help += "\\n"
-                default: help.unicodeScalars.append(character)
-                }
-            }
+            let help = AtomicHistogram.escape(family.help, quotes: false)
             text += "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
             for key in family.order { family.series[key]!.emit(into: &text) }
         }

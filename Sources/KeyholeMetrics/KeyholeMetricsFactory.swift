@@ -1,12 +1,15 @@
 import CoreMetrics
 import Prometheus
 
-/// swift-metrics' factory for keyholed: every metric goes into `registry`, with the help text and
+/// swift-metrics' factory for keyholed: metrics go into `registry`, with the help text and
 /// buckets `MetricsCatalogue` gives its name. swift-prometheus's own factory registers metrics
 /// without help (swift-metrics has none to pass), and a family must have one help text throughout.
-/// A name the catalogue lacks (a library's) is exported with a help text saying so. Timers are
-/// `AtomicHistogram`s, kept in `timers`: they are recorded on every request, and the registry's own
-/// histograms take a lock for it. `MetricsExporter` writes both into one text.
+/// A name the catalogue lacks (a library's) is exported with a help text saying so. The catalogue's
+/// histograms are `AtomicHistogram`s, kept in `timers`: one is recorded on every request, and the
+/// registry's own histograms take a lock for it. Any other timer (a library's) goes to the registry,
+/// which checks and cleans its name, labels and help as it does for every other metric, so that a
+/// name recorded both ways cannot make the text name a family twice. `MetricsExporter` writes both
+/// into one text.
 public struct KeyholeMetricsFactory: MetricsFactory {
     /// Where counters and gauges go.
     public let registry: PrometheusCollectorRegistry
@@ -44,7 +47,9 @@ public struct KeyholeMetricsFactory: MetricsFactory {
     }
 
     public func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
-        let buckets: [Duration] = if case .histogram(let buckets)? = MetricsCatalogue.metrics[label]?.kind { buckets } else { MetricsCatalogue.requestBuckets }
+        guard case .histogram(let buckets)? = MetricsCatalogue.metrics[label]?.kind else {
+            return registry.makeDurationHistogram(descriptor: Self.descriptor(label), labels: dimensions, buckets: MetricsCatalogue.requestBuckets)
+        }
         return timers.histogram(name: label, help: Self.help(label), labels: dimensions, buckets: buckets)
     }
 

@@ -11,9 +11,10 @@ import Darwin
 /// An open-addressing table of at least twice as many slots as names, FNV-1a over the name's bytes
 /// for the slot, and the bytes compared for the match: one pass over the `op`'s few bytes to hash,
 /// one to compare. A class, so that handing the table to each parse costs one reference, not four.
-public final class OperationNames: Sendable {
+/// Package-wide, not public: it is the server's, and KeyholeProtocol is also the clients' library.
+package final class OperationNames: Sendable {
     /// The names, in the order given; a lookup answers an index into them.
-    public let names: [String]
+    package let names: [String]
     /// Every name's bytes, one after another; `ranges[i]` is where name `i`'s lie.
     private let storage: [UInt8]
     private let ranges: [Range<Int>]
@@ -21,7 +22,7 @@ public final class OperationNames: Sendable {
     private let slots: [Int32]
 
     /// A table of `names` (repeats are kept once, the first).
-    public init(_ names: some Sequence<String>) {
+    package init(_ names: some Sequence<String>) {
         var unique: [String] = []
         var storage: [UInt8] = []
         var ranges: [Range<Int>] = []
@@ -53,7 +54,7 @@ public final class OperationNames: Sendable {
     }
 
     /// The index of the name whose bytes are exactly `name`'s, or `nil`.
-    public func index(of name: UnsafeRawBufferPointer) -> Int? {
+    package func index(of name: UnsafeRawBufferPointer) -> Int? {
         let mask = slots.count - 1
         var slot = Self.hash(name) & mask
         return storage.withUnsafeBytes { storage in
@@ -72,7 +73,7 @@ public final class OperationNames: Sendable {
     }
 
     /// The index of the name whose UTF-8 bytes are exactly `name`'s, or `nil`.
-    public func index(of name: String) -> Int? {
+    package func index(of name: String) -> Int? {
         var name = name
         return name.withUTF8 { self.index(of: UnsafeRawBufferPointer($0)) }
     }

@@ -10,7 +10,7 @@ public struct Request: Sendable, Hashable {
     }
     /// `op`'s index in the `OperationNames` the request was parsed with, when it is one of them;
     /// `nil` otherwise, and for a request built in code (or whose `op` was set since).
-    public private(set) var operationIndex: Int?
+    package private(set) var operationIndex: Int?
     /// The operation's arguments; empty when absent. For a request read from a frame, this builds them
     /// from `sentArgs` on every use: an operation reads the members it knows from `sentArgs` instead.
     public var args: [String: JSONValue] {
@@ -65,10 +65,14 @@ public struct Request: Sendable, Hashable {
     /// thousands of short names costs the event loop time quadratic in its size.
     public static let maximumUnknownMembers = 32
 
-    /// Reads a request from a frame body, checking in the order PROTOCOL.md section 3 gives. With
-    /// `operations`, an `op` that is one of them is found by its bytes (`operationIndex`), and `op`
-    /// is that name's `String`, not one made from the frame.
-    public static func parse(_ frame: ByteBuffer, operations: OperationNames? = nil) throws(Rejection) -> Request {
+    /// Reads a request from a frame body, checking in the order PROTOCOL.md section 3 gives.
+    public static func parse(_ frame: ByteBuffer) throws(Rejection) -> Request {
+        try parse(frame, operations: nil)
+    }
+
+    /// `parse(_:)`; with `operations`, an `op` that is one of them is found by its bytes
+    /// (`operationIndex`), and `op` is that name's `String`, not one made from the frame.
+    package static func parse(_ frame: ByteBuffer, operations: OperationNames?) throws(Rejection) -> Request {
         // The envelope's members are picked up as they are read: building a dictionary of four
         // members only to look three up costs a request more than all the rest of its parsing.
         var rawID: JSONValue?

@@ -71,8 +71,11 @@ public struct Response: Sendable, Hashable {
         return start
     }
 
+    /// Room for the head: a string id as it is plus its quotes (`writeJSON(guess:)` tries again with
+    /// the exact room when escapes take more); not six times its size, which a client sending a
+    /// 16 MiB id would have had reserved for every answer.
     private static func headGuess(_ id: RequestID?) -> Int {
-        if case .string(let text)? = id { return 64 + 6 * text.utf8.count }
+        if case .string(let text)? = id { return 64 + text.utf8.count }
         return 64
     }
 

@@ -54,6 +54,8 @@ final class ServerCore: Sendable {
         self.credentialSource = configuration.credentialSource
         let sorted = all.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
         self.operationNames = OperationNames(sorted.map(\.key))
+        // Dictionary keys differ as strings, so as bytes too: the table keeps every name, at its index.
+        precondition(operationNames.names.count == sorted.count, "operation names repeat")
         self.entries = sorted.map { name, operation in
             let requires = AccessPolicy.group(of: name).map(AccessPolicy.Groups.init) ?? []
             return Entry(
@@ -62,9 +64,13 @@ final class ServerCore: Sendable {
         }
     }
 
-    /// The entry of `request`'s operation: by the index its parse found, else by its name's bytes.
+    /// The entry of `request`'s operation: by the index its parse with `operationNames` found (only
+    /// this server's connections parse with that table: the index is package-wide, not public), else
+    /// by its name's bytes (a request parsed without the table, or built in code).
     func entry(for request: Request) -> Entry? {
-        if let index = request.operationIndex { return entries[index] }
+        if let index = request.operationIndex, index < entries.count {
+            return entries[index]
+        }
         return operationNames.index(of: request.op).map { entries[$0] }
     }
 

@@ -64,6 +64,19 @@ enum ProtocolTargets {
     /// text again, and so must any JSON value.
     static func request(_ input: [UInt8]) {
         let buffer = ByteBuffer(bytes: input)
+        // With the server's table of operation names the parse is the same, and the index names the op.
+        let plain = Result { () throws(Request.Rejection) in try Request.parse(buffer) }
+        let tabled = Result { () throws(Request.Rejection) in try Request.parse(buffer, operations: operations) }
+        switch (plain, tabled) {
+        case (.success(let a), .success(let b)):
+            fuzzCheck(a == b && Array(a.op.utf8) == Array(b.op.utf8), "a table changed the request parsed")
+            fuzzCheck(b.operationIndex == operations.index(of: b.op), "operationIndex is not the op's index")
+            fuzzCheck(b.operationIndex.map { operations.names[$0] == b.op } ?? true, "operationIndex names another op")
+        case (.failure(let a), .failure(let b)):
+            fuzzCheck(a.error.message == b.error.message && a.id == b.id, "a table changed the refusal")
+        default:
+            fuzzCheck(false, "a table changed whether the request parses")
+        }
         if let request = try? Request.parse(buffer) {
             var written = ByteBuffer()
             request.write(to: &written)
@@ -85,6 +98,13 @@ enum ProtocolTargets {
             fuzzCheck(again.jsonText == text, "a JSON text changed in a second round trip")
         }
     }
+    /// Names as the server's are: the operations of PROTOCOL.md section 7, and a few near them.
+    static let operations = OperationNames([
+        "ping", "stats", "token.verify", "jwks.status", "jwks.refresh", "session.create", "session.get", "session.revoke",
+        "session.revoke_all", "session.list", "user.get", "user.update", "user.delete", "apple.sign_in", "apple.notification",
+        "apple.refresh_check", "apple.transfer.export", "apple.transfer.import", "apple.pending", "admin.snapshot",
+        "admin.reload", "debug.sleep", "debug.echo", "debug.block", "K", "é",
+    ])
 }
 
 /// PROTOCOL.md section 2 read in one pass over the whole stream: the frames, then where it stops.

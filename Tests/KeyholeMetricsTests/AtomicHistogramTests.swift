@@ -13,8 +13,9 @@ import Testing
         return text
     }
 
-    /// Durations around every request bucket's bound (one below, on it, one above), zero, a negative
-    /// one and ones past the last bound.
+    /// Durations around every request bucket's bound (one below, on it, one above), zero and ones past
+    /// the last bound (negative ones are compared with literal lines below: swift-prometheus's text
+    /// traps on a negative sum).
     static let durations: [Int64] = MetricsCatalogue.requestBuckets.flatMap { bound -> [Int64] in
         let nanoseconds = bound.components.seconds * 1_000_000_000 + bound.components.attoseconds / 1_000_000_000
         return [nanoseconds - 1, nanoseconds, nanoseconds + 1]
@@ -92,5 +93,34 @@ import Testing
         #expect(text.contains("t_seconds_count \(threads * each)\n"))
         #expect(text.contains(#"t_seconds_bucket{le="+Inf"} \#(threads * each)"# + "\n"))
         #expect(text.contains("t_seconds_sum \(Duration.nanoseconds(sum).bucketRepresentation)\n"))
+    }
+
+    @Test("a capped duration and more after it keep the sum positive, and the text is made")
+    func hugeDurations() {
+        let histograms = AtomicHistograms()
+        let histogram = histograms.histogram(name: "t_seconds", help: "T.", labels: [], buckets: [.seconds(1)])
+        histogram.recordNanoseconds(.max)  // what swift-metrics records for an infinite duration
+        histogram.recordNanoseconds(.max)
+        histogram.recordNanoseconds(3)
+        let text = Self.text(histograms)
+        // 2 × (2^63 - 1) + 3 ns = 18446744073709551617 ns, wrapped at 2^64: 1 ns, never negative.
+        #expect(text.contains("t_seconds_sum 0.000000001\n"))
+        #expect(text.contains(#"t_seconds_bucket{le="1.0"} 1"#))
+        #expect(text.contains("t_seconds_count 3\n"))
+    }
+
+    @Test("a timer the catalogue does not list goes to the registry, which cleans its name and labels")
+    func otherTimers() {
+        let factory = KeyholeMetricsFactory(registry: PrometheusCollectorRegistry())
+        Timer(label: "http.server.duration", dimensions: [("http.method", "GET")], factory: factory).recordNanoseconds(1)
+        Timer(label: "keyholed_log_sync_duration_seconds", dimensions: [], factory: factory).recordNanoseconds(1)
+        let text = MetricsExporter(factory: factory, version: "1").text()
+        // Outside the help text (which names the label as recorded), only the cleaned name.
+        #expect(!text.split(separator: "\n").contains { !$0.hasPrefix("# HELP") && $0.contains("http.") })
+        #expect(text.contains("# TYPE http_server_duration histogram\n"))
+        #expect(text.contains(#"http_server_duration_count{http_method="GET"} 1"#))
+        // The catalogue's own: one family, with its disk buckets (from 50 µs).
+        #expect(text.contains(#"keyholed_log_sync_duration_seconds_bucket{le="0.00005"} 1"#))
+        #expect(text.split(separator: "\n").filter { $0.hasPrefix("# TYPE keyholed_log_sync_duration_seconds ") }.count == 1)
     }
 }
