@@ -16,10 +16,10 @@ public struct KeyholeMetricsFactory: MetricsFactory {
     /// Where timers go.
     public let timers: AtomicHistograms
 
-    /// A factory for `registry`, its timers kept in `timers`.
-    public init(registry: PrometheusCollectorRegistry, timers: AtomicHistograms = AtomicHistograms()) {
+    /// A factory for `registry`, with timers of its own.
+    public init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
-        self.timers = timers
+        self.timers = AtomicHistograms()
     }
 
     static func help(_ label: String) -> String {

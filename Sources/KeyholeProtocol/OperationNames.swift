@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// A server's operation names, looked up by their bytes: `Request.parse` finds a request's `op` in
 /// the frame without making a `String` of it or hashing one, and a name matches only a name of the
 /// same bytes (a `String` dictionary also matches canonically equivalent text: a Kelvin sign for "K").
@@ -61,12 +55,7 @@ package final class OperationNames: Sendable {
             while true {
                 let found = Int(slots[slot])
                 guard found != 0 else { return nil }
-                let range = ranges[found - 1]
-                if range.count == name.count,
-                    name.count == 0 || memcmp(storage.baseAddress! + range.lowerBound, name.baseAddress!, name.count) == 0
-                {
-                    return found - 1
-                }
+                if JSONParser.same(UnsafeRawBufferPointer(rebasing: storage[ranges[found - 1]]), name) { return found - 1 }
                 slot = (slot + 1) & mask
             }
         }

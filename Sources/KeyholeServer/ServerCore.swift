@@ -52,11 +52,11 @@ final class ServerCore: Sendable {
         self.stats = stats
         self.access = AccessControl(configuration.access)
         self.credentialSource = configuration.credentialSource
-        let sorted = all.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
-        self.operationNames = OperationNames(sorted.map(\.key))
+        let named = Array(all)
+        self.operationNames = OperationNames(named.map(\.key))
         // Dictionary keys differ as strings, so as bytes too: the table keeps every name, at its index.
-        precondition(operationNames.names.count == sorted.count, "operation names repeat")
-        self.entries = sorted.map { name, operation in
+        precondition(operationNames.names.count == named.count, "operation names repeat")
+        self.entries = named.map { name, operation in
             let requires = AccessPolicy.group(of: name).map(AccessPolicy.Groups.init) ?? []
             return Entry(
                 operation: operation, counter: stats.requestCounter(for: name)!, requires: requires,
