@@ -146,17 +146,41 @@ class IntegrationTest < Minitest::Test
 
   def test_forked_child_opens_its_own_connection
     @client.ping
+    parent_connection = @client.instance_variable_get(:@connection)
     reader, writer = IO.pipe
     pid = fork do
       reader.close
-      writer.write(@client.ping["protocol"].to_s)
+      protocol = @client.ping["protocol"]
+      own = !@client.instance_variable_get(:@connection).equal?(parent_connection)
+      writer.write("#{protocol} #{own ? "own" : "shared"}")
       writer.close
       exit!(0)
     end
     writer.close
-    assert_equal "1", reader.read
+    assert_equal "1 own", reader.read
     assert KeyholeTest.wait_exit(pid)&.success?
     assert_equal 1, @client.ping["protocol"], "the parent's connection is untouched"
+    assert_same parent_connection, @client.instance_variable_get(:@connection)
+  end
+
+  # IO.popen("-") forks through Process._fork too (what ForkTracker hooks instead of calling getpid
+  # on every call).
+  def test_popen_child_opens_its_own_connection
+    @client.ping
+    parent_connection = @client.instance_variable_get(:@connection)
+    output = IO.popen("-") do |child|
+      if child
+        child.read
+      else
+        own = (@client.ping["protocol"] == 1) && !@client.instance_variable_get(:@connection).equal?(parent_connection)
+        $stdout.write(own ? "own" : "shared")
+        $stdout.flush
+        exit!(0)
+      end
+    end
+    assert_equal "own", output
+    assert_equal 1, @client.ping["protocol"]
+    assert_same parent_connection, @client.instance_variable_get(:@connection)
   end
 end
 

@@ -165,7 +165,7 @@ module Keyhole
     # comes back here.
     def connection_for(deadline, written, op)
       current = @connection
-      return current if current && !@closed && current.pid == Process.pid && current.usable?
+      return current if current && !@closed && current.generation == ForkTracker.generation && current.usable?
 
       open_connection(deadline, written, op)
     end
@@ -181,7 +181,7 @@ module Keyhole
             raise Unavailable, "#{op}: the client is closed" if @closed
 
             current = @connection
-            if current && current.pid != Process.pid
+            if current && current.generation != ForkTracker.generation
               @connection = nil
               current.abandon
               current = nil

@@ -33,12 +33,13 @@ module Keyhole
     # One request waiting for its answer. +state+: :pending, :answered, :lost, :failed.
     Waiter = Struct.new(:state, :value)
 
-    # The process that opened it: a forked child must not use its parent's connection.
-    attr_reader :pid
+    # The ForkTracker generation of the process that opened it: a forked child must not use its
+    # parent's connection.
+    attr_reader :generation
 
     def initialize(socket)
       @socket = socket
-      @pid = Process.pid
+      @generation = ForkTracker.generation
       @mu = Mutex.new
       @cv = ConditionVariable.new
       @waiters = {}
