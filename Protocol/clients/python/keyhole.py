@@ -38,6 +38,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 
 try:  # the typed helpers, one per operation, live beside this file
     from .keyhole_operations import Operations
@@ -207,6 +208,16 @@ class _Connection:
         """Send nothing more on this connection (keyholed said it is shutting down)."""
         with self.cond:
             self.retired = True
+
+    def abandon(self):
+        """In the child of a fork: close this process's descriptor of the parent's connection.
+
+        No shutdown, which would end the connection for the parent too, and no lock: one that
+        another thread of the parent held at the fork stays held in the child."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
     def shut(self, error):
         """Fail every waiting call with `error`, take no more, and close the socket."""
@@ -382,6 +393,21 @@ def _fresh(error):
     return KeyholeError(error.code, error.message, error.retry_after_ms, error.apple_error, error.received_code)
 
 
+# Every live Client, for the child of a fork to drop the connections it inherited (os.register_at_fork
+# runs in the child, before any other thread exists there; checking os.getpid() on every call instead
+# would cost each call a system call).
+_CLIENTS = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for client in list(_CLIENTS):
+        client._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Client(Operations):
     """A thread-safe connection to keyholed.
 
@@ -401,6 +427,19 @@ class Client(Operations):
         self.retry_overloaded = retry_overloaded
         self._lock, self._connect_lock = threading.Lock(), threading.Lock()
         self._conn, self._closed, self._ids = None, False, itertools.count(1)
+        _CLIENTS.add(self)
+
+    def _after_fork_in_child(self):
+        """The child of a fork opens its own connection on its first call.
+
+        Parent and child sharing one connection would each read answers meant for the other (the
+        ids too are the same in both), so a call could be answered with another's session. Locks
+        are made again: one a thread of the parent held at the fork would stay held in the child.
+        """
+        self._lock, self._connect_lock = threading.Lock(), threading.Lock()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abandon()
 
     def call(self, op, args=None):
         """Perform operation op with args (a dict) and return its result dict.

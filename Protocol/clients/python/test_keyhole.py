@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -411,6 +412,58 @@ class ClientTests(ServerTestCase):
         self.assertEqual(client.call("debug.echo"), {})
         self.assertEqual(client.call("debug.sleep", {"ms": 0}), {"slept_ms": 0})
         self.assertEqual(sorted(client.call("ping", {})), ["protocol", "uptime_ms", "version"])
+
+    def test_forked_children_open_their_own_connections(self):
+        # A prefork server (gunicorn --preload, uWSGI, Celery) forks after the app has used its
+        # client. Sharing the parent's connection, two children read each other's answers (with the
+        # same ids): one was handed the other's session. Each child must open its own, the parent
+        # keep its own, and a lock a thread of the parent holds at the fork must not hang a child.
+        client = self.client(timeout=2.0)
+        tokens = [client.create_session(f"fork-{i}")["session"] for i in range(2)]
+        parent_conn = client._conn
+        held, release = threading.Event(), threading.Event()
+
+        def hold_the_lock():
+            with client._lock:
+                held.set()
+                release.wait()
+        holder = threading.Thread(target=hold_the_lock)
+        holder.start()
+        held.wait()
+        reader, writer = os.pipe()
+        children = []
+        try:
+            for i in range(2):
+                pid = os.fork()
+                if pid == 0:  # the child: one line on the pipe, then out, whatever happens
+                    try:
+                        wrong = sum(client.get_session(tokens[i])["sub"] != f"fork-{i}" for _ in range(300))
+                        own = client._conn is not None and client._conn is not parent_conn
+                        os.write(writer, f"{i} wrong={wrong} own={own}\n".encode())
+                    except BaseException as e:
+                        os.write(writer, f"{i} failed {e!r}\n".encode())
+                    finally:
+                        os._exit(0)
+                children.append(pid)
+        finally:
+            release.set()
+            holder.join()
+            os.close(writer)
+        lines = []
+        with os.fdopen(reader, "rb") as pipe:
+            for _ in range(2):
+                # Bounded, so that a hung child fails the test rather than the run.
+                ready, _, _ = select.select([pipe], [], [], 60)
+                if not ready:
+                    for pid in children:
+                        os.kill(pid, signal.SIGKILL)
+                    break
+                lines.append(pipe.readline().decode().strip())
+        for pid in children:
+            os.waitpid(pid, 0)
+        self.assertEqual(sorted(lines), ["0 wrong=0 own=True", "1 wrong=0 own=True"])
+        self.assertIs(client._conn, parent_conn, "the parent keeps its connection")
+        self.assertEqual(client.get_session(tokens[0])["sub"], "fork-0")
 
     def test_unknown_op_raises_keyhole_error(self):
         client = self.client()

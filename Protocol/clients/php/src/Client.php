@@ -6,7 +6,7 @@ namespace Keyhole;
 
 // Imported so that PHP binds them when it compiles (and turns strlen, is_string and the like
 // into opcodes) instead of looking for Keyhole\strlen first on every call.
-use function bin2hex, fclose, fread, fwrite, getenv, hrtime, in_array, is_array, is_float, is_int, is_resource, is_string,
+use function bin2hex, fclose, fread, fwrite, getenv, getmypid, hrtime, in_array, is_array, is_float, is_int, is_resource, is_string,
     min, random_bytes, stream_get_meta_data, stream_set_blocking, stream_set_chunk_size, stream_set_timeout,
     stream_set_write_buffer, stream_socket_client, stream_socket_shutdown, strlen, substr, unpack, usleep;
 
@@ -85,6 +85,12 @@ final class Client
     /** The id prefix and its dot: "<12 hex digits>." */
     private string $prefix = '';
     private int $counter = 0;
+    /**
+     * The process that opened the connection. After a fork (pcntl_fork, a Swoole or Workerman
+     * server forking its workers) parent and child would share it, with the same ids, and read
+     * each other's answers: a call could be handed another's session. The child opens its own.
+     */
+    private int $pid = 0;
     /** Bytes of a frame read in part when a call timed out (non-persistent connections only). */
     private string $buffer = '';
     /**
@@ -172,6 +178,9 @@ final class Client
         $written = false; // an attempt of this call went out: its effect may be unknown
         $unsent = 0;
         while (true) {
+            if ($this->stream !== null && $this->pid !== getmypid()) {
+                $this->abandon();
+            }
             if ($this->stream === null || !is_resource($this->stream)) {
                 $this->close(); // another Client sharing the persistent socket may have closed it
                 $this->connect($deadline, $op, $written);
@@ -230,6 +239,21 @@ final class Client
         }
     }
 
+    /**
+     * In the child of a fork: lets go of the parent's connection. Only this process's descriptor
+     * is closed; close() would shut the connection down for the parent too.
+     */
+    private function abandon(): void
+    {
+        if (is_resource($this->stream)) {
+            @fclose($this->stream);
+        }
+        $this->stream = null;
+        $this->buffer = '';
+        $this->own = false;
+        $this->refused = null;
+    }
+
     /** @return resource|null the connection's stream, for tests and diagnostics */
     public function stream()
     {
@@ -276,6 +300,7 @@ final class Client
                 $this->refused = null;
                 $this->prefix = bin2hex(random_bytes(6)) . '.';
                 $this->counter = 0;
+                $this->pid = getmypid();
                 return;
             }
             $reason = $errstr !== '' ? $errstr : "error $errno";

@@ -214,6 +214,67 @@ final class IntegrationTest extends TestCase
      * PHP-FPM keeps a persistent socket for the worker's next request, with whatever answer an
      * abandoned call left on it; a new Client on it must never take that answer for its own.
      */
+    /**
+     * A server that forks its workers after the app has used its client (pcntl_fork, Swoole,
+     * Workerman): sharing the parent's connection, with the same ids, two children read each
+     * other's answers and one is handed the other's session. Each child opens its own, and the
+     * parent keeps its own. For a plain and a persistent socket.
+     *
+     * @dataProvider persistence
+     */
+    public function testForkedChildrenOpenTheirOwnConnections(bool $persistent): void
+    {
+        $client = $this->client(['persistent' => $persistent, 'timeout' => 2.0]);
+        $tokens = [];
+        foreach ([0, 1] as $i) {
+            $tokens[$i] = $client->sessionCreate("php-fork-$i", 'local')['session'];
+        }
+        $parentStream = $client->stream();
+        $pipes = [];
+        $children = [];
+        foreach ([0, 1] as $i) {
+            $pair = stream_socket_pair(STREAM_PF_UNIX, STREAM_SOCK_STREAM, STREAM_IPPROTO_IP);
+            $pid = pcntl_fork();
+            $this->assertNotSame(-1, $pid);
+            if ($pid === 0) { // the child: one line to the parent, then out, whatever happens
+                fclose($pair[0]);
+                try {
+                    $wrong = 0;
+                    for ($n = 0; $n < 300; $n++) {
+                        $wrong += $client->sessionGet($tokens[$i])['sub'] === "php-fork-$i" ? 0 : 1;
+                    }
+                    $own = $client->stream() !== null && $client->stream() !== $parentStream;
+                    fwrite($pair[1], "$i wrong=$wrong own=" . ($own ? 'yes' : 'no'));
+                } catch (\Throwable $e) {
+                    fwrite($pair[1], "$i failed " . $e->getMessage());
+                }
+                posix_kill(getmypid(), SIGKILL); // no destructors, no PHPUnit shutdown in the child
+            }
+            fclose($pair[1]);
+            $pipes[$i] = $pair[0];
+            $children[] = $pid;
+        }
+        $lines = [];
+        foreach ($pipes as $pipe) {
+            stream_set_timeout($pipe, 60); // bounded, so that a hung child fails the test, not the run
+            $lines[] = stream_get_contents($pipe);
+            fclose($pipe);
+        }
+        foreach ($children as $pid) {
+            posix_kill($pid, SIGKILL);
+            pcntl_waitpid($pid, $status);
+        }
+        sort($lines);
+        $this->assertSame(['0 wrong=0 own=yes', '1 wrong=0 own=yes'], $lines);
+        $this->assertSame($parentStream, $client->stream(), 'the parent keeps its connection');
+        $this->assertSame('php-fork-0', $client->sessionGet($tokens[0])['sub']);
+    }
+
+    public static function persistence(): array
+    {
+        return ['plain socket' => [false], 'persistent socket' => [true]];
+    }
+
     public function testPersistentSocketSkipsAnAnswerLeftByAnEarlierClient(): void
     {
         $connections = fn () => $this->client()->stats()['connections']['total'];
