@@ -5,13 +5,16 @@
 //
 // One process, one connection each, one call at a time. It creates its own session and sets its
 // own key, warms up, then alternates rounds of each and prints one JSON line: the medians over
-// rounds of the mean wall and CPU (this process's) µs per call, and the requests each server was
-// sent, warm-up and setup included, so that the caller can divide the server's CPU time by them.
+// rounds of the mean wall and CPU (this process's) µs per call; floor_us, the same session.get with
+// no client at all (the frame written on a plain net.Conn and its answer read whole, not decoded),
+// the least any Go client could pay; and the requests each server was sent, warm-up and setup
+// included, so that the caller can divide the server's CPU time by them.
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -72,11 +75,34 @@ func main() {
 			log.Fatalf("GET returned %d bytes", len(r.last))
 		}
 	}
+	raw, err := net.Dial("unix", *khSocket)
+	if err != nil {
+		log.Fatal(err)
+	}
+	payload, _ := json.Marshal(map[string]any{"id": 1, "op": "session.get", "args": map[string]any{"session": s.Token}})
+	rawFrame := binary.BigEndian.AppendUint32(nil, uint32(len(payload)))
+	rawFrame = append(rawFrame, payload...)
+	answer := make([]byte, 65536)
+	floorCall := func() {
+		if _, err := raw.Write(rawFrame); err != nil {
+			log.Fatal(err)
+		}
+		got := 0
+		for got < 4 || got < 4+int(binary.BigEndian.Uint32(answer)) {
+			n, err := raw.Read(answer[got:])
+			if err != nil {
+				log.Fatal(err)
+			}
+			got += n
+		}
+	}
 	for i := 0; i < 2000; i++ { // warm up
 		khCall()
 		redisGet()
+		floorCall()
 	}
 	const roundCalls = 500
+	var floorRounds []float64
 	var khRounds, redisRounds, khCPU, redisCPU []float64
 	calls := 0
 	end := time.Now().Add(time.Duration(*seconds * float64(time.Second)))
@@ -85,13 +111,16 @@ func main() {
 		khRounds, khCPU = append(khRounds, wall), append(khCPU, cpu)
 		wall, cpu = round(redisGet, roundCalls)
 		redisRounds, redisCPU = append(redisRounds, wall), append(redisCPU, cpu)
+		wall, _ = round(floorCall, roundCalls)
+		floorRounds = append(floorRounds, wall)
 		calls += roundCalls
 	}
+	raw.Close()
 	kh.RevokeSession(ctx, s.Token)
 	r.do("DEL", key)
 	out, _ := json.Marshal(map[string]any{"client": "go", "keyhole_session_get_us": median(khRounds),
-		"redis_get_us": median(redisRounds), "keyhole_cpu_us": median(khCPU), "redis_cpu_us": median(redisCPU),
-		"keyhole_requests": calls + 2000 + 2, "redis_requests": calls + 2000 + 2, // warm-up; create, revoke; set, del
+		"redis_get_us": median(redisRounds), "floor_us": median(floorRounds), "keyhole_cpu_us": median(khCPU), "redis_cpu_us": median(redisCPU),
+		"keyhole_requests": 2*calls + 2000 + 2 + 2000, "redis_requests": calls + 2000 + 2, // warm-up; create, revoke; set, del; floor
 		"calls": calls})
 	fmt.Println(string(out))
 }

@@ -6,13 +6,44 @@
 //
 //   NODE_PATH=/usr/share/nodejs node bench/bench.js --keyhole SOCKET --redis-socket PATH --seconds S
 //
-// Prints one JSON line: {"client": "node", "keyhole_session_get_us", "redis_get_us", "keyhole_cpu_us",
-// "redis_cpu_us", "keyhole_requests", "redis_requests", "calls"}: wall and this process's CPU
-// microseconds per call, each the median over the rounds; the requests each server was sent (warm-up
+// Prints one JSON line: {"client": "node", "keyhole_session_get_us", "redis_get_us", "floor_us",
+// "keyhole_cpu_us", "redis_cpu_us", "keyhole_requests", "redis_requests", "calls"}: wall and this
+// process's CPU microseconds per call, each the median over the rounds; floor_us, the same
+// session.get with no client at all (the frame written on a plain node:net socket and its answer
+// read whole, not decoded), the least any Node client could pay; the requests each server was sent (warm-up
 // and setup included, so that the caller can divide the server's CPU time by them); calls: session.get
 // calls timed.
 
+const net = require('node:net');
 const { Client } = require('..');
+
+/** session.get with no client: a plain socket, the frame written, the answer read whole. */
+async function floorCaller(socketPath, token) {
+  const socket = net.createConnection(socketPath);
+  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  const payload = Buffer.from(JSON.stringify({ id: 1, op: 'session.get', args: { session: token } }));
+  const frame = Buffer.alloc(4 + payload.length);
+  frame.writeUInt32BE(payload.length, 0);
+  payload.copy(frame, 4);
+  let resolveAnswer = null;
+  let chunks = [];
+  let got = 0;
+  socket.on('data', (chunk) => {
+    chunks.push(chunk);
+    got += chunk.length;
+    const head = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+    if (got >= 4 && got >= 4 + head.readUInt32BE(0)) {
+      chunks = [];
+      got = 0;
+      resolveAnswer();
+    }
+  });
+  const call = () => new Promise((resolve) => {
+    resolveAnswer = resolve;
+    socket.write(frame);
+  });
+  return { call, close: () => socket.destroy() };
+}
 
 function options(argv) {
   const given = {};
@@ -75,6 +106,10 @@ async function main() {
     if (value === null || value.length !== 300) throw new Error('GET answered no 300-byte value');
   };
 
+  const floor = await floorCaller(keyholeSocket, session);
+  const floorRounds = [];
+  let floorRequests = (await round(floor.call, Math.min(1000, seconds * 100)))[0];
+
   const warmup = Math.min(1000, seconds * 100);
   let keyholeRequests = 2 + (await round(keyholeGet, warmup))[0]; // and create, revoke
   let redisRequests = 2 + (await round(redisGet, warmup))[0]; // and set, del
@@ -96,7 +131,11 @@ async function main() {
     redisRequests += redisMade;
     redisUs.push(redisWall);
     redisCpu.push(redisCpuUs);
+    const [floorMade, floorUs] = await round(floor.call, roundMs / 2);
+    floorRequests += floorMade;
+    floorRounds.push(floorUs);
   }
+  floor.close();
 
   await keyhole.revokeSession(session);
   await redis.del(key);
@@ -108,9 +147,10 @@ async function main() {
     client: 'node',
     keyhole_session_get_us: fixed(median(keyholeUs)),
     redis_get_us: fixed(median(redisUs)),
+    floor_us: fixed(median(floorRounds)),
     keyhole_cpu_us: fixed(median(keyholeCpu)),
     redis_cpu_us: fixed(median(redisCpu)),
-    keyhole_requests: keyholeRequests,
+    keyhole_requests: keyholeRequests + floorRequests,
     redis_requests: redisRequests,
     calls,
   }) + '\n');

@@ -3,7 +3,9 @@
 // One process, one connection, depth 1: keyholed's session.get through Keyhole\Client, set
 // against php-redis's GET of a 300-byte value over redis-server's Unix socket, in alternating
 // rounds. Prints one JSON line: wall and this process's CPU microseconds per call (medians over
-// the rounds), and the requests each server was sent, warm-up and setup included, so that the
+// the rounds); floor_us, the same session.get with no client at all (the frame written on a plain
+// stream_socket_client socket and its answer read whole, not decoded), the least any PHP client
+// could pay; and the requests each server was sent, warm-up and setup included, so that the
 // caller can divide the server's CPU time by them. Not run by the tests (timing belongs in
 // `make bench`).
 //
@@ -75,7 +77,20 @@ $getValue = static function () use ($redis, $key): void {
     }
 };
 
+$raw = stream_socket_client('unix://' . $options['keyhole']);
+$payload = json_encode(['id' => 1, 'op' => 'session.get', 'args' => ['session' => $token]]);
+$rawFrame = pack('N', strlen($payload)) . $payload;
+$floorCall = static function () use ($raw, $rawFrame): void {
+    fwrite($raw, $rawFrame);
+    $answer = fread($raw, 65536);
+    while (strlen($answer) < 4 || strlen($answer) < 4 + unpack('N', $answer)[1]) {
+        $answer .= fread($raw, 65536);
+    }
+};
+
 $keyholeRequests = 2; // create, revoke
+$floorUs = [];
+measure($floorCall, min(1.0, $seconds / 10), $keyholeRequests); // warm-up
 $redisRequests = 2; // set, del
 measure($getSession, min(1.0, $seconds / 10), $keyholeRequests); // warm-up
 measure($getValue, min(1.0, $seconds / 10), $redisRequests);
@@ -92,7 +107,9 @@ for ($round = 0; $round < ROUNDS; $round++) {
     $keyholeRequests += $calls - $before;
     $redisUs[] = measure($getValue, $seconds / ROUNDS / 2, $redisRequests, $cpu);
     $redisCpu[] = $cpu;
+    $floorUs[] = measure($floorCall, $seconds / ROUNDS / 4, $keyholeRequests);
 }
+fclose($raw);
 $keyhole->sessionRevoke($token);
 $redis->del($key);
 
@@ -100,6 +117,7 @@ echo json_encode([
     'client' => 'php',
     'keyhole_session_get_us' => round(median($keyholeUs), 2),
     'redis_get_us' => round(median($redisUs), 2),
+    'floor_us' => round(median($floorUs), 2),
     'keyhole_cpu_us' => round(median($keyholeCpu), 2),
     'redis_cpu_us' => round(median($redisCpu), 2),
     'keyhole_requests' => $keyholeRequests,

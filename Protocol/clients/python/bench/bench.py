@@ -3,16 +3,19 @@
     python3 bench.py --keyhole SOCKET --redis-socket PATH [--seconds S]
 
 Prints one JSON line: {"client": "python", "keyhole_session_get_us", "redis_get_us",
-"keyhole_cpu_us", "redis_cpu_us", "keyhole_requests", "redis_requests", "calls"}: wall and this
-process's CPU µs per call, each the median over rounds of a round's mean; the requests each server
-was sent (warm-up and setup included, so that the caller can divide the server's CPU time by them). make bench (Scripts/client_bench.py) runs it;
+"floor_us", "keyhole_cpu_us", "redis_cpu_us", "keyhole_requests", "redis_requests", "calls"}: wall
+and this process's CPU µs per call, each the median over rounds of a round's mean; floor_us, the
+same session.get with no client at all (the frame written on a plain socket and its answer read
+whole, not decoded), the least any Python client could pay; the requests each server was sent (warm-up and setup included, so that the caller can divide the server's CPU time by them). make bench (Scripts/client_bench.py) runs it;
 tests do not (timing belongs to make bench). redis-py comes from PyPI.
 """
 
 import argparse
 import json
 import os
+import socket
 import statistics
+import struct
 import sys
 import time
 
@@ -54,12 +57,24 @@ def main():
     token = client.create_session("bench-python")["session"]
     r = redis.Redis(unix_socket_path=options.redis_socket)
     r.set("bench:python", b"v" * 300)
+    raw = socket.socket(socket.AF_UNIX)
+    raw.connect(options.keyhole)
+    payload = json.dumps({"id": 1, "op": "session.get", "args": {"session": token}}).encode()
+    frame = struct.pack(">I", len(payload)) + payload
+
+    def floor_call():
+        raw.sendall(frame)
+        answer = raw.recv(65536)
+        while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">I", answer)[0]:
+            answer += raw.recv(65536)
+    floor_us, _, floor_calls = rounds(floor_call, options.seconds / 2)
+    raw.close()
     kh_us, kh_cpu, kh_calls = rounds(lambda: client.get_session(token), options.seconds)
     redis_us, redis_cpu, redis_calls = rounds(lambda: r.get("bench:python"), options.seconds)
     client.close()
     print(json.dumps({"client": "python", "keyhole_session_get_us": round(kh_us, 2),
-                      "redis_get_us": round(redis_us, 2), "keyhole_cpu_us": round(kh_cpu, 2),
-                      "redis_cpu_us": round(redis_cpu, 2), "keyhole_requests": kh_calls + 1,
+                      "redis_get_us": round(redis_us, 2), "floor_us": round(floor_us, 2), "keyhole_cpu_us": round(kh_cpu, 2),
+                      "redis_cpu_us": round(redis_cpu, 2), "keyhole_requests": kh_calls + floor_calls + 1,
                       "redis_requests": redis_calls + 1, "calls": kh_calls + redis_calls}))
 
 

@@ -2,7 +2,9 @@
 
 # One process, one connection, depth 1: Keyhole's session.get against ruby-redis's GET of a 300-byte
 # value, on the same machine in the same run. Prints one JSON line: wall and this process's CPU
-# microseconds per call (medians over rounds), and the requests each server was sent, warm-up and
+# microseconds per call (medians over rounds); floor_us, the same session.get with no client at all
+# (the frame written on a plain UNIXSocket and its answer read whole, not decoded), the least any
+# Ruby client could pay; and the requests each server was sent, warm-up and
 # setup included, so that the caller can divide the server's CPU time by them. Not run by the
 # tests: timing belongs in `make bench`.
 #
@@ -15,6 +17,7 @@ require "keyhole"
 require "json"
 require "optparse"
 require "redis"
+require "socket"
 
 options = { seconds: 5.0 }
 OptionParser.new do |o|
@@ -62,6 +65,16 @@ redis = Redis.new(path: options[:redis])
 key = "bench:ruby:#{Process.pid}"
 redis.set(key, "v" * 300)
 
+raw = UNIXSocket.new(options[:keyhole])
+payload = JSON.generate({ "id" => 1, "op" => "session.get", "args" => { "session" => token } })
+raw_frame = [payload.bytesize].pack("N") + payload
+floor_us, _, floor_calls = measure(options[:seconds] / 4) do
+  raw.write(raw_frame)
+  answer = raw.readpartial(65_536)
+  answer << raw.readpartial(65_536) while answer.bytesize < 4 || answer.bytesize < 4 + answer.unpack1("N")
+end
+raw.close
+
 2000.times { keyhole.get_session(token) } # warm-up
 2000.times { redis.get(key) }
 half = options[:seconds] / 2
@@ -73,8 +86,8 @@ redis.del(key)
 keyhole.close
 redis.close
 puts JSON.generate({ "client" => "ruby", "keyhole_session_get_us" => keyhole_us.round(1),
-                     "redis_get_us" => redis_us.round(1), "keyhole_cpu_us" => keyhole_cpu.round(1),
+                     "redis_get_us" => redis_us.round(1), "floor_us" => floor_us.round(1), "keyhole_cpu_us" => keyhole_cpu.round(1),
                      "redis_cpu_us" => redis_cpu.round(1),
-                     "keyhole_requests" => keyhole_calls + 2000 + 2, # warm-up, create, revoke
+                     "keyhole_requests" => keyhole_calls + floor_calls + 2000 + 2, # warm-up, create, revoke
                      "redis_requests" => redis_calls + 2000 + 2, # warm-up, set, del
                      "calls" => keyhole_calls + redis_calls })
