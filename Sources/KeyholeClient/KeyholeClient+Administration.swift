@@ -31,6 +31,32 @@ extension KeyholeClient {
         return try await call("apple.sign_in", args: args)
     }
 
+    /// `apple.authorize`: starts Sign in with Apple on the web. Result: `{url, state, expires_at,
+    /// cookie: {name, value, max_age, set_cookie}}`: set the cookie as `set_cookie` says, then send
+    /// the browser to `url`.
+    /// - Parameters:
+    ///   - returnTo: where the browser goes once signed in: a path on the site (default `/`), or a URL
+    ///     on an origin of `[apple] web_return_origins`.
+    public func appleAuthorize(
+        clientID: String? = nil, redirectURI: String? = nil, scope: String? = nil, returnTo: String? = nil
+    ) async throws -> [String: JSONValue] {
+        try await call(
+            "apple.authorize",
+            args: Self.args([:], issuer: nil, ["client_id": clientID, "redirect_uri": redirectURI, "scope": scope, "return_to": returnTo]))
+    }
+
+    /// `apple.callback`: completes a web sign-in from Apple's form_post. Result: `apple.sign_in`'s, and
+    /// `return_to`.
+    /// - Parameters:
+    ///   - form: the fields Apple POSTed to the redirect URI (`state`, `code`, `id_token`, `user`, or `error`).
+    ///   - cookie: the binding cookie's value, as the browser sent it.
+    ///   - session: `{ttl_s?, idle_s?, data?}`, as `session.create`.
+    public func appleCallback(form: [String: String], cookie: String, session: [String: JSONValue]? = nil) async throws -> [String: JSONValue] {
+        var args: [String: JSONValue] = ["form": .object(form.mapValues(JSONValue.string)), "cookie": .string(cookie)]
+        if let session { args["session"] = .object(session) }
+        return try await call("apple.callback", args: args)
+    }
+
     /// `apple.notification`: applies Apple's server-to-server notification (the `payload` JWT of the
     /// body Apple POSTs). Result: `{type, sub, applied, duplicate}`.
     public func appleNotification(payload: String) async throws -> [String: JSONValue] {

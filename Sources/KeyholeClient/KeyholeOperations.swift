@@ -36,6 +36,8 @@ public enum KeyholeOperations {
         Operation(name: "apple.transfer.export", safeToRepeat: false, debug: false),
         Operation(name: "apple.transfer.import", safeToRepeat: false, debug: false),
         Operation(name: "apple.pending", safeToRepeat: true, debug: false),
+        Operation(name: "apple.authorize", safeToRepeat: false, debug: false),
+        Operation(name: "apple.callback", safeToRepeat: false, debug: false),
         Operation(name: "admin.snapshot", safeToRepeat: false, debug: false),
         Operation(name: "admin.reload", safeToRepeat: false, debug: false),
         Operation(name: "debug.sleep", safeToRepeat: true, debug: true),

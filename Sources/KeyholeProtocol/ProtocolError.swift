@@ -32,6 +32,8 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
             case upstreamRejected = "upstream_rejected"
             case upstreamUnavailable = "upstream_unavailable"
             case notConfigured = "not_configured"
+            case stateInvalid = "state_invalid"
+            case appleAuthorizationRefused = "apple_authorization_refused"
             case configInvalid = "config_invalid"
         }
 
@@ -108,6 +110,10 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let upstreamUnavailable = Code(.upstreamUnavailable)
         /// The operation needs configuration keyholed does not have (such as `[apple]`).
         public static let notConfigured = Code(.notConfigured)
+        /// `apple.callback`: the state is missing, unknown, expired, used, or another browser's.
+        public static let stateInvalid = Code(.stateInvalid)
+        /// `apple.callback`: Apple answered with an error (the user cancelled) instead of a code.
+        public static let appleAuthorizationRefused = Code(.appleAuthorizationRefused)
         /// `admin.reload`: the configuration file does not load; the running configuration stays.
         public static let configInvalid = Code(.configInvalid)
     }

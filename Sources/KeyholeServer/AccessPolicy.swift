@@ -117,7 +117,7 @@ public struct AccessPolicy: Sendable, Equatable {
         case "ping": nil
         case "token.verify", "jwks.status": .verify
         case "user.get": .session
-        case "apple.sign_in", "apple.notification": .signin
+        case "apple.sign_in", "apple.notification", "apple.authorize", "apple.callback": .signin
         case _ where op.hasPrefix("session."): .session
         default: .admin
         }

@@ -35,14 +35,6 @@ extension AppleOperations {
             }
 
             let verified = try await verify(identityToken, audience: clientID, nonce: nonce).token
-            // The same bounds as a `sub` argument of session.create: a user record keeps at most
-            // 255 bytes of subject, and the token is the caller's input as much as an argument is.
-            // (A longer transfer_sub is read as none: VerifiedToken.)
-            guard !verified.subject.isEmpty, verified.subject.utf8.count <= Principal.maximumFieldBytes else {
-                throw ProtocolError(
-                    code: .tokenClaimInvalid,
-                    message: "the token's sub must be 1 to \(Principal.maximumFieldBytes) bytes long, as a user's subject is")
-            }
             // A token that carries a nonce was asked for with one: signing in with it and no nonce
             // would let a captured token open sessions until it expires.
             if nonce == nil, verified.nonce != nil {
@@ -61,6 +53,26 @@ extension AppleOperations {
             } else {
                 throw .badRequest("the token is for several of [apple] client_ids: give client_id")
             }
+            return try await complete(
+                verified, client: client, redirectURI: configuration.redirectURIs[client], code: code, given: given, ttl: ttl, idle: idle,
+                data: data)
+        }
+
+        /// The rest of a sign-in once the token is verified and its client known (`apple.sign_in`, and
+        /// `apple.callback` with what its pending authorization kept): exchange the code under `client`
+        /// and `redirectURI`, upsert the user, create the session; the result.
+        func complete(
+            _ verified: VerifiedToken, client: String, redirectURI: String?, code: String?, given: GivenUser, ttl: Int64, idle: Int64,
+            data: [UInt8]?
+        ) async throws(ProtocolError) -> [String: JSONValue] {
+            // The same bounds as a `sub` argument of session.create: a user record keeps at most
+            // 255 bytes of subject, and the token is the caller's input as much as an argument is.
+            // (A longer transfer_sub is read as none: VerifiedToken.)
+            guard !verified.subject.isEmpty, verified.subject.utf8.count <= Principal.maximumFieldBytes else {
+                throw ProtocolError(
+                    code: .tokenClaimInvalid,
+                    message: "the token's sub must be 1 to \(Principal.maximumFieldBytes) bytes long, as a user's subject is")
+            }
             let principal = Principal(issuer: configuration.issuer, sub: verified.subject)
 
             var sealed: [UInt8]?
@@ -68,7 +80,7 @@ extension AppleOperations {
                 guard let exchange = configuration.exchange else {
                     throw .notConfigured("exchanging an authorization code needs [apple] team_id, key_id, private_key_file and store_key_file")
                 }
-                sealed = try await self.exchange(code, client: client, principal: principal, with: exchange)
+                sealed = try await self.exchange(code, client: client, redirectURI: redirectURI, principal: principal, with: exchange)
             }
 
             let time = Int64(now().rounded(.down))
@@ -114,10 +126,12 @@ extension AppleOperations {
 
         /// Exchanges `code` under `client`, checks the id_token Apple returns is the same user's, and
         /// returns the refresh token sealed (nil if Apple gave none).
-        func exchange(_ code: String, client: String, principal: Principal, with exchange: Exchange) async throws(ProtocolError) -> [UInt8]? {
+        func exchange(
+            _ code: String, client: String, redirectURI: String?, principal: Principal, with exchange: Exchange
+        ) async throws(ProtocolError) -> [UInt8]? {
             let tokens: AppleClient.TokenResponse
             do {
-                tokens = try await exchange.client.exchangeCode(code, clientID: client, redirectURI: configuration.redirectURIs[client])
+                tokens = try await exchange.client.exchangeCode(code, clientID: client, redirectURI: redirectURI)
             } catch {
                 if error.isRejected && !error.isInvalidGrant {
                     // invalid_client, invalid_request, unauthorized_client: keyholed's own

@@ -6,7 +6,8 @@ import KeyholeStore
 import Logging
 
 /// Sign in with Apple's server side (issue 5): `apple.sign_in`, `apple.notification`,
-/// `apple.pending`, `apple.refresh_check`, `apple.transfer.export`, `apple.transfer.import`.
+/// `apple.pending`, `apple.refresh_check`, `apple.transfer.export`, `apple.transfer.import`; and on
+/// the web (issue 29): `apple.authorize`, `apple.callback`.
 public enum AppleOperations {
     /// Which issuer and clients are Apple's, and how to reach Apple.
     public struct Configuration: Sendable {
@@ -20,10 +21,43 @@ public enum AppleOperations {
         public var exchange: Exchange?
         /// What a withdrawn consent does to the user's sessions (refresh checks and notifications).
         public var onRevoked = AppleRefreshChecks.Configuration.OnRevoked.revokeSessions
+        /// Sign in with Apple on the web: `apple.authorize` and `apple.callback`.
+        public var web = Web()
 
         /// A configuration for `clientIDs`.
         public init(clientIDs: Set<String>) {
             self.clientIDs = clientIDs
+        }
+    }
+
+    /// The web flow's settings (APPLE_WEB.md; `[apple] web_*`).
+    public struct Web: Sendable, Equatable {
+        /// The Services ID `apple.authorize` uses by default; `nil`: the one client id with a redirect URI.
+        public var clientID: String?
+        /// The origins a `return_to` URL may name (made by `origin(_:)`); paths are always allowed.
+        public var returnOrigins: [String] = []
+        /// The binding cookie's name.
+        public var cookieName = "kh_apple"
+        /// Apple's base URL, under which the browser is sent to `/auth/authorize`.
+        public var endpoint = "https://appleid.apple.com"
+        /// How long a pending authorization waits for its callback, in seconds.
+        public var lifetime: Int64 = 600
+        /// Pending authorizations one uid may have; past it, its oldest goes. Read at start-up.
+        public var pendingPerPeer = 10_000
+        /// Pending authorizations in all. Read at start-up.
+        public var pendingMax = 100_000
+
+        /// The defaults.
+        public init() {}
+
+        /// A configured origin in its one form (`https://host[:port]`, lower case, no trailing slash;
+        /// `http` only to a loopback host), or `nil` when it is not one.
+        public static func origin(_ text: String) -> String? { AppleWebReturnTo.origin(text) }
+
+        /// Whether `name` may name a cookie: an RFC 6265 token of at most 64 bytes.
+        public static func isCookieName(_ name: String) -> Bool {
+            (1...64).contains(name.utf8.count)
+                && name.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && !"()<>@,;:\\\"/[]?={}".utf8.contains($0) }
         }
     }
 
@@ -59,7 +93,24 @@ public enum AppleOperations {
         refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
         let seen = SeenNotifications()
+        let web = AppleWebFlow(
+            configuration: .init(perPeer: settings?.current.web.pendingPerPeer ?? 10_000, total: settings?.current.web.pendingMax ?? 100_000))
         return [
+            "apple.authorize": .sync { request, context throws(ProtocolError) in
+                guard let configuration = settings?.current else {
+                    throw .notConfigured("apple.authorize needs an [apple] section in keyholed.toml")
+                }
+                return try WebAuthorization(configuration: configuration, flow: web, now: now).run(request, peer: context.peerUID)
+            },
+            "apple.callback": .async { request, context throws(ProtocolError) in
+                guard let configuration = settings?.current else {
+                    throw .notConfigured("apple.callback needs an [apple] section in keyholed.toml")
+                }
+                let signIn = SignIn(
+                    configuration: configuration, registry: registry, store: store, sessions: sessionSettings.current, now: now,
+                    logger: context.logger)
+                return try await WebCallback(signIn: signIn, flow: web).run(request)
+            },
             "apple.notification": .async { request, context throws(ProtocolError) in
                 guard let configuration = settings?.current else {
                     throw .notConfigured("apple.notification needs an [apple] section in keyholed.toml")

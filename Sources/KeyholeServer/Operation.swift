@@ -6,10 +6,13 @@ import NIOCore
 public struct RequestContext: Sendable {
     /// A logger carrying the connection's metadata.
     public var logger: Logger
+    /// The peer's uid, as the kernel gave it (`nil` when it could not be read).
+    public var peerUID: UInt32?
 
-    /// A context whose operations log to `logger`.
-    public init(logger: Logger) {
+    /// A context whose operations log to `logger`, for a peer of uid `peerUID`.
+    public init(logger: Logger, peerUID: UInt32? = nil) {
         self.logger = logger
+        self.peerUID = peerUID
     }
 }
 

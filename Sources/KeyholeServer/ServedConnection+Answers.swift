@@ -11,7 +11,7 @@ extension ServedConnection {
         if !entry.requires.isEmpty, let refusal = refusal(of: request.op, requiring: entry.requires) {
             return Response(id: request.id, outcome: .failure(refusal))
         }
-        let requestContext = RequestContext(logger: logger)
+        let requestContext = RequestContext(logger: logger, peerUID: access.peer?.uid)
         switch entry.operation.body {
         case .sync(let body):
             do {

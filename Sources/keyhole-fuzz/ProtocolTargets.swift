@@ -102,8 +102,8 @@ enum ProtocolTargets {
     static let operations = OperationNames([
         "ping", "stats", "token.verify", "jwks.status", "jwks.refresh", "session.create", "session.get", "session.revoke",
         "session.revoke_all", "session.list", "user.get", "user.update", "user.delete", "apple.sign_in", "apple.notification",
-        "apple.refresh_check", "apple.transfer.export", "apple.transfer.import", "apple.pending", "admin.snapshot",
-        "admin.reload", "debug.sleep", "debug.echo", "debug.block", "K", "é",
+        "apple.refresh_check", "apple.transfer.export", "apple.transfer.import", "apple.pending", "apple.authorize", "apple.callback",
+        "admin.snapshot", "admin.reload", "debug.sleep", "debug.echo", "debug.block", "K", "é",
     ])
 }
 

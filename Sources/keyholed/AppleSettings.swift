@@ -33,6 +33,8 @@ struct AppleSettings: Equatable {
     var endpoint = "https://appleid.apple.com"
     /// How stored refresh tokens are checked.
     var refreshChecks = AppleRefreshChecks.Configuration()
+    /// Sign in with Apple on the web (`web_*`); its endpoint is `endpoint`, set at start-up.
+    var web = AppleOperations.Web()
 
     /// Whether codes can be exchanged (and refresh tokens stored).
     var exchanges: Bool { privateKey != nil }
@@ -40,7 +42,7 @@ struct AppleSettings: Equatable {
     static let keys: Set<String> = [
         "issuer", "team_id", "key_id", "private_key_file", "private_key_credential", "client_ids", "redirect_uris",
         "endpoint", "store_key_file", "store_key_credential", "refresh_check_interval", "refresh_checks_per_minute",
-        "on_revoked",
+        "on_revoked", "web_client_id", "web_return_origins", "web_cookie", "web_pending_per_peer", "web_pending_max",
     ]
 }
 
@@ -118,7 +120,36 @@ extension DaemonConfiguration {
             }
             apple.refreshChecks.onRevoked = policy
         }
+        try web(section, into: &apple)
         return apple
+    }
+
+    /// The web flow's keys (APPLE_WEB.md), checked against `client_ids` and `redirect_uris`.
+    private static func web(_ section: ConfigFile.Section, into apple: inout AppleSettings) throws(ConfigError) {
+        if let client = try section.string("web_client_id") {
+            guard apple.clientIDs.contains(where: { ExactString.equal($0, client) }), apple.redirectURIs[client] != nil else {
+                throw section.error("web_client_id", "'\(client.prefix(64))' must be among client_ids, with its return URL under redirect_uris")
+            }
+            apple.web.clientID = client
+        }
+        if let origins = try section.stringArray("web_return_origins") {
+            apple.web.returnOrigins = try origins.map { text throws(ConfigError) in
+                guard let origin = AppleOperations.Web.origin(text) else {
+                    throw section.error(
+                        "web_return_origins",
+                        "'\(text.prefix(64))' is not an origin: https://host or https://host:port, without a path (http:// only to a loopback host)")
+                }
+                return origin
+            }
+        }
+        if let name = try section.string("web_cookie") {
+            guard AppleOperations.Web.isCookieName(name) else {
+                throw section.error("web_cookie", "must be a cookie name: 1 to 64 printable ASCII characters, none of ()<>@,;:\\\"/[]?={} or space")
+            }
+            apple.web.cookieName = name
+        }
+        if let perPeer = try section.integer("web_pending_per_peer", in: 1...1_000_000) { apple.web.pendingPerPeer = perPeer }
+        if let total = try section.integer("web_pending_max", in: 1...10_000_000) { apple.web.pendingMax = total }
     }
 
     /// Apple's team and key ids: ten capital letters and digits.

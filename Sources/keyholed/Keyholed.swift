@@ -287,6 +287,8 @@ struct Keyholed: AsyncParsableCommand {
         configuration.issuer = settings.issuer
         configuration.redirectURIs = settings.redirectURIs
         configuration.onRevoked = settings.refreshChecks.onRevoked
+        configuration.web = settings.web
+        configuration.web.endpoint = settings.endpoint
         guard settings.exchanges else { return (configuration, nil) }
         guard let signingKey = keys.signingKey, let sealingKey = keys.sealingKey, let teamID = settings.teamID,
             let keyID = settings.keyID

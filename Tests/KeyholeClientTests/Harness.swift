@@ -11,21 +11,25 @@ final class Harness: Sendable {
     let token: String
     let issuer: String
     let sub: String
+    /// The audience of `token`: the issuer's client id.
+    let audience: String
     private let replies: AsyncStream<JSONValue>
 
     private init(process: ScriptProcess, info: JSONValue, replies: AsyncStream<JSONValue>) throws {
         self.process = process
         self.replies = replies
         guard let socket = info["socket"]?.stringValue, let token = info["token"]?.stringValue,
-            let issuer = info["issuer"]?.stringValue, let sub = info["sub"]?.stringValue
+            let issuer = info["issuer"]?.stringValue, let sub = info["sub"]?.stringValue, let audience = info["audience"]?.stringValue
         else { throw RawConnection.Failure(description: "harness said \(info)") }
-        (self.socket, self.token, self.issuer, self.sub) = (socket, token, issuer, sub)
+        (self.socket, self.token, self.issuer, self.sub, self.audience) = (socket, token, issuer, sub, audience)
     }
 
-    /// Starts the harness and waits for its first line.
-    static func start() async throws -> Harness {
+    /// Starts the harness (with `configExtra` added to keyholed's configuration) and waits for its
+    /// first line.
+    static func start(configExtra: String? = nil) async throws -> Harness {
         let keyholed = ChildProcess.builtProduct("keyholed").path
-        let process = try ScriptProcess.python("keyholed_harness.py", [], environment: ["KEYHOLED": keyholed], stdin: true)
+        let arguments = configExtra.map { ["--config-extra", $0] } ?? []
+        let process = try ScriptProcess.python("keyholed_harness.py", arguments, environment: ["KEYHOLED": keyholed], stdin: true)
         let (replies, continuation) = AsyncStream.makeStream(of: JSONValue.self)
         let lines = process.lines
         Task {

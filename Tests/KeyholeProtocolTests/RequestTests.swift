@@ -155,7 +155,7 @@ struct ErrorCodeTests {
             "token_expired", "token_not_yet_valid", "token_issuer_unknown", "token_audience_invalid",
             "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable", "session_not_found",
             "user_not_found", "storage_unavailable", "data_too_large", "upstream_rejected", "upstream_unavailable",
-            "not_configured", "config_invalid",
+            "not_configured", "state_invalid", "apple_authorization_refused", "config_invalid",
         ]
         #expect(ProtocolError.Code.allCases.map(\.rawValue) == expected)
         for code in ProtocolError.Code.allCases { #expect(ProtocolError.Code(rawValue: code.rawValue) == code) }

@@ -15,7 +15,7 @@ struct AccessPolicyTests {
         for op in ["session.create", "session.get", "session.revoke", "session.revoke_all", "session.list", "user.get"] {
             #expect(AccessPolicy.group(of: op) == .session)
         }
-        for op in ["apple.sign_in", "apple.notification"] { #expect(AccessPolicy.group(of: op) == .signin) }
+        for op in ["apple.sign_in", "apple.notification", "apple.authorize", "apple.callback"] { #expect(AccessPolicy.group(of: op) == .signin) }
         for op in ["user.update", "user.delete", "admin.snapshot", "admin.reload", "jwks.refresh", "apple.transfer.export",
             "apple.transfer.import", "apple.pending", "apple.refresh_check", "stats", "debug.echo", "no.such.op", "sessions"]
         {

@@ -255,6 +255,13 @@ struct ConfigurationTests {
         (appleIssuer + "[apple]\nrefresh_check_interval = \"12h\"\n", "apple.refresh_check_interval", 7),
         (appleIssuer + "[apple]\nrefresh_checks_per_minute = 0\n", "apple.refresh_checks_per_minute", 7),
         (appleIssuer + "[apple]\non_revoked = \"delete\"\n", "apple.on_revoked", 7),
+        (appleIssuer + "[apple]\nweb_client_id = \"com.example.web\"\n", "apple.web_client_id", 7),
+        (appleIssuer + "[apple]\nweb_return_origins = [\"https://example.com/path\"]\n", "apple.web_return_origins", 7),
+        (appleIssuer + "[apple]\nweb_return_origins = [\"http://example.com\"]\n", "apple.web_return_origins", 7),
+        (appleIssuer + "[apple]\nweb_cookie = \"kh apple\"\n", "apple.web_cookie", 7),
+        (appleIssuer + "[apple]\nweb_cookie = \"a=b\"\n", "apple.web_cookie", 7),
+        (appleIssuer + "[apple]\nweb_pending_per_peer = 0\n", "apple.web_pending_per_peer", 7),
+        (appleIssuer + "[apple]\nweb_pending_max = 0\n", "apple.web_pending_max", 7),
     ]
 
     static let appleIssuer = """
@@ -291,6 +298,19 @@ struct ConfigurationTests {
             on_revoked = "flag"
             """).apple)
         #expect(tuned.refreshChecks.interval == 2 * 86_400 && tuned.refreshChecks.perMinute == 10 && tuned.refreshChecks.onRevoked == .flag)
+        #expect(apple.web == AppleOperations.Web(), "the web flow's defaults")
+        let web = try #require(try DaemonConfiguration.parse(Self.appleIssuer + """
+            [apple]
+            redirect_uris = { "com.example.web" = "https://example.com/auth/apple" }
+            web_client_id = "com.example.web"
+            web_return_origins = ["https://App.Example.com/", "https://example.com:8443", "http://127.0.0.1:8080"]
+            web_cookie = "__Host-signin"
+            web_pending_per_peer = 5
+            web_pending_max = 50
+            """).apple?.web)
+        #expect(web.clientID == "com.example.web")
+        #expect(web.returnOrigins == ["https://app.example.com", "https://example.com:8443", "http://127.0.0.1:8080"])
+        #expect(web.cookieName == "__Host-signin" && web.pendingPerPeer == 5 && web.pendingMax == 50)
         // Verification-only Apple: no team key, no exchange, no store key needed.
         let plain = try #require(try DaemonConfiguration.parse(Self.appleIssuer + "[apple]\nclient_ids = [\"com.example.app\"]\n").apple)
         #expect(!plain.exchanges)

@@ -35,6 +35,10 @@ const (
 	CodeUpstreamUnavailable   = "upstream_unavailable"
 	CodeNotConfigured         = "not_configured"
 	CodeConfigInvalid         = "config_invalid"
+
+	// apple.callback's (Sign in with Apple on the web).
+	CodeStateInvalid              = "state_invalid"
+	CodeAppleAuthorizationRefused = "apple_authorization_refused"
 )
 
 // The client's own codes (PROTOCOL.md section 8), which keyholed never sends.
@@ -60,6 +64,7 @@ var serverCodes = map[string]bool{
 	CodeKeysUnavailable: true, CodeSessionNotFound: true, CodeUserNotFound: true,
 	CodeStorageUnavailable: true, CodeDataTooLarge: true, CodeUpstreamRejected: true,
 	CodeUpstreamUnavailable: true, CodeNotConfigured: true, CodeConfigInvalid: true,
+	CodeStateInvalid: true, CodeAppleAuthorizationRefused: true,
 }
 
 // Error is the one error type of a failed call: keyholed's answer, or one of the client's own codes.
@@ -121,6 +126,9 @@ var (
 	ErrUserNotFound       = &Error{Code: CodeUserNotFound}
 	ErrStorageUnavailable = &Error{Code: CodeStorageUnavailable}
 	ErrNotConfigured      = &Error{Code: CodeNotConfigured}
+	ErrStateInvalid       = &Error{Code: CodeStateInvalid}
+
+	ErrAppleAuthorizationRefused = &Error{Code: CodeAppleAuthorizationRefused}
 )
 
 // ErrorCode returns the code of err if it is (or wraps) an *Error, else "".

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// The typed helpers below cover every operation of PROTOCOL.md section 7 but debug.*, which go
-// through Call. Results with a small, fixed shape are structs; those that are reports with many
+// The typed helpers below (and apple_web.go's) cover every operation of PROTOCOL.md section 7 but
+// debug.*, which go through Call. Results with a small, fixed shape are structs; those that are reports with many
 // nested members (stats, jwks.status, jwks.refresh, apple.pending) are maps, as Call returns them.
 // An empty issuer (or other optional string) is left out of the request: keyholed's default applies.
 

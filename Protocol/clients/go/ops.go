@@ -34,6 +34,8 @@ var operations = []Operation{
 	{"apple.transfer.export", "admin", false, false},
 	{"apple.transfer.import", "admin", false, false},
 	{"apple.pending", "admin", true, false},
+	{"apple.authorize", "signin", false, false},
+	{"apple.callback", "signin", false, false},
 	{"admin.snapshot", "admin", false, false},
 	{"admin.reload", "admin", false, false},
 	{"debug.sleep", "admin", true, true},

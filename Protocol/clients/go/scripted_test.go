@@ -12,14 +12,16 @@ import (
 
 // scriptedKeyholed stands in for keyholed on a Unix socket where a test needs an answer a real
 // keyholed does not give on demand: it reads request frames and answers each with reply(op) (the
-// response's members after its id, e.g. `"ok":true,"result":{}`), and records the operations.
+// response's members after its id, e.g. `"ok":true,"result":{}`), and records the operations and
+// their args.
 type scriptedKeyholed struct {
 	Socket string
 	ln     net.Listener
 	reply  func(op string) string
 
-	mu  sync.Mutex
-	ops []string
+	mu   sync.Mutex
+	ops  []string
+	args []json.RawMessage
 }
 
 func newScriptedKeyholed(t *testing.T, reply func(op string) string) *scriptedKeyholed {
@@ -69,14 +71,16 @@ func (s *scriptedKeyholed) serve(nc net.Conn) {
 			return
 		}
 		var req struct {
-			ID json.RawMessage `json:"id"`
-			Op string          `json:"op"`
+			ID   json.RawMessage `json:"id"`
+			Op   string          `json:"op"`
+			Args json.RawMessage `json:"args"`
 		}
 		if json.Unmarshal(body, &req) != nil {
 			return
 		}
 		s.mu.Lock()
 		s.ops = append(s.ops, req.Op)
+		s.args = append(s.args, req.Args)
 		s.mu.Unlock()
 		if _, err := nc.Write(frameOf([]byte(`{"id":` + string(req.ID) + `,` + s.reply(req.Op) + `}`))); err != nil {
 			return
@@ -89,6 +93,13 @@ func (s *scriptedKeyholed) Ops() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.ops...)
+}
+
+// Args returns the args of the operations asked so far, as sent.
+func (s *scriptedKeyholed) Args() []json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]json.RawMessage(nil), s.args...)
 }
 
 func readFrame(r io.Reader) ([]byte, error) {

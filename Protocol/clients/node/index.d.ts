@@ -10,7 +10,8 @@ export type ServerErrorCode =
   | 'token_expired' | 'token_not_yet_valid' | 'token_issuer_unknown' | 'token_audience_invalid'
   | 'token_nonce_mismatch' | 'token_claim_invalid' | 'keys_unavailable'
   | 'session_not_found' | 'user_not_found' | 'storage_unavailable' | 'data_too_large'
-  | 'upstream_rejected' | 'upstream_unavailable' | 'not_configured' | 'config_invalid';
+  | 'upstream_rejected' | 'upstream_unavailable' | 'not_configured' | 'state_invalid'
+  | 'apple_authorization_refused' | 'config_invalid';
 
 /** The client's own codes (PROTOCOL.md section 8), which keyholed never sends. */
 export type ClientErrorCode = 'unavailable' | 'connection_lost' | 'timeout' | 'protocol_error';
@@ -94,6 +95,26 @@ export interface AppleSignInOptions {
   session?: { ttl_s?: number; idle_s?: number; data?: JsonObject };
 }
 
+export interface AppleAuthorizeOptions {
+  /** A Services ID of [apple] client_ids with a redirect_uris entry; default [apple] web_client_id. */
+  clientId?: string;
+  /** Must be clientId's redirect_uris entry, byte for byte. */
+  redirectUri?: string;
+  /** 'name email' (the default), 'name', 'email' or ''. */
+  scope?: string;
+  /** Where the browser goes once signed in: a path on the site ('/' by default) or a web_return_origins URL. */
+  returnTo?: string;
+}
+
+export interface AppleAuthorization {
+  /** Apple's authorization URL: redirect the browser there. */
+  url: string;
+  state: string;
+  expires_at: number;
+  /** The binding cookie: send set_cookie as a Set-Cookie header before redirecting. */
+  cookie: { name: string; value: string; max_age: number; set_cookie: string };
+}
+
 export class Client {
   constructor(options?: ClientOptions);
   readonly socketPath: string;
@@ -123,6 +144,15 @@ export class Client {
   deleteUser(sub: string, options?: UserOptions): Promise<{ deleted: boolean; sessions_revoked: number; apple_revocation?: 'done' | 'pending' }>;
 
   appleSignIn(identityToken: string, options?: AppleSignInOptions): Promise<{ created: boolean; user: User; session: CreatedSession }>;
+  /** Sign in with Apple on the web, step 1. */
+  appleAuthorize(options?: AppleAuthorizeOptions): Promise<AppleAuthorization>;
+  /**
+   * Step 2: `form` is Apple's POST to the redirect URI (state, code, id_token, user, or error), `cookie`
+   * the value of the cookie named by appleAuthorize's cookie.name, as the browser sent it.
+   */
+  appleCallback(form: Record<string, string> | URLSearchParams, cookie: string, options?: {
+    session?: { ttl_s?: number; idle_s?: number; data?: JsonObject };
+  }): Promise<{ created: boolean; user: User; session: CreatedSession; return_to: string }>;
   appleNotification(payload: string): Promise<{ type: string; sub: string; applied: boolean; duplicate: boolean }>;
   appleRefreshCheck(sub: string): Promise<{ result: 'valid' | 'consent_revoked' | 'no_token'; sessions_revoked?: number }>;
   appleTransferExport(sub: string, targetTeamId: string, options?: { clientId?: string }): Promise<{ transfer_sub: string }>;

@@ -59,7 +59,7 @@ ERROR_CODES = frozenset({"bad_frame", "frame_too_large", "bad_request", "unknown
                          "token_nonce_mismatch", "token_claim_invalid", "keys_unavailable",
                          "session_not_found", "user_not_found", "storage_unavailable", "data_too_large",
                          "upstream_rejected", "upstream_unavailable", "not_configured",
-                         "config_invalid"})
+                         "state_invalid", "apple_authorization_refused", "config_invalid"})
 CLIENT_CODES = frozenset({"unavailable", "connection_lost", "timeout", "protocol_error"})
 _HEADER = struct.Struct(">I")
 
@@ -156,6 +156,7 @@ OPERATIONS = frozenset(SAFE_TO_REPEAT | {"jwks.refresh", "session.create", "sess
                                          "user.update", "user.delete", "apple.sign_in",
                                          "apple.notification", "apple.refresh_check",
                                          "apple.transfer.export", "apple.transfer.import",
+                                         "apple.authorize", "apple.callback",
                                          "admin.snapshot", "admin.reload", "debug.block"})
 _RETRYABLE_CONNECT = (errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.ECONNRESET)
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.010, 0.500

@@ -105,6 +105,30 @@ class Operations:
         return self.call("apple.sign_in", _args(identity_token=identity_token, authorization_code=authorization_code,
                                                 client_id=client_id, nonce=nonce, user=user, session=session))
 
+    def apple_authorize(self, client_id=None, redirect_uri=None, scope=None, return_to=None):
+        """Start Sign in with Apple on the web: the URL at Apple and the binding cookie to set first.
+
+        Returns {"url", "state", "expires_at", "cookie": {"name", "value", "max_age", "set_cookie"}}:
+        send `cookie["set_cookie"]` as a Set-Cookie header, then redirect the browser to `url`.
+        A `return_to` that is not a path on the site (or a URL on a configured origin) is
+        KeyholeError bad_request. Not sent again after a lost connection.
+        """
+        return self.call("apple.authorize", _args(client_id=client_id, redirect_uri=redirect_uri,
+                                                  scope=scope, return_to=return_to))
+
+    def apple_callback(self, form, cookie, session=None):
+        """Finish Sign in with Apple on the web: check Apple's POST, then sign the user in.
+
+        form: the fields Apple POSTed to the redirect URI, a mapping of strings (a dict, Flask's
+        request.form, Django's request.POST, Starlette's await request.form()); cookie: the value of
+        the binding cookie named by apple_authorize's cookie["name"], as the browser sent it.
+        Returns apple_sign_in's {"created", "user", "session"} and "return_to". A state unknown,
+        used or from another browser is KeyholeError state_invalid; Apple's error (the user
+        cancelled) is apple_authorization_refused. Not sent again after a lost connection: the
+        state and the code are single use.
+        """
+        return self.call("apple.callback", _args(form=dict(form.items()), cookie=cookie, session=session))
+
     def apple_notification(self, payload):
         """Apply a server-to-server notification (the JWT Apple POSTed); return {type, sub, applied, duplicate}."""
         return self.call("apple.notification", {"payload": payload})

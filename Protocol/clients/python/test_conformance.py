@@ -8,6 +8,7 @@ Run from the repository root (the restart tests need $KEYHOLED or .build/debug/k
 
 import json
 import os
+import re
 import select
 import shutil
 import socket
@@ -49,6 +50,18 @@ class OperationsTableTests(unittest.TestCase):
         for op in ops:
             name = helpers.get(op) or op.replace(".", "_")
             self.assertTrue(callable(getattr(keyhole.Client, name, None)), f"no helper {name} for {op}")
+
+
+class ErrorCodesTests(unittest.TestCase):
+    def test_error_codes_are_section_6(self):
+        """keyhole.ERROR_CODES is the table of PROTOCOL.md section 6, no more and no less."""
+        with open(os.path.join(PROTOCOL, "PROTOCOL.md"), encoding="utf-8") as f:
+            text = f.read()
+        section = text[text.index("\n## 6. Error codes\n"):text.index("\n## 7. ")]
+        codes = set(re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE))
+        self.assertGreater(len(codes), 20)
+        self.assertEqual(keyhole.ERROR_CODES, codes)
+        self.assertFalse(keyhole.ERROR_CODES & keyhole.CLIENT_CODES)
 
 
 def _check_outcome(test, call, outcome):
@@ -239,11 +252,14 @@ class ClientEdgeTests(unittest.TestCase):
 
 
 class Harness:
-    """Protocol/testing/keyholed_harness.py as a child process."""
+    """Protocol/testing/keyholed_harness.py as a child process; config_extra is appended to its
+    keyholed.toml (--config-extra)."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, os.path.join(TESTING, "keyholed_harness.py")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def __init__(self, config_extra=""):
+        command = [sys.executable, os.path.join(TESTING, "keyholed_harness.py")]
+        if config_extra:
+            command += ["--config-extra", config_extra]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line:
             raise AssertionError(f"keyholed_harness.py did not start (status {self.proc.wait()})")

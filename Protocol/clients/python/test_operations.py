@@ -1,4 +1,5 @@
-"""Tests of the typed helpers for token.verify, jwks.*, sessions and users, against a real keyholed.
+"""Tests of the typed helpers for token.verify, jwks.*, sessions, users and Sign in with Apple on the
+web, against a real keyholed.
 
 Run as test_keyhole.py is (it has the keyholed fixture these use):
 
@@ -9,12 +10,15 @@ import base64
 import json
 import os
 import sys
+import types
 import unittest
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import jsonschema  # noqa: E402
 import keyhole  # noqa: E402
+from test_conformance import Harness  # noqa: E402
 from test_keyhole import REPO_ROOT, VALIDATORS, ServerTestCase  # noqa: E402
 
 
@@ -181,6 +185,131 @@ class SessionTests(ServerTestCase):
                           dict(store, last_snapshot={"start_lsn": 1})):
             with self.assertRaises(jsonschema.ValidationError, msg=repr(bad_store)):
                 VALIDATORS["stats.result"].validate(dict(stats, store=bad_store))
+
+
+# --- Sign in with Apple on the web ---------------------------------------------------------------
+
+REDIRECT_URI = "https://example.com/apple/callback"
+
+
+class AppleWebTests(unittest.TestCase):
+    """apple.authorize and apple.callback through the helpers, against the harness's keyholed with its
+    Apple audience made a web client (a redirect URI). No Apple is reachable: every callback here is
+    refused before a code exchange, each for its own reason."""
+
+    @classmethod
+    def setUpClass(cls):
+        # The harness configures the fixture token's audience; the redirect URI must name it.
+        cls.audience = _claims(_apple_token("apple_token_4.jwt"))["aud"]
+        cls.harness = Harness(f'[apple]\nredirect_uris = {{ "{cls.audience}" = "{REDIRECT_URI}" }}\n')
+        cls.client = keyhole.Client(cls.harness.info["socket"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.harness.stop()
+
+    def authorize(self, **args):
+        """apple_authorize, with its result's shape checked."""
+        result = self.client.apple_authorize(**args)
+        self.assertEqual(set(result), {"url", "state", "expires_at", "cookie"}, result)
+        self.assertIsInstance(result["url"], str)
+        self.assertIsInstance(result["state"], str)
+        self.assertGreaterEqual(len(result["state"]), 43)  # 32 random bytes, base64url
+        self.assertIs(type(result["expires_at"]), int)
+        cookie = result["cookie"]
+        self.assertEqual(set(cookie), {"name", "value", "max_age", "set_cookie"}, cookie)
+        for name in ("name", "value", "set_cookie"):
+            self.assertIsInstance(cookie[name], str, name)
+        self.assertIs(type(cookie["max_age"]), int)
+        self.assertNotEqual(cookie["value"], result["state"])
+        return result
+
+    def assert_refused(self, code, call, *args, **kwargs):
+        with self.assertRaises(keyhole.KeyholeError) as caught:
+            call(*args, **kwargs)
+        self.assertNotIsInstance(caught.exception, keyhole.KeyholeConnectionError)
+        self.assertEqual(caught.exception.code, code, str(caught.exception))
+        return caught.exception
+
+    def test_harness_audience_is_the_configured_client(self):
+        self.assertEqual(self.harness.info["audience"], self.audience)
+
+    def test_authorize_with_defaults(self):
+        result = self.authorize()
+        url, state, cookie = result["url"], result["state"], result["cookie"]
+        self.assertTrue(url.startswith("https://appleid.apple.com/auth/authorize?"), url)
+        self.assertIn(f"state={state}", url)
+        self.assertIn("response_mode=form_post", url)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query, strict_parsing=True)
+        self.assertEqual(query["state"], [state])
+        self.assertEqual(query["client_id"], [self.audience])
+        self.assertEqual(query["redirect_uri"], [REDIRECT_URI])
+        self.assertEqual(query["response_mode"], ["form_post"])
+        self.assertEqual(query["scope"], ["name email"])
+        self.assertEqual(len(query["nonce"]), 1)
+        self.assertEqual(cookie["name"], "kh_apple")
+        self.assertTrue(cookie["set_cookie"].startswith(f"kh_apple={cookie['value']};"), cookie["set_cookie"])
+        attributes = [a.strip() for a in cookie["set_cookie"].split(";")[1:]]
+        for attribute in ("Secure", "HttpOnly", "SameSite=None"):
+            self.assertIn(attribute, attributes)
+        self.assertEqual(cookie["max_age"], 600)
+        VALIDATORS["apple.authorize.result"].validate(result)
+        for bad in ({**result, "nonce": "x"}, {**result, "cookie": {**cookie, "set_cookie": "kh_apple=x; SameSite=Lax"}},
+                    {**result, "state": "short"}):
+            with self.assertRaises(jsonschema.ValidationError):
+                VALIDATORS["apple.authorize.result"].validate(bad)
+        # Each authorization draws its own state, nonce and cookie.
+        again = self.authorize()
+        self.assertNotEqual(again["state"], state)
+        self.assertNotEqual(again["cookie"]["value"], cookie["value"])
+
+    def test_authorize_sends_the_arguments_given(self):
+        named = self.authorize(client_id=self.audience, redirect_uri=REDIRECT_URI, scope="name",
+                               return_to="/account")
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(named["url"]).query)
+        self.assertEqual(query["scope"], ["name"])
+        self.assertEqual(query["client_id"], [self.audience])
+        self.assert_refused("bad_request", self.client.apple_authorize, return_to="//evil.example")
+        self.assert_refused("bad_request", self.client.apple_authorize,
+                            redirect_uri="https://example.com/elsewhere")
+
+    def test_callback_state_is_bound_to_the_cookie_and_used_once(self):
+        started = self.authorize()
+        state, cookie = started["state"], started["cookie"]["value"]
+        form = {"state": state, "code": "c", "id_token": "x"}
+        wrong = cookie[:-4] + ("AAAA" if not cookie.endswith("AAAA") else "BBBB")
+        self.assert_refused("state_invalid", self.client.apple_callback, form, wrong)
+        # The first callback used the state up, though its cookie was not the browser's.
+        self.assert_refused("state_invalid", self.client.apple_callback, form, cookie)
+
+    def test_callback_without_a_state(self):
+        # form is sent as an (empty) object: keyholed finds no state in it, not a malformed request.
+        self.assert_refused("state_invalid", self.client.apple_callback, {}, "no-cookie")
+        self.assert_refused("state_invalid", self.client.apple_callback,
+                            {"state": "unknown", "code": "c", "id_token": "x"}, "no-cookie")
+
+    def test_callback_with_apples_error(self):
+        started = self.authorize()
+        # A framework's form (a mapping, not a dict) is sent as its fields.
+        form = types.MappingProxyType({"state": started["state"], "error": "user_cancelled_authorize"})
+        error = self.assert_refused("apple_authorization_refused", self.client.apple_callback, form,
+                                    started["cookie"]["value"])
+        self.assertIn("user_cancelled_authorize", error.message)
+
+    def test_callback_checks_the_token_once_state_and_cookie_hold(self):
+        started = self.authorize(return_to="/account")
+        form = {"state": started["state"], "code": "c", "id_token": "not-a-token"}
+        self.assert_refused("token_malformed", self.client.apple_callback, form, started["cookie"]["value"],
+                            session={"ttl_s": 3600})
+        # Used up by that callback too.
+        self.assert_refused("state_invalid", self.client.apple_callback, form, started["cookie"]["value"])
+        # session is sent: keyholed reads it.
+        started = self.authorize()
+        form = {"state": started["state"], "code": "c", "id_token": "not-a-token"}
+        error = self.assert_refused("bad_request", self.client.apple_callback, form, started["cookie"]["value"],
+                                    session={"ttl_s": "an hour"})
+        self.assertIn("ttl_s", error.message)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,15 @@ function user(sub, options) {
   return withOptions({ sub }, options, { issuer: 'issuer' });
 }
 
+/** Apple's POSTed fields as the object `form` is sent as: a URLSearchParams becomes a plain object. */
+function formFields(form) {
+  if (form instanceof URLSearchParams) return Object.fromEntries(form);
+  if (form === null || typeof form !== 'object' || Array.isArray(form)) {
+    throw new TypeError('form must be an object of the fields Apple POSTed');
+  }
+  return form;
+}
+
 const helpers = {
   ping() { return this.call('ping', {}); },
   stats() { return this.call('stats', {}); },
@@ -66,6 +75,20 @@ const helpers = {
       user: 'user', session: 'session',
     }));
   },
+  /** Sign in with Apple on the web, step 1: Apple's authorization URL and the binding cookie to set. */
+  appleAuthorize(options) {
+    return this.call('apple.authorize', withOptions({}, options, {
+      clientId: 'client_id', redirectUri: 'redirect_uri', scope: 'scope', returnTo: 'return_to',
+    }));
+  },
+  /**
+   * Step 2: `form` is Apple's POST to the redirect URI (an object of strings, or a URLSearchParams),
+   * `cookie` the binding cookie's value as the browser sent it.
+   */
+  appleCallback(form, cookie, options) {
+    return this.call('apple.callback', withOptions({ form: formFields(form), cookie }, options,
+      { session: 'session' }));
+  },
   appleNotification(payload) { return this.call('apple.notification', { payload }); },
   appleRefreshCheck(sub) { return this.call('apple.refresh_check', { sub }); },
   appleTransferExport(sub, targetTeamId, options) {
@@ -88,7 +111,8 @@ const HELPER_OPS = Object.freeze({
   jwksRefresh: 'jwks.refresh', createSession: 'session.create', getSession: 'session.get',
   revokeSession: 'session.revoke', revokeAllSessions: 'session.revoke_all', listSessions: 'session.list',
   getUser: 'user.get', updateUser: 'user.update', deleteUser: 'user.delete', appleSignIn: 'apple.sign_in',
-  appleNotification: 'apple.notification', appleRefreshCheck: 'apple.refresh_check',
+  appleAuthorize: 'apple.authorize', appleCallback: 'apple.callback', appleNotification: 'apple.notification',
+  appleRefreshCheck: 'apple.refresh_check',
   appleTransferExport: 'apple.transfer.export', appleTransferImport: 'apple.transfer.import',
   applePending: 'apple.pending', adminSnapshot: 'admin.snapshot', adminReload: 'admin.reload',
 });

@@ -25,6 +25,8 @@ const OPERATIONS = Object.freeze({
   'apple.transfer.export': { group: 'admin', safeToRepeat: false, debug: false },
   'apple.transfer.import': { group: 'admin', safeToRepeat: false, debug: false },
   'apple.pending': { group: 'admin', safeToRepeat: true, debug: false },
+  'apple.authorize': { group: 'signin', safeToRepeat: false, debug: false },
+  'apple.callback': { group: 'signin', safeToRepeat: false, debug: false },
   'admin.snapshot': { group: 'admin', safeToRepeat: false, debug: false },
   'admin.reload': { group: 'admin', safeToRepeat: false, debug: false },
   'debug.sleep': { group: 'admin', safeToRepeat: true, debug: true },

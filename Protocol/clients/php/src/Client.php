@@ -57,6 +57,8 @@ final class Client
         'apple.transfer.export' => false,
         'apple.transfer.import' => false,
         'apple.pending' => true,
+        'apple.authorize' => false,
+        'apple.callback' => false,
         'admin.snapshot' => false,
         'admin.reload' => false,
         'debug.sleep' => true,
@@ -161,9 +163,9 @@ final class Client
     /**
      * Sends one request and returns its result object as an array.
      *
-     * An empty PHP array for $args, and for a `data`, `name` or `user` member (and apple.sign_in's
-     * `session` and its `data`), is sent as a JSON object. Elsewhere pass (object)[] or
-     * new \stdClass for an empty object.
+     * An empty PHP array for $args, and for a `data`, `name` or `user` member (and the `session`
+     * of apple.sign_in and apple.callback and its `data`, and apple.callback's `form`), is sent as
+     * a JSON object. Elsewhere pass (object)[] or new \stdClass for an empty object.
      *
      * @throws KeyholeException keyholed's error, or the client's own: unavailable, connection_lost,
      *                          timeout, protocol_error

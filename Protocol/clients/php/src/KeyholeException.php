@@ -22,7 +22,8 @@ class KeyholeException extends \RuntimeException
         'token_not_yet_valid', 'token_issuer_unknown', 'token_audience_invalid',
         'token_nonce_mismatch', 'token_claim_invalid', 'keys_unavailable', 'session_not_found',
         'user_not_found', 'storage_unavailable', 'data_too_large', 'upstream_rejected',
-        'upstream_unavailable', 'not_configured', 'config_invalid',
+        'upstream_unavailable', 'not_configured', 'state_invalid', 'apple_authorization_refused',
+        'config_invalid',
     ];
 
     /** The client's own codes, which keyholed never sends (PROTOCOL.md section 8). */

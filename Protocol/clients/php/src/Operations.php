@@ -117,6 +117,29 @@ trait Operations
         return $this->call('apple.pending');
     }
 
+    /**
+     * Starts Sign in with Apple on the web: send the header `Set-Cookie: <cookie.set_cookie>`, then
+     * redirect the browser to `url`. A null argument is keyholed's default.
+     *
+     * @return array{url: string, state: string, expires_at: int, cookie: array{name: string, value: string, max_age: int, set_cookie: string}}
+     */
+    public function appleAuthorize(?string $clientId = null, ?string $redirectUri = null, ?string $scope = null, ?string $returnTo = null): array
+    {
+        return $this->call('apple.authorize', self::present(['client_id' => $clientId, 'redirect_uri' => $redirectUri, 'scope' => $scope, 'return_to' => $returnTo]));
+    }
+
+    /**
+     * Finishes it, on Apple's POST to the redirect URI: apple.sign_in's result, and `return_to`.
+     *
+     * @param array<string, string> $form the POSTed fields as received (sent as an object, even empty)
+     * @param string $cookie the value of the cookie named by appleAuthorize()'s `cookie.name`
+     * @param array{ttl_s?: int, idle_s?: int, data?: array}|null $session as sessionCreate's
+     */
+    public function appleCallback(array $form, string $cookie, ?array $session = null): array
+    {
+        return $this->call('apple.callback', self::present(['form' => $form, 'cookie' => $cookie, 'session' => $session]));
+    }
+
     public function adminSnapshot(): array
     {
         return $this->call('admin.snapshot');

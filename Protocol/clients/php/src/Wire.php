@@ -137,7 +137,7 @@ final class Wire
         if ($args === []) {
             return new \stdClass();
         }
-        if (!isset($args['data']) && !isset($args['name']) && !isset($args['user']) && $op !== 'apple.sign_in') {
+        if (!isset($args['data']) && !isset($args['name']) && !isset($args['user']) && $op !== 'apple.sign_in' && $op !== 'apple.callback') {
             return $args; // the common case: nothing that may be an empty array to send as {}
         }
         foreach (['data', 'name', 'user'] as $member) {
@@ -145,7 +145,10 @@ final class Wire
                 $args[$member] = new \stdClass();
             }
         }
-        if ($op === 'apple.sign_in' && is_array($args['session'] ?? null)) {
+        if ($op === 'apple.callback' && ($args['form'] ?? null) === []) {
+            $args['form'] = new \stdClass();
+        }
+        if (($op === 'apple.sign_in' || $op === 'apple.callback') && is_array($args['session'] ?? null)) {
             $session = $args['session'];
             if (($session['data'] ?? null) === []) {
                 $session['data'] = new \stdClass();

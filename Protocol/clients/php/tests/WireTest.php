@@ -72,6 +72,21 @@ final class WireTest extends TestCase
         }
     }
 
+    /**
+     * apple.callback's `form`, and its `session` and that one's `data`, go as JSON objects even
+     * when empty (PHP's [] would be a JSON array, which keyholed refuses); apple.authorize without
+     * arguments sends {}.
+     */
+    public function testAppleCallbackSendsEmptyArraysAsObjects(): void
+    {
+        $args = Wire::objectify('apple.callback', ['form' => [], 'cookie' => 'c', 'session' => ['ttl_s' => 60, 'data' => []]]);
+        $this->assertSame('{"v":1,"id":"' . self::ID . '","op":"apple.callback","args":{"form":{},"cookie":"c","session":{"ttl_s":60,"data":{}}}}',
+            substr(Wire::encode(self::ID, 'apple.callback', $args), 4));
+        $args = Wire::objectify('apple.callback', ['form' => ['state' => 's', 'code' => 'c'], 'cookie' => 'c', 'session' => []]);
+        $this->assertSame('{"form":{"state":"s","code":"c"},"cookie":"c","session":{}}', json_encode($args));
+        $this->assertSame('{}', json_encode(Wire::objectify('apple.authorize', [])));
+    }
+
     private static function usual(string $result, string $id = self::ID): string
     {
         return '{"id":"' . $id . '","ok":true,"result":' . $result . '}';

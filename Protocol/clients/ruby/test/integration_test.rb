@@ -91,7 +91,9 @@ class IntegrationTest < Minitest::Test
       update_user: [sub, { email: "a@example.com", name: { "given" => "A" } }], delete_user: [sub],
       apple_sign_in: [harness.token], apple_notification: ["a.b.c"], apple_refresh_check: [sub],
       apple_transfer_export: [sub, { target_team_id: "ABCDE12345" }], apple_transfer_import: ["t"],
-      apple_pending: [], admin_snapshot: [], admin_reload: []
+      apple_pending: [], apple_authorize: [{ return_to: "/" }],
+      apple_callback: [{ "state" => "s", "code" => "c", "id_token" => "x" }, { cookie: "c" }],
+      admin_snapshot: [], admin_reload: []
     }
     assert_equal Keyhole::Helpers::METHODS.values.sort, invocations.keys.sort
     invocations.each do |name, args|

@@ -11,6 +11,13 @@ async function main(): Promise<void> {
   await client.revokeSession({ id: session.id });
   await client.updateUser(sub, { email: null });
   const verified = await client.verifyToken('x', { audience: 'a' });
+  const authorization = await client.appleAuthorize({ returnTo: '/account', scope: 'name' });
+  const setCookie: string = authorization.cookie.set_cookie;
+  const signedIn = await client.appleCallback({ state: authorization.state, code: 'c', id_token: 't' },
+    authorization.cookie.value, { session: { ttl_s: 3600 } });
+  const returnTo: string = signedIn.return_to;
+  await client.appleCallback(new URLSearchParams('state=s&error=user_cancelled_authorize'), 'cookie');
+  console.log(authorization.url, setCookie, signedIn.session.session, returnTo);
   const raw = await client.call('debug.echo', { n: 1 });
   console.log(sub, email, verified.issuer, raw, OPERATIONS['ping'].safeToRepeat);
   try {
@@ -35,4 +42,8 @@ new Client({ socket: 'x' });
 // @ts-expect-error: sessions are created for a sub
 client2().createSession(42);
 function client2(): Client { return new Client(); }
+// @ts-expect-error: Apple's form is an object of strings, not a string
+client2().appleCallback('state=s', 'cookie');
+// @ts-expect-error: the option is returnTo
+client2().appleAuthorize({ return_to: '/' });
 main();

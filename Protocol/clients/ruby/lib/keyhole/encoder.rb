@@ -28,7 +28,8 @@ module Keyhole
     # The helpers' argument names, written once (any other plain key is checked and written per call).
     KEYS = %w[
       session id sub issuer token audience nonce ttl_s idle_s data email name identity_token
-      authorization_code client_id user payload target_team_id transfer_sub
+      authorization_code client_id user payload target_team_id transfer_sub redirect_uri scope
+      return_to form cookie
     ].to_h { |key| [key, "\"#{key}\":".freeze] }.freeze
 
     module_function

@@ -14,7 +14,7 @@ module Keyhole
       token_signature_invalid token_expired token_not_yet_valid token_issuer_unknown
       token_audience_invalid token_nonce_mismatch token_claim_invalid keys_unavailable
       session_not_found user_not_found storage_unavailable data_too_large upstream_rejected
-      upstream_unavailable not_configured config_invalid
+      upstream_unavailable not_configured state_invalid apple_authorization_refused config_invalid
     ].freeze
     # The client's own codes, PROTOCOL.md section 8; keyholed never sends them.
     CLIENT_CODES = %w[unavailable connection_lost timeout protocol_error].freeze

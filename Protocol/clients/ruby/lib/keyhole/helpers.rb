@@ -31,6 +31,8 @@ module Keyhole
       "apple.transfer.export" => :apple_transfer_export,
       "apple.transfer.import" => :apple_transfer_import,
       "apple.pending" => :apple_pending,
+      "apple.authorize" => :apple_authorize,
+      "apple.callback" => :apple_callback,
       "admin.snapshot" => :admin_snapshot,
       "admin.reload" => :admin_reload
     }.freeze
@@ -118,6 +120,25 @@ module Keyhole
 
     # Revocations at Apple still owed for deleted users. Admin group.
     def apple_pending = call("apple.pending")
+
+    # Starts Sign in with Apple on the web: {"url", "state", "expires_at", "cookie" => {"name", "value",
+    # "max_age", "set_cookie"}}. Set the binding cookie as cookie["set_cookie"] says, then redirect
+    # the browser to url.
+    def apple_authorize(client_id: nil, redirect_uri: nil, scope: nil, return_to: nil)
+      call("apple.authorize", compact("client_id" => client_id, "redirect_uri" => redirect_uri,
+                                      "scope" => scope, "return_to" => return_to))
+    end
+
+    # Finishes Sign in with Apple on the web: +form+ is Apple's POST to the redirect URI (a Hash of
+    # its fields, strings; nil sends an empty one), +cookie+ the binding cookie's value as the browser
+    # sent it. Answers apple_sign_in's result and "return_to", where to send the browser. Not safe to
+    # repeat: keyholed uses a state up on the callback that names it, whatever the outcome.
+    def apple_callback(form, cookie:, session: nil)
+      form = {} if form.nil?
+      raise ArgumentError, "form must be a Hash" unless form.is_a?(Hash)
+
+      call("apple.callback", compact("form" => form, "cookie" => cookie, "session" => session))
+    end
 
     # Writes a snapshot of users and sessions. Admin group.
     def admin_snapshot = call("admin.snapshot")

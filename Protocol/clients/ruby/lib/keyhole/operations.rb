@@ -25,6 +25,8 @@ module Keyhole
     "apple.transfer.export" => { group: "admin", safe_to_repeat: false, debug: false },
     "apple.transfer.import" => { group: "admin", safe_to_repeat: false, debug: false },
     "apple.pending" => { group: "admin", safe_to_repeat: true, debug: false },
+    "apple.authorize" => { group: "signin", safe_to_repeat: false, debug: false },
+    "apple.callback" => { group: "signin", safe_to_repeat: false, debug: false },
     "admin.snapshot" => { group: "admin", safe_to_repeat: false, debug: false },
     "admin.reload" => { group: "admin", safe_to_repeat: false, debug: false },
     "debug.sleep" => { group: "admin", safe_to_repeat: true, debug: true },
