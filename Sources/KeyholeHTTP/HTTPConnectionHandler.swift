@@ -5,7 +5,8 @@ import NIOCore
 import NIOHTTP1
 
 /// Serves one HTTP connection, one request at a time, answering each on its head: bodies are never
-/// read, and a request announcing one closes the connection after its answer (HTTP.md, "Requests").
+/// read, and a request announcing one closes the connection after its answer (HTTP.md, "Requests"),
+/// but for Apple's form_post to `/apple/callback`, read whole (bounded) and answered after it.
 /// A request whose answer waits (for the disk) holds back the heads pipelined after it, and reading
 /// stops while more than a few are held; answers go out in order, written as bytes straight to the
 /// socket (HTTPAnswer).
@@ -48,6 +49,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     private var readPending = false
     /// The stream was found broken: nothing more is read or answered but the one error answer.
     private var failed = false
+    /// `/apple/callback`'s body, while it is read: its head and its bytes so far.
+    private var collecting: (head: HTTPRequestHead, body: ByteBuffer)?
     private var context: ChannelHandlerContext?
 
     init(listener: HTTPListener.Shared, timer: HTTPHeadTimer, peer: Peer, logger: Logger) {
@@ -78,7 +81,17 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard case .head(let head) = unwrapInboundIn(data), !closing, !failed else { return }  // bodies are never read
+        let part = unwrapInboundIn(data)
+        if collecting != nil, !failed {
+            collect(part, context: context)
+            return
+        }
+        guard case .head(let head) = part, !closing, !failed else { return }  // other bodies are never read
+        if !waiting, held.isEmpty, listener.web != nil, head.method == .POST, Self.split(head.uri).path.utf8.elementsEqual("/apple/callback".utf8) {
+            // The head timer keeps running: head and body must be in within head_timeout.
+            beginCallback(head, context: context)
+            return
+        }
         timer.headArrived()
         if waiting || !held.isEmpty {
             held.append(head)
@@ -172,6 +185,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
             group = .health
         } else if path.utf8.elementsEqual("/metrics".utf8) {
             group = .metrics
+        } else if let web = listener.web, let page = WebPage(path) {
+            return serve(page, head: head, query: query, web: web, context: context)
         } else {
             return write(HTTPAnswer(.notFound), context: context)
         }
@@ -188,6 +203,131 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
         case .health: write(listener.healthAnswer(), context: context)
         default: write(listener.metricsAnswer(), context: context)
         }
+    }
+
+    /// Sign in with Apple's pages (HTTP.md, "Sign in with Apple").
+    private enum WebPage {
+        case start, callback, logout
+
+        init?(_ path: Substring) {
+            if path.utf8.elementsEqual("/apple/start".utf8) {
+                self = .start
+            } else if path.utf8.elementsEqual("/apple/callback".utf8) {
+                self = .callback
+            } else if path.utf8.elementsEqual("/logout".utf8) {
+                self = .logout
+            } else {
+                return nil
+            }
+        }
+    }
+
+    private func serve(_ page: WebPage, head: HTTPRequestHead, query: Substring?, web: AppleWebSignIn, context: ChannelHandlerContext) {
+        // /apple/start makes a pending authorization, so not even HEAD; the others are POSTs.
+        let method: HTTPMethod = page == .start ? .GET : .POST
+        guard head.method == method else {
+            return write(HTTPAnswer(.methodNotAllowed, headers: [("Allow", method == .GET ? "GET" : "POST")]), context: context)
+        }
+        guard allowed().contains(AccessPolicy.Groups(.web)) else {
+            listener.logRefusal(peer: peer, path: Self.split(head.uri).path, logger: logger)
+            return write(HTTPAnswer(.forbidden), context: context)
+        }
+        switch page {
+        case .start:
+            write(WebPages.start(query: query, peer: peerUID, web: web), context: context)
+        case .callback:
+            // A callback held behind another request: its body went by unread.
+            closing = true
+            write(HTTPAnswer(.badRequest), context: context)
+        case .logout:
+            guard WebPages.sameOrigin(head.headers, origins: web.configuration?.web.returnOrigins ?? []) else {
+                return write(HTTPAnswer(.forbidden), context: context)
+            }
+            let headers = head.headers
+            let configuration = listener.configuration
+            later(context: context) { await WebPages.logout(headers: headers, web: web, configuration: configuration) }
+        }
+    }
+
+    /// Apple's form_post: checked on its head, then its body read (`collect`) before it is answered.
+    private func beginCallback(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        current = Current(version: head.version, head: false, keepAlive: false)
+        func refuse(_ answer: HTTPAnswer) {
+            timer.headArrived()
+            closing = true
+            held.removeAll()
+            write(answer, context: context)
+        }
+        guard allowed().contains(AccessPolicy.Groups(.web)) else {
+            listener.logRefusal(peer: peer, path: "/apple/callback", logger: logger)
+            return refuse(HTTPAnswer(.forbidden))
+        }
+        let types = head.headers[canonicalForm: "content-type"]
+        guard types.count == 1, let type = types.first, Self.isFormType(type) else { return refuse(HTTPAnswer(.unsupportedMediaType)) }
+        if let length = head.headers.first(name: "content-length"), (Int(length) ?? .max) > WebPages.maximumBody {
+            return refuse(HTTPAnswer(.payloadTooLarge))
+        }
+        collecting = (head, context.channel.allocator.buffer(capacity: 0))
+    }
+
+    /// A part of `/apple/callback`'s request: its body's bytes, bounded, then its end.
+    private func collect(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        guard var (head, body) = collecting else { return }
+        switch part {
+        case .head:
+            return
+        case .body(var bytes):
+            guard body.readableBytes + bytes.readableBytes <= WebPages.maximumBody else {
+                collecting = nil
+                timer.headArrived()
+                closing = true
+                return write(HTTPAnswer(.payloadTooLarge), context: context)
+            }
+            body.writeBuffer(&bytes)
+            collecting = (head, body)
+        case .end:
+            collecting = nil
+            timer.headArrived()
+            // The connection ends with this answer: nothing pipelined after a POST is served.
+            closing = true
+            head.headers.remove(name: "authorization")
+            let headers = head.headers
+            let configuration = listener.configuration
+            let now = listener.now()
+            let logger = self.logger
+            let form = body
+            guard let web = listener.web else { return write(HTTPAnswer(.notFound), context: context) }
+            later(context: context) {
+                await WebPages.callback(body: form, headers: headers, web: web, configuration: configuration, now: now, logger: logger)
+            }
+        }
+    }
+
+    /// Answers the current request with what `answer` gives, once it has, on this connection's loop.
+    private func later(context: ChannelHandlerContext, _ answer: @escaping @Sendable () async -> HTTPAnswer) {
+        waiting = true
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        Task {
+            let made = await answer()
+            loop.execute {
+                let (handler, context) = bound.value
+                handler.waiting = false
+                handler.write(made, context: context)
+                handler.startHeld(context: context)
+            }
+        }
+    }
+
+    /// Whether a Content-Type is `application/x-www-form-urlencoded` (any parameters, any case).
+    static func isFormType(_ value: Substring) -> Bool {
+        let type = value.utf8.prefix { $0 != UInt8(ascii: ";") }.filter { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
+        return type.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }.elementsEqual("application/x-www-form-urlencoded".utf8)
+    }
+
+    private var peerUID: UInt32? {
+        if case .unix(let credentials?) = peer { return credentials.uid }
+        return nil
     }
 
     private func allowed() -> AccessPolicy.Groups {

@@ -52,6 +52,10 @@ extension HTTPListener {
         public var headTimeout = TimeAmount.seconds(10)
         /// Connections the kernel queues before they are accepted.
         public var backlog = 1024
+        /// Whether Sign in with Apple's pages are served (`/apple/start`, `/apple/callback`, `/logout`).
+        public var web = false
+        /// Where a failed web sign-in sends the browser (`?keyhole_error=CODE` added): a path.
+        public var webErrorPath = "/"
 
         /// The defaults.
         public init() {}

@@ -27,17 +27,20 @@ public final class HTTPListener: Service, Sendable {
     ///   - now: the time sessions are judged at, seconds since 1970.
     ///   - health: what `/healthz` says while the listener serves.
     ///   - metrics: the text `/metrics` answers (Prometheus format); `nil`: 404.
+    ///   - web: Sign in with Apple's pages, served when `configuration.web` is on (`nil`: 404).
     ///   - onListening: called once every listener accepts connections.
     public init(
         configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
-        health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)? = nil,
+        health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)? = nil, web: AppleWebSignIn? = nil,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
         var access = access
-        access.defaultGroups = .proxies
+        access.defaultGroups = configuration.web ? AccessPolicy.Groups.proxies.union(AccessPolicy.Groups(.web)) : .proxies
         access.socketGroup = nil
-        self.shared = Shared(configuration: configuration, store: store, access: access, now: now, health: health, metrics: metrics)
+        self.shared = Shared(
+            configuration: configuration, store: store, access: access, now: now, health: health, metrics: metrics,
+            web: configuration.web ? web : nil)
         self.group = eventLoopGroup
         self.logger = logger
         self.onListening = onListening
@@ -193,6 +196,8 @@ extension HTTPListener {
         let now: @Sendable () -> Int64
         let health: @Sendable () -> Health
         let metrics: (@Sendable () -> String)?
+        /// Sign in with Apple's pages, when on.
+        let web: AppleWebSignIn?
         let answers = AuthzAnswers()
         let quiescing = Atomic(false)
         private let connections = Atomic(0)
@@ -214,13 +219,14 @@ extension HTTPListener {
         }()
 
         init(configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
-             health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)?) {
+             health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)?, web: AppleWebSignIn?) {
             self.configuration = configuration
             self.access = Mutex(access)
             self.store = store
             self.now = now
             self.health = health
             self.metrics = metrics
+            self.web = web
         }
 
         var isQuiescing: Bool { quiescing.load(ordering: .relaxed) }

@@ -1,4 +1,4 @@
-/// Who may ask what: operations fall into four groups on the main socket, and three more name what the
+/// Who may ask what: operations fall into four groups on the main socket, and four more name what the
 /// HTTP listener serves (Sources/KeyholeHTTP/HTTP.md); a peer is allowed a set of them from its
 /// credentials. Default deny: an operation of no listed group counts as `admin`, a peer no rule names
 /// gets nothing but `ping`.
@@ -27,6 +27,8 @@ public struct AccessPolicy: Sendable, Equatable {
         case health
         /// The HTTP listener's `/metrics`.
         case metrics
+        /// The HTTP listener's Sign in with Apple pages: `/apple/start`, `/apple/callback`, `/logout`.
+        case web
     }
 
     /// A set of groups, as one word: checked on every request.

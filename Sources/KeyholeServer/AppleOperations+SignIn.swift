@@ -19,6 +19,9 @@ extension AppleOperations {
         struct GivenUser {
             var email: String?
             var name: [String: JSONValue] = [:]
+            /// The name is kept only by a user with none stored (the web flow's `user` field, which
+            /// the browser could forge); otherwise merged over the stored one.
+            var nameOnlyIfNone = false
         }
 
         func run(_ request: Request) async throws(ProtocolError) -> [String: JSONValue] {
@@ -189,7 +192,7 @@ extension AppleOperations {
             }
             if let verified = token.emailVerified { user.fields["email_verified"] = .bool(verified) }
             if let isPrivate = token.isPrivateEmail { user.fields["is_private_email"] = .bool(isPrivate) }
-            if !given.name.isEmpty {
+            if !given.name.isEmpty, !(given.nameOnlyIfNone && user.fields["name"] != nil) {
                 var name: [String: JSONValue] = [:]
                 if case .object(let stored)? = user.fields["name"] { name = stored }
                 name.merge(given.name) { $1 }

@@ -112,6 +112,12 @@ extension AppleOperations {
             try arguments.finish()
             let form = try Self.fields(members)
 
+            // What the form must hold is checked before the state is looked at: a malformed request
+            // does not use it up.
+            if form["error"] == nil {
+                guard form["id_token"] != nil else { throw .badRequest("the form has no id_token") }
+                guard form["code"] != nil else { throw .badRequest("the form has no code") }
+            }
             guard let state = form["state"] else {
                 throw ProtocolError(code: .stateInvalid, message: "the form has no state: start the sign-in again")
             }
@@ -174,10 +180,12 @@ extension AppleOperations {
         }
 
         /// Apple's `user` field, given on the first authorization only: `{"name": {"firstName",
-        /// "lastName"}, "email"}` as JSON text. Anything else is ignored with a warning that never
-        /// quotes it: a sign-in does not fail over it.
+        /// "lastName"}, "email"}` as JSON text. Only the name is taken, and only for a user with none
+        /// stored: the browser could send anything (the email comes from the token). Anything else
+        /// is ignored with a warning that never quotes it: a sign-in does not fail over it.
         static func givenUser(_ text: String?, logger: Logger) -> SignIn.GivenUser {
             var given = SignIn.GivenUser()
+            given.nameOnlyIfNone = true
             guard let text else { return given }
             func ignored(_ reason: String) -> SignIn.GivenUser {
                 logger.warning("apple.user_field_ignored", metadata: ["reason": "\(reason)", "bytes": "\(text.utf8.count)"])
@@ -186,9 +194,7 @@ extension AppleOperations {
             guard text.utf8.count <= maximumUserBytes else { return ignored("longer than \(maximumUserBytes) bytes") }
             guard case .object(let user)? = try? JSONValue.parse(bytes: Array(text.utf8)) else { return ignored("not a JSON object") }
             for (key, value) in user {
-                if ExactString.equal(key, "email"), case .string(let email) = value, (1...320).contains(email.utf8.count) {
-                    given.email = email
-                } else if ExactString.equal(key, "name"), case .object(let name) = value {
+                if ExactString.equal(key, "name"), case .object(let name) = value {
                     for (part, piece) in name {
                         guard case .string(let string) = piece, (1...255).contains(string.utf8.count) else { continue }
                         if ExactString.equal(part, "firstName") { given.name["given"] = .string(string) }

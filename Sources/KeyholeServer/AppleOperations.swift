@@ -37,7 +37,7 @@ public enum AppleOperations {
         /// The origins a `return_to` URL may name (made by `origin(_:)`); paths are always allowed.
         public var returnOrigins: [String] = []
         /// The binding cookie's name.
-        public var cookieName = "kh_apple"
+        public var cookieName = "__Host-kh_apple"
         /// Apple's base URL, under which the browser is sent to `/auth/authorize`.
         public var endpoint = "https://appleid.apple.com"
         /// How long a pending authorization waits for its callback, in seconds.
@@ -87,29 +87,20 @@ public enum AppleOperations {
     }
 
     /// The operations, reading `settings` and `sessions` as a reload leaves them, once per request.
+    /// `web`: the web flow they share with the HTTP listener (a new one when `nil`).
     public static func make(
         configuration settings: Reloadable<Configuration>?, registry: IssuerRegistry, store: Store,
         sessions sessionSettings: Reloadable<StoreOperations.Configuration>, revocations: AppleRevocations? = nil,
-        refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
+        refreshChecks: AppleRefreshChecks? = nil, web: AppleWebSignIn? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
         let seen = SeenNotifications()
-        let web = AppleWebFlow(
-            configuration: .init(perPeer: settings?.current.web.pendingPerPeer ?? 10_000, total: settings?.current.web.pendingMax ?? 100_000))
+        let web = web ?? AppleWebSignIn(configuration: settings, registry: registry, store: store, sessions: sessionSettings, now: now)
         return [
             "apple.authorize": .sync { request, context throws(ProtocolError) in
-                guard let configuration = settings?.current else {
-                    throw .notConfigured("apple.authorize needs an [apple] section in keyholed.toml")
-                }
-                return try WebAuthorization(configuration: configuration, flow: web, now: now).run(request, peer: context.peerUID)
+                try web.authorize(request, peer: context.peerUID)
             },
             "apple.callback": .async { request, context throws(ProtocolError) in
-                guard let configuration = settings?.current else {
-                    throw .notConfigured("apple.callback needs an [apple] section in keyholed.toml")
-                }
-                let signIn = SignIn(
-                    configuration: configuration, registry: registry, store: store, sessions: sessionSettings.current, now: now,
-                    logger: context.logger)
-                return try await WebCallback(signIn: signIn, flow: web).run(request)
+                try await web.callback(request, logger: context.logger)
             },
             "apple.notification": .async { request, context throws(ProtocolError) in
                 guard let configuration = settings?.current else {

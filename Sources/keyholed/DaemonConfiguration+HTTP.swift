@@ -5,7 +5,7 @@ import NIOCore
 extension DaemonConfiguration {
     static let httpKeys: Set<String> = [
         "socket", "socket_mode", "socket_group", "listen", "allow_non_loopback", "listen_allow", "cookie",
-        "max_connections", "idle_timeout", "head_timeout",
+        "max_connections", "idle_timeout", "head_timeout", "web", "web_error_path",
     ]
 
     /// `[http]` (Sources/KeyholeHTTP/HTTP.md); `nil` without the section: the listener is off.
@@ -46,6 +46,18 @@ extension DaemonConfiguration {
         if let count = try section.integer("max_connections", in: maxConnectionsRange) { http.maxConnections = count }
         if let timeout = try section.duration("idle_timeout", in: timeoutRange) { http.idleTimeout = timeout }
         if let timeout = try section.duration("head_timeout", in: .milliseconds(100)...(.minutes(10))) { http.headTimeout = timeout }
+        http.web = try section.bool("web") ?? false
+        if let path = try section.string("web_error_path") {
+            // Sent as a redirect's Location: a path on the site, and nothing a browser would read as
+            // another host or a header's end.
+            let bytes = Array(path.utf8)
+            guard bytes.first == UInt8(ascii: "/"), bytes.count < 2 || bytes[1] != UInt8(ascii: "/"), bytes.count <= 1024,
+                bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\\") && $0 != UInt8(ascii: "#") })
+            else {
+                throw section.error("web_error_path", "must be a path on the site: one leading /, printable ASCII without spaces, backslashes or #")
+            }
+            http.webErrorPath = path
+        }
         return http
     }
 

@@ -133,6 +133,11 @@ extension DaemonConfiguration {
         configuration.server.access.rules = try accessRules(file)
         configuration.apple = try apple(file, issuers: configuration.issuers)
         configuration.http = try http(file)
+        if configuration.http?.web == true && configuration.apple == nil {
+            throw ConfigError(
+                key: "http.web", line: file.line(of: "web", in: "http"),
+                message: "Sign in with Apple's pages need an [apple] section, with code exchange and the Services ID's redirect_uris entry")
+        }
         if let metrics = try file.section("metrics", keys: ["enabled"]), let enabled = try metrics.bool("enabled") {
             configuration.metricsEnabled = enabled
         }

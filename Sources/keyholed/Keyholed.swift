@@ -170,12 +170,16 @@ struct Keyholed: AsyncParsableCommand {
                 notifier: notifier, status: status),
             logger: logger
         ) { () throws(ConfigError) in try Self.loadConfiguration(overrides) }
+        // One web flow for the operations and the HTTP listener's pages: an authorization started one
+        // way completes the other, under the same bounds.
+        let webSignIn = AppleWebSignIn(configuration: appleSettings, registry: registry, store: sessionStore, sessions: sessionSettings, now: clock)
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
             .merging(StoreOperations.make(store: sessionStore, configuration: sessionSettings, revocations: revocations, now: seconds)) { $1 }
             .merging(AppleOperations.make(
                 configuration: appleSettings, registry: registry, store: sessionStore,
-                sessions: sessionSettings, revocations: revocations, refreshChecks: background?.refreshChecks, now: clock)) { $1 }
+                sessions: sessionSettings, revocations: revocations, refreshChecks: background?.refreshChecks, web: webSignIn,
+                now: clock)) { $1 }
             .merging(["admin.reload": reloader.operation]) { $1 }
 
         var serverConfiguration = configuration.serverConfiguration
@@ -218,8 +222,8 @@ struct Keyholed: AsyncParsableCommand {
             }
             return HTTPListener(
                 configuration: settings, store: sessionStore, access: serverConfiguration.access, now: seconds,
-                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, metrics: exporter.text, logger: logger,
-                onListening: listening)
+                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, metrics: exporter.text, web: webSignIn,
+                logger: logger, onListening: listening)
         }
         if let adoptedHTTP, http == nil {
             // Off unless configured: a socket systemd passed for it is not served.

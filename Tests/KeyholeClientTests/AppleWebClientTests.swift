@@ -24,7 +24,7 @@ struct AppleWebClientTests {
         #expect(query["state"] == state)
         #expect(query["client_id"] == audience)
         #expect(query["redirect_uri"] == "https://example.com/apple/callback")
-        #expect(started["cookie"]?["set_cookie"]?.stringValue?.hasPrefix("kh_apple=\(cookie); ") == true)
+        #expect(started["cookie"]?["set_cookie"]?.stringValue?.hasPrefix("__Host-kh_apple=\(cookie); ") == true)
 
         func code(_ body: () async throws -> [String: JSONValue]) async -> ProtocolError.Code? {
             do {

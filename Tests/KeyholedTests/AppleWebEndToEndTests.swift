@@ -63,9 +63,9 @@ struct AppleWebEndToEndTests {
         #expect(answer["state"]?.stringValue == started.state)
         #expect(started.state.utf8.count == 43 && started.nonce.utf8.count == 43 && started.cookie.utf8.count == 43)
         #expect(Set([started.state, started.nonce, started.cookie]).count == 3)
-        #expect(answer["cookie"]?["name"] == "kh_apple")
+        #expect(answer["cookie"]?["name"] == "__Host-kh_apple")
         #expect(answer["cookie"]?["max_age"] == 600)
-        #expect(answer["cookie"]?["set_cookie"]?.stringValue == "kh_apple=\(started.cookie); Max-Age=600; Path=/; Secure; HttpOnly; SameSite=None")
+        #expect(answer["cookie"]?["set_cookie"]?.stringValue == "__Host-kh_apple=\(started.cookie); Max-Age=600; Path=/; Secure; HttpOnly; SameSite=None")
 
         // Apple: the user consents; its form_post carries the nonce in the token, a code, and (first
         // time only) the user's name and email as a JSON text.
@@ -86,6 +86,18 @@ struct AppleWebEndToEndTests {
         #expect(exchange["redirect_uri"] == Base.redirect)
         let session = try #require(signedIn["session"]?["session"]?.stringValue)
         #expect(try connection.result("session.get", ["session": .string(session)])["sub"] == .string(sub))
+
+        // Signing in again: a user field (which the browser could forge) renames nobody who has a
+        // name, and its email is never taken.
+        let again = try Self.authorize(connection)
+        let renamed = try connection.result("apple.callback", ["form": [
+            "state": .string(again.state), "code": .string(apple.issueCode(sub: sub, clientID: Base.web, redirectURI: Base.redirect)),
+            "id_token": .string(apple.identityToken(sub: sub, audience: Base.web, nonce: again.nonce)),
+            "user": #"{"name":{"firstName":"Mallory","lastName":"X"},"email":"mallory@example.com"}"#,
+        ], "cookie": .string(again.cookie)])
+        #expect(renamed["created"] == false)
+        #expect(renamed["user"]?["name"] == ["given": "Jane", "family": "Appleseed"])
+        #expect(renamed["user"]?["email"] == "jane@example.com")
 
         // The same form again (a replay, or the browser's back button): the state is used up.
         let before = try Self.counts(connection)
@@ -137,8 +149,13 @@ struct AppleWebEndToEndTests {
         apple.fail(with: .serviceUnavailable)
         #expect(try callback(try Self.authorize(connection)) == "upstream_unavailable")
         apple.recover()
+        // A form without a code (or a token) is malformed: refused before the state is looked at,
+        // which stays usable.
+        let unspent = try Self.authorize(connection)
+        #expect(try connection.errorCode("apple.callback", ["form": ["state": .string(unspent.state), "id_token": "x"], "cookie": .string(unspent.cookie)]) == "bad_request")
+        #expect(try callback(unspent, ["error": "user_cancelled_authorize"]) == "apple_authorization_refused")
         // A form with no state, and a form that is not an object.
-        #expect(try connection.errorCode("apple.callback", ["form": ["code": "c"], "cookie": "x"]) == "state_invalid")
+        #expect(try connection.errorCode("apple.callback", ["form": ["code": "c", "id_token": "x"], "cookie": "x"]) == "state_invalid")
         #expect(try connection.errorCode("apple.callback", ["form": "state=x", "cookie": "x"]) == "bad_request")
         #expect(try Self.counts(connection) == before)
 

@@ -111,11 +111,11 @@ func TestIntegrationAppleWeb(t *testing.T) {
 	} else if q := u.Query(); q.Get("client_id") != audience || q.Get("redirect_uri") != redirect || q.Get("state") != a.State {
 		t.Errorf("url's query %v", q)
 	}
-	if a.Cookie.Name != "kh_apple" || a.Cookie.Value == "" || a.Cookie.MaxAge != 600 {
+	if a.Cookie.Name != "__Host-kh_apple" || a.Cookie.Value == "" || a.Cookie.MaxAge != 600 {
 		t.Errorf("cookie %+v", a.Cookie)
 	}
 	sc := a.Cookie.SetCookie
-	if !strings.HasPrefix(sc, "kh_apple="+a.Cookie.Value+";") || !strings.Contains(sc, "Secure") ||
+	if !strings.HasPrefix(sc, "__Host-kh_apple="+a.Cookie.Value+";") || !strings.Contains(sc, "Secure") ||
 		!strings.Contains(sc, "HttpOnly") || !strings.Contains(sc, "SameSite=None") {
 		t.Errorf("set_cookie %q (value %q)", sc, a.Cookie.Value)
 	}

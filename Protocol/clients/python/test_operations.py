@@ -248,14 +248,14 @@ class AppleWebTests(unittest.TestCase):
         self.assertEqual(query["response_mode"], ["form_post"])
         self.assertEqual(query["scope"], ["name email"])
         self.assertEqual(len(query["nonce"]), 1)
-        self.assertEqual(cookie["name"], "kh_apple")
-        self.assertTrue(cookie["set_cookie"].startswith(f"kh_apple={cookie['value']};"), cookie["set_cookie"])
+        self.assertEqual(cookie["name"], "__Host-kh_apple")
+        self.assertTrue(cookie["set_cookie"].startswith(f"__Host-kh_apple={cookie['value']};"), cookie["set_cookie"])
         attributes = [a.strip() for a in cookie["set_cookie"].split(";")[1:]]
         for attribute in ("Secure", "HttpOnly", "SameSite=None"):
             self.assertIn(attribute, attributes)
         self.assertEqual(cookie["max_age"], 600)
         VALIDATORS["apple.authorize.result"].validate(result)
-        for bad in ({**result, "nonce": "x"}, {**result, "cookie": {**cookie, "set_cookie": "kh_apple=x; SameSite=Lax"}},
+        for bad in ({**result, "nonce": "x"}, {**result, "cookie": {**cookie, "set_cookie": "__Host-kh_apple=x; SameSite=Lax"}},
                     {**result, "state": "short"}):
             with self.assertRaises(jsonschema.ValidationError):
                 VALIDATORS["apple.authorize.result"].validate(bad)
@@ -284,8 +284,10 @@ class AppleWebTests(unittest.TestCase):
         self.assert_refused("state_invalid", self.client.apple_callback, form, cookie)
 
     def test_callback_without_a_state(self):
-        # form is sent as an (empty) object: keyholed finds no state in it, not a malformed request.
-        self.assert_refused("state_invalid", self.client.apple_callback, {}, "no-cookie")
+        # form is sent as an (empty) object: keyholed reads it, and finds neither a code nor an error
+        # in it (a form that is not an object would be refused as such).
+        error = self.assert_refused("bad_request", self.client.apple_callback, {}, "no-cookie")
+        self.assertIn("id_token", error.message)
         self.assert_refused("state_invalid", self.client.apple_callback,
                             {"state": "unknown", "code": "c", "id_token": "x"}, "no-cookie")
 

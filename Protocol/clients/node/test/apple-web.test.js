@@ -59,11 +59,11 @@ test('apple.authorize with defaults: Apple\'s URL for a form_post answer, and th
   assert.ok(Number.isInteger(answer.expires_at), String(answer.expires_at));
 
   const { cookie } = answer;
-  assert.equal(cookie.name, 'kh_apple');
+  assert.equal(cookie.name, '__Host-kh_apple');
   assert.match(cookie.value, /^[A-Za-z0-9_-]{43}$/);
   assert.notEqual(cookie.value, answer.state);
   assert.equal(cookie.max_age, 600);
-  assert.ok(cookie.set_cookie.startsWith(`kh_apple=${cookie.value};`), cookie.set_cookie);
+  assert.ok(cookie.set_cookie.startsWith(`__Host-kh_apple=${cookie.value};`), cookie.set_cookie);
   const attributes = cookie.set_cookie.split(';').map((part) => part.trim());
   for (const attribute of ['Secure', 'HttpOnly', 'SameSite=None']) {
     assert.ok(attributes.includes(attribute), `${attribute} missing: ${cookie.set_cookie}`);

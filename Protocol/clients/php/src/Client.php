@@ -93,6 +93,13 @@ final class Client
      * each other's answers: a call could be handed another's session. The child opens its own.
      */
     private int $pid = 0;
+    /**
+     * The process that opened each persistent socket (by path) this process holds: a child
+     * inherits its parent's persistent sockets, and PHP would hand them back to it.
+     *
+     * @var array<string, int>
+     */
+    private static array $persistentOwners = [];
     /** Bytes of a frame read in part when a call timed out (non-persistent connections only). */
     private string $buffer = '';
     /**
@@ -147,6 +154,12 @@ final class Client
      */
     public function close(): void
     {
+        if ($this->stream !== null && $this->pid !== getmypid()) {
+            // A forked child's copy of its parent's connection: a shutdown would end it for the
+            // parent too (this runs from the destructor when the child exits).
+            $this->abandon();
+            return;
+        }
         if ($this->stream !== null) {
             $stream = $this->stream;
             $this->stream = null;
@@ -292,6 +305,16 @@ final class Client
             $errno = 0;
             $errstr = '';
             $stream = @stream_socket_client('unix://' . $this->path, $errno, $errstr, $remaining, $flags);
+            if ($stream !== false && $this->persistent && (self::$persistentOwners[$this->path] ?? getmypid()) !== getmypid()) {
+                // PHP handed back the persistent socket a parent process opened before it forked:
+                // this process lets go of its copy (no shutdown, which would end the parent's) and
+                // opens its own.
+                @fclose($stream);
+                $stream = @stream_socket_client('unix://' . $this->path, $errno, $errstr, $remaining, $flags);
+            }
+            if ($stream !== false && $this->persistent) {
+                self::$persistentOwners[$this->path] = getmypid();
+            }
             if ($stream !== false) {
                 stream_set_write_buffer($stream, 0);
                 // A socket PHP opened just now has its default chunk size; one this client set up

@@ -67,9 +67,9 @@ final class AppleWebTest extends TestCase
         $this->assertStringContainsString('redirect_uri=' . rawurlencode(self::REDIRECT_URI), $answer['url']);
         $this->assertIsInt($answer['expires_at']);
         $cookie = $answer['cookie'];
-        $this->assertSame('kh_apple', $cookie['name']);
+        $this->assertSame('__Host-kh_apple', $cookie['name']);
         $this->assertSame(600, $cookie['max_age']);
-        $this->assertStringStartsWith("kh_apple={$cookie['value']};", $cookie['set_cookie']);
+        $this->assertStringStartsWith("__Host-kh_apple={$cookie['value']};", $cookie['set_cookie']);
         foreach (['Secure', 'HttpOnly', 'SameSite=None'] as $attribute) {
             $this->assertStringContainsString($attribute, $cookie['set_cookie']);
         }
@@ -137,10 +137,16 @@ final class AppleWebTest extends TestCase
         ), 'the session is sent');
     }
 
-    /** An empty form goes as {}: keyholed finds no state in it (a [] would be bad_request). */
+    /** An empty form goes as {}: keyholed reads it and finds no id_token (a [] would not be an object). */
     public function testCallbackWithAnEmptyForm(): void
     {
         $cookie = $this->client()->appleAuthorize()['cookie']['value'];
-        $this->assertSame('state_invalid', $this->codeOf(fn () => $this->client()->appleCallback([], $cookie), 'a callback with no form fields'));
+        try {
+            $this->client()->appleCallback([], $cookie);
+            $this->fail('a callback with no form fields was accepted');
+        } catch (KeyholeException $e) {
+            $this->assertSame('bad_request', $e->code());
+            $this->assertStringContainsString('id_token', $e->getMessage());
+        }
     }
 }

@@ -232,18 +232,35 @@ final class IntegrationTest extends TestCase
         $parentStream = $client->stream();
         $pipes = [];
         $children = [];
-        foreach ([0, 1] as $i) {
+        foreach ([0, 1, 2] as $i) {
             $pair = stream_socket_pair(STREAM_PF_UNIX, STREAM_SOCK_STREAM, STREAM_IPPROTO_IP);
             $pid = pcntl_fork();
             $this->assertNotSame(-1, $pid);
+            if ($pid === 0 && $i === 2) { // a child that never calls: it only closes what it inherited
+                fclose($pair[0]);
+                $client->close();
+                unset($client);
+                fwrite($pair[1], "2 closed");
+                posix_kill(getmypid(), SIGKILL);
+            }
             if ($pid === 0) { // the child: one line to the parent, then out, whatever happens
                 fclose($pair[0]);
                 try {
                     $wrong = 0;
+                    // A new Client of the child's own, made before the inherited one let go of the
+                    // parent's socket: not handed the parent's persistent socket either.
+                    $fresh = new Client(self::$harness->socket, ['persistent' => $persistent]);
+                    $wrong += $fresh->sessionGet($tokens[$i])['sub'] === "php-fork-$i" ? 0 : 1;
+                    $freshOwn = $fresh->stream() !== null && $fresh->stream() !== $parentStream;
                     for ($n = 0; $n < 300; $n++) {
                         $wrong += $client->sessionGet($tokens[$i])['sub'] === "php-fork-$i" ? 0 : 1;
                     }
                     $own = $client->stream() !== null && $client->stream() !== $parentStream;
+                    $own = $own && $freshOwn;
+                    // Closing in the child (as its destructor does when it exits) must leave the
+                    // parent's connection alone.
+                    $client->close();
+                    unset($client);
                     fwrite($pair[1], "$i wrong=$wrong own=" . ($own ? 'yes' : 'no'));
                 } catch (\Throwable $e) {
                     fwrite($pair[1], "$i failed " . $e->getMessage());
@@ -265,9 +282,10 @@ final class IntegrationTest extends TestCase
             pcntl_waitpid($pid, $status);
         }
         sort($lines);
-        $this->assertSame(['0 wrong=0 own=yes', '1 wrong=0 own=yes'], $lines);
+        $this->assertSame(['0 wrong=0 own=yes', '1 wrong=0 own=yes', '2 closed'], $lines);
         $this->assertSame($parentStream, $client->stream(), 'the parent keeps its connection');
         $this->assertSame('php-fork-0', $client->sessionGet($tokens[0])['sub']);
+        $this->assertSame($parentStream, $client->stream(), 'still its connection: no child shut it down');
     }
 
     public static function persistence(): array

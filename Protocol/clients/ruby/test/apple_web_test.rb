@@ -43,10 +43,10 @@ class AppleWebTest < Minitest::Test
     assert_includes result["url"], "response_mode=form_post"
     assert_equal self.class.harness.info["audience"], params["client_id"]
     assert_equal REDIRECT_URI, params["redirect_uri"]
-    assert_equal "kh_apple", cookie["name"]
+    assert_equal "__Host-kh_apple", cookie["name"]
     assert_match(/\A[A-Za-z0-9_-]{43}\z/, cookie["value"])
     refute_equal state, cookie["value"]
-    assert cookie["set_cookie"].start_with?("kh_apple=#{cookie['value']};"), cookie["set_cookie"]
+    assert cookie["set_cookie"].start_with?("__Host-kh_apple=#{cookie['value']};"), cookie["set_cookie"]
     attributes = cookie["set_cookie"].split(";").map(&:strip)
     %w[Secure HttpOnly SameSite=None].each { |a| assert_includes attributes, a, cookie["set_cookie"] }
     assert_equal 600, cookie["max_age"]
@@ -101,13 +101,16 @@ class AppleWebTest < Minitest::Test
     assert_equal "token_malformed", error.code
   end
 
-  # An empty form goes as an object, whose missing state keyholed refuses as such; a form that is
-  # not a Hash is refused before anything is sent.
+  # An empty form goes as an object, which keyholed reads and finds no id_token in (a form that is
+  # not an object would be refused as such); a form that is not a Hash is refused before anything
+  # is sent.
   def test_callback_without_a_state
     error = assert_raises(Keyhole::Error) { @client.apple_callback({}, cookie: "x") }
-    assert_equal "state_invalid", error.code
+    assert_equal "bad_request", error.code
+    assert_includes error.message, "id_token"
     error = assert_raises(Keyhole::Error) { @client.apple_callback(nil, cookie: "x") }
-    assert_equal "state_invalid", error.code
+    assert_equal "bad_request", error.code
+    assert_includes error.message, "id_token"
     assert_raises(ArgumentError) { @client.apple_callback("state=x", cookie: "x") }
   end
 end
