@@ -79,15 +79,21 @@ def raw_floor(keyhole_socket, redis_socket, seconds, servers):
         rd.sendall(get_command)
         got = 0
         while got < 307:
-            got += len(rd.recv(4096))
+            read = len(rd.recv(4096))
+            if read == 0:
+                raise SystemExit("client_bench: redis-server closed the connection")
+            got += read
 
     def keyhole_get():
         # Read as redis_get reads: as much as has come, until the whole frame is in (one recv, as a
         # rule, where two fixed-size ones would cost the keyhole side a system call more).
         kh.sendall(get_frame)
-        answer = kh.recv(65536)
+        answer = b""
         while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">I", answer)[0]:
-            answer += kh.recv(65536)
+            got = kh.recv(65536)
+            if not got:
+                raise SystemExit("client_bench: keyholed closed the connection")
+            answer += got
 
     def measure(side, call):
         """Median wall and client CPU µs per call over 5 slices; the server's CPU µs per request."""

@@ -64,9 +64,12 @@ def main():
 
     def floor_call():
         raw.sendall(frame)
-        answer = raw.recv(65536)
+        answer = b""
         while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">I", answer)[0]:
-            answer += raw.recv(65536)
+            got = raw.recv(65536)
+            if not got:
+                raise SystemExit("bench.py: keyholed closed the connection")
+            answer += got
     floor_us, _, floor_calls = rounds(floor_call, options.seconds / 2)
     raw.close()
     kh_us, kh_cpu, kh_calls = rounds(lambda: client.get_session(token), options.seconds)
