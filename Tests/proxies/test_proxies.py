@@ -309,6 +309,14 @@ class ProxyContract:
 
     # The shipped snippet
 
+    def test_sign_in_with_apple_pages_go_to_keyholed_not_through_forward_auth(self):
+        # The rig's keyholed has no [http] web = true: its own 404 comes back, where forward-auth
+        # would have answered 401 and the application never this.
+        for method, path in (("GET", "/apple/start?return_to=%2F"), ("POST", "/apple/callback"), ("POST", "/logout")):
+            status, headers, body = self.refused(path, method=method, body=b"" if method == "POST" else None)
+            self.assertEqual(status, 404, f"{method} {path}: {body[:300]}")
+            self.assertEqual(header(headers, "WWW-Authenticate"), [], path)
+
     def test_shipped_snippet_passes_the_proxys_own_check(self):
         status, output = self.proxy.check()
         self.assertEqual(status, 0, output)
