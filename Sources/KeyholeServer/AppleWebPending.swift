@@ -76,18 +76,26 @@ struct AppleWebPending {
         return .success(record)
     }
 
-    /// Drops every expired record; returns how many.
+    /// Drops every expired record; returns how many. Each peer's queue is in the order its records
+    /// were made, which is their order of expiry (every record lives as long): the sweep reads each
+    /// queue from its front only while what it finds is expired or taken, so it costs what it
+    /// removes plus one look per peer, not a pass over every record under the lock.
     mutating func sweep(now: Int64) -> Int {
-        let expired = records.filter { $0.value.expiresAt <= now }
-        for (state, record) in expired {
-            records[state] = nil
-            released(record.peer)
+        var swept = 0
+        for peer in Array(queues.keys) {
+            while let state = queues[peer]?.first {
+                guard let record = records[state] else {
+                    queues[peer]?.removeFirst()  // taken since
+                    continue
+                }
+                guard record.expiresAt <= now else { break }
+                queues[peer]?.removeFirst()
+                records[state] = nil
+                swept += 1
+                released(peer)
+            }
         }
-        // Queues keep states taken or swept until met: trimmed here so they stay bounded.
-        for (peer, queue) in queues {
-            queues[peer] = CircularBuffer(queue.filter { records[$0] != nil })
-        }
-        return expired.count
+        return swept
     }
 
     /// One of `peer`'s records is gone: a peer with none left is forgotten, queue and all.

@@ -47,6 +47,20 @@ import Testing
         #expect(taken2)
     }
 
+    @Test func aSweepReadsEachPeersQueueFromItsFrontOnly() {
+        var pending = AppleWebPending()
+        for (n, peer) in [(1, UInt32(1)), (2, 2), (3, 1), (4, 2), (5, 1)] {
+            _ = pending.insert(state: Self.digest("s\(n)"), record: Self.record(peer: peer, expiresAt: Int64(n * 100)))
+        }
+        // One taken from the middle of peer 1's queue: skipped when met.
+        #expect(pending.take(state: Self.digest("s3"), binding: Self.digest("cookie"), now: 0) == .success(Self.record(peer: 1, expiresAt: 300)))
+        #expect(pending.sweep(now: 99) == 0)
+        #expect(pending.sweep(now: 400) == 3)  // s1, s2, s4 (s3 was taken)
+        #expect(pending.count == 1)
+        #expect(pending.take(state: Self.digest("s5"), binding: Self.digest("cookie"), now: 400) == .success(Self.record(peer: 1, expiresAt: 500)))
+        #expect(pending.sweep(now: 10_000) == 0 && pending.count == 0)
+    }
+
     @Test func aPeerOverItsBoundLosesItsOwnOldestNotAnothersAndTheTotalIsKept() {
         var pending = AppleWebPending(configuration: .init(perPeer: 2, total: 3))
         let inserted = pending.insert(state: Self.digest("other"), record: Self.record(peer: 1000))
