@@ -7,8 +7,8 @@ module Keyhole
   # Comparing Process.pid on every call would cost a getpid system call each time: Ruby does not
   # cache it. Ruby 3.1 gave forking its hook instead, Process._fork, which Kernel#fork, Process.fork
   # and IO.popen("-") all go through; the child counts one more generation there. Process.daemon
-  # does not go through it, and needs not: its parent exits at once, leaving the connection to the
-  # child alone.
+  # does not go through it, so it is hooked too: its parent exits at once, but a call another thread
+  # had under way (reading for everyone) does not exist in the daemon, which must start afresh.
   module ForkTracker
     @generation = 0
 
@@ -28,6 +28,13 @@ module Keyhole
         pid = super
         ForkTracker.forked! if pid.zero?
         pid
+      end
+
+      # Returns only in the daemon (the parent exits).
+      def daemon(*args)
+        result = super
+        ForkTracker.forked!
+        result
       end
     end
 
