@@ -5,8 +5,25 @@ require_relative "test_helper"
 # example/app.rb as a child process (ruby, Rack, WEBrick) against a real keyholed, over real HTTP.
 class ExampleTest < Minitest::Test
   APP = File.join(KeyholeTest::CLIENT_DIR, "example", "app.rb")
+  APPLE_REDIRECT_URI = "https://example.com/auth/apple/callback"
+
+  @apple_harness = nil
+  class << self
+    # A keyholed whose Apple audience (the shared harness's token's aud) is a web client returning to
+    # the example's callback, stopped when the run ends.
+    def apple_harness
+      @apple_harness ||= begin
+        audience = KeyholeTest::Harness.shared.info.fetch("audience")
+        config = "[apple]\nredirect_uris = { #{JSON.generate(audience)} = #{JSON.generate(APPLE_REDIRECT_URI)} }\n"
+        harness = KeyholeTest::Harness.new(config_extra: config)
+        Minitest.after_run { harness.stop }
+        harness
+      end
+    end
+  end
 
   def harness = KeyholeTest::Harness.shared
+  def apple_harness = self.class.apple_harness
 
   def teardown
     stop_app
@@ -125,14 +142,136 @@ class ExampleTest < Minitest::Test
     File.unlink(path) if path && File.exist?(path)
   end
 
+  # SIGTERM as soon as the example says it listens stops it (a signal before its server ran used to
+  # leave it serving on).
+  def test_exits_on_sigterm_right_after_listening
+    5.times do
+      start_app(KeyholeTest.socket_path("nobody"))
+      stop_app
+    end
+  end
+
+  def test_sign_in_page_has_the_apple_button
+    port = start_app(apple_harness.socket)
+    page = get(port, "/signin")
+    assert_equal "200", page.code
+    assert_match(%r{<a href="/auth/apple">Sign in with Apple</a>}, page.body)
+    refute_includes page.body, "Sign-in failed"
+  end
+
+  # GET /auth/apple: 302 to Apple with the binding cookie set as keyholed wrote it; an off-site
+  # return_to (refused by keyholed) is 400 with no cookie.
+  def test_apple_start_redirects_to_apple_with_the_binding_cookie
+    port = start_app(apple_harness.socket)
+    response = get(port, "/auth/apple")
+    assert_equal "302", response.code
+    location = response["location"]
+    assert location.start_with?("https://appleid.apple.com/auth/authorize?"), location
+    assert_includes location, "redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback"
+    set_cookie = response["set-cookie"]
+    assert set_cookie.start_with?("__Host-kh_apple="), set_cookie
+    attributes = set_cookie.split(";").map(&:strip)
+    %w[Secure HttpOnly SameSite=None Path=/ Max-Age=600].each { |a| assert_includes attributes, a, set_cookie }
+    assert_match(/\A__Host-kh_apple=[A-Za-z0-9_-]{43};/, set_cookie)
+
+    assert_equal "302", get(port, "/auth/apple?return_to=%2Faccount").code
+    ["//evil.example", "https://evil.example/", "%2F%2Fevil.example"].each do |return_to|
+      refused = get(port, "/auth/apple?return_to=#{return_to}")
+      assert_equal "400", refused.code, return_to
+      assert_nil refused["set-cookie"], return_to
+    end
+    assert_equal "400", get(port, "/auth/apple?return_to[]=/account").code
+    assert_equal "400", get(port, "/auth/apple?return_to=%2F%FF").code
+  end
+
+  # Apple's error (the user cancelled) with this browser's cookie: back to the sign-in page with
+  # apple_authorization_refused, shown there; no session cookie; nothing secret in the app's log.
+  def test_apple_callback_cancelled_goes_back_to_sign_in
+    log = Tempfile.create("khrb-example-log")
+    port = start_app(apple_harness.socket, err: log.path)
+    state, cookie = apple_start(port)
+    response = post_cookie(port, "/auth/apple/callback", { "state" => state, "error" => "user_cancelled_authorize" },
+                         "__Host-kh_apple=#{cookie}")
+    assert_refused_to_sign_in response, "apple_authorization_refused", port
+    stop_app
+    logged = File.read(log.path)
+    refute_includes logged, state
+    refute_includes logged, cookie
+  ensure
+    File.unlink(log.path) if log
+  end
+
+  # Another browser's cookie, or none: state_invalid, shown on the sign-in page; no session cookie.
+  def test_apple_callback_with_a_wrong_or_no_cookie_is_state_invalid
+    port = start_app(apple_harness.socket)
+    state, cookie = apple_start(port)
+    form = { "state" => state, "code" => "c", "id_token" => "x" }
+    response = post_cookie(port, "/auth/apple/callback", form, "__Host-kh_apple=#{cookie.reverse}")
+    assert_refused_to_sign_in response, "state_invalid", port
+
+    state, = apple_start(port)
+    response = post_cookie(port, "/auth/apple/callback", form.merge("state" => state), nil)
+    assert_refused_to_sign_in response, "state_invalid", port
+  end
+
+  # The error shown on the sign-in page is escaped: anyone can write a link to it.
+  def test_sign_in_page_escapes_the_error
+    port = start_app(apple_harness.socket)
+    page = get(port, "/signin?error=#{URI.encode_www_form_component('<script>x</script>')}")
+    assert_equal "200", page.code
+    assert_includes page.body, "&lt;script&gt;x&lt;&#x2F;script&gt;"
+    refute_includes page.body, "<script>"
+  end
+
+  # A form keyholed could not be sent (a field that is not UTF-8) is 400, never a 500, and no session.
+  def test_apple_callback_form_not_utf8_is_400
+    port = start_app(apple_harness.socket)
+    state, cookie = apple_start(port)
+    response = post_cookie(port, "/auth/apple/callback", { "state" => state, "error" => "\xff".b },
+                         "__Host-kh_apple=#{cookie}")
+    assert_equal "400", response.code
+    assert_nil response["set-cookie"]
+  end
+
+  def test_apple_with_keyholed_unreachable_is_503
+    port = start_app(KeyholeTest.socket_path("nobody"))
+    assert_equal "503", get(port, "/auth/apple").code
+    response = post_cookie(port, "/auth/apple/callback", { "state" => "s", "error" => "user_cancelled_authorize" },
+                         "__Host-kh_apple=v")
+    assert_equal "503", response.code
+    assert_nil response["set-cookie"]
+  end
+
   private
+
+  # GET /auth/apple; answers the state Apple is sent and the binding cookie's value.
+  def apple_start(port)
+    response = get(port, "/auth/apple")
+    assert_equal "302", response.code
+    state = URI.decode_www_form(URI(response["location"]).query).to_h.fetch("state")
+    cookie = response["set-cookie"][/\A__Host-kh_apple=([^;]+);/, 1]
+    refute_nil cookie
+    [state, cookie]
+  end
+
+  # A 303 to the sign-in page with ?error=+code+, no cookie set, and the page showing the code.
+  def assert_refused_to_sign_in(response, code, port)
+    assert_equal "303", response.code
+    assert_nil response["set-cookie"], "no session cookie"
+    location = URI(response["location"])
+    assert_equal "/signin", location.path
+    assert_equal({ "error" => code }, URI.decode_www_form(location.query).to_h)
+    page = get(port, location.request_uri)
+    assert_equal "200", page.code
+    assert_includes page.body, "Sign-in failed: <code>#{code}</code>"
+  end
 
   def verifies(client) = client.stats["requests"]["token.verify"]
 
-  def start_app(socket)
+  def start_app(socket, err: File::NULL)
     @out_r, out_w = IO.pipe
     env = { "PORT" => "0", "KEYHOLE_SOCKET" => socket, "KEYHOLE_TIMEOUT" => "0.5" }
-    @pid = Process.spawn(env, RbConfig.ruby, APP, out: out_w, err: File::NULL)
+    @pid = Process.spawn(env, RbConfig.ruby, APP, out: out_w, err: err)
     out_w.close
     line = @out_r.gets
     assert_match(/\Alistening \d+\n\z/, line.to_s, "the example did not start")
@@ -158,10 +297,15 @@ class ExampleTest < Minitest::Test
   end
 
   def post(port, path, form, session = nil)
+    post_cookie(port, path, form, session && "kh_session=#{session}")
+  end
+
+  # +cookie+: the whole Cookie header, or nil for none.
+  def post_cookie(port, path, form, cookie)
     Net::HTTP.start("127.0.0.1", port) do |http|
       request = Net::HTTP::Post.new(path)
       request.set_form_data(form)
-      request["Cookie"] = "kh_session=#{session}" if session
+      request["Cookie"] = cookie if cookie
       http.request(request)
     end
   end
