@@ -21,14 +21,7 @@ final class AppleWebTest extends TestCase
 
     public static function setUpBeforeClass(): void
     {
-        // The audience is the harness's token's, known from its ready line: one harness to read
-        // it, then the one with that audience as a web client.
-        $probe = new Harness();
-        $audience = $probe->audience;
-        if ($probe->stop() !== 0) {
-            throw new \RuntimeException('keyholed_harness (probe) did not stop cleanly');
-        }
-        self::$harness = new Harness("[apple]\nredirect_uris = { " . json_encode($audience, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE) . ' = "' . self::REDIRECT_URI . "\" }\n");
+        self::$harness = Harness::withAppleWeb(self::REDIRECT_URI);
     }
 
     public static function tearDownAfterClass(): void

@@ -13,17 +13,19 @@ use PHPUnit\Framework\TestCase;
 
 /**
  * The example app (Laravel 8 from Debian's php-laravel-framework, with the Keyhole guard and
- * middleware) under PHP's built-in server, over real HTTP, against a real keyholed.
+ * middleware) under PHP's built-in server, over real HTTP, against a real keyholed whose Apple
+ * audience is a web client returning to the example's /auth/apple/callback.
  */
 final class ExampleAppTest extends TestCase
 {
     private const APP = __DIR__ . '/../example/public/index.php';
+    private const APPLE_CALLBACK = 'https://example.com/auth/apple/callback';
     private static Harness $harness;
     private static HttpApp $app;
 
     public static function setUpBeforeClass(): void
     {
-        self::$harness = new Harness();
+        self::$harness = Harness::withAppleWeb(self::APPLE_CALLBACK);
         self::$app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => self::$harness->socket]);
     }
 
@@ -106,6 +108,13 @@ final class ExampleAppTest extends TestCase
             $signIn = $app->request('POST', '/signin', [], http_build_query(['id_token' => self::$harness->token]));
             $this->assertSame(503, $signIn['status']);
             $this->assertArrayNotHasKey('set-cookie', $signIn['headers']);
+            $start = $app->request('GET', '/auth/apple');
+            $this->assertSame(503, $start['status'], $start['body']);
+            $this->assertArrayNotHasKey('set-cookie', $start['headers']);
+            $callback = $app->request('POST', '/auth/apple/callback', ['Cookie' => '__Host-kh_apple=' . str_repeat('C', 43)],
+                http_build_query(['state' => str_repeat('S', 43), 'error' => 'user_cancelled_authorize']));
+            $this->assertSame(503, $callback['status'], $callback['body']);
+            $this->assertArrayNotHasKey('set-cookie', $callback['headers']);
         } finally {
             $app->stop();
             @unlink($socket);
@@ -200,5 +209,130 @@ final class ExampleAppTest extends TestCase
             $this->assertSame(['session' => null, 'user' => null], json_decode($me['body'], true), "a $length-byte cookie");
         }
         $this->assertSame($before, self::requests()['session.get'], 'keyholed was not asked');
+    }
+
+    public function testSignInPageHasTheAppleButton(): void
+    {
+        $page = self::$app->request('GET', '/signin');
+        $this->assertSame(200, $page['status'], $page['body']);
+        $this->assertMatchesRegularExpression('~<a href="/auth/apple">Sign in with Apple</a>~', $page['body']);
+        $this->assertStringContainsString('<form method=post action=/signin>', $page['body']);
+        $this->assertStringNotContainsString('role=alert', $page['body'], 'no error, none shown');
+    }
+
+    /** The sign-in page shows a refusal's code, and nothing that is not a code's shape. */
+    public function testSignInPageShowsOnlyAnErrorCode(): void
+    {
+        $page = self::$app->request('GET', '/signin?error=state_invalid');
+        $this->assertStringContainsString('<code>state_invalid</code>', $page['body']);
+        foreach (['%3Cb%3Ex%3C%2Fb%3E', 'Call+555-0100', 'a&error[]=b', str_repeat('a', 65)] as $error) {
+            $page = self::$app->request('GET', "/signin?error=$error");
+            $this->assertSame(200, $page['status'], $page['body']);
+            $this->assertStringNotContainsString('role=alert', $page['body'], $error);
+        }
+    }
+
+    /**
+     * GET /auth/apple: a 302 to Apple with the callback's redirect URI, and keyholed's binding
+     * cookie as keyholed wrote it (Symfony would have written its own spelling).
+     *
+     * @return array{state: string, cookie: string}
+     */
+    private function startApple(string $query = ''): array
+    {
+        $start = self::$app->request('GET', "/auth/apple$query");
+        $this->assertSame(302, $start['status'], $start['body']);
+        $location = $start['headers']['location'][0];
+        $this->assertStringStartsWith('https://appleid.apple.com/auth/authorize?', $location);
+        $this->assertStringContainsString('redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback', $location);
+        $this->assertStringContainsString('no-store', strtolower(implode(',', $start['headers']['cache-control'])));
+        parse_str((string)parse_url($location, PHP_URL_QUERY), $params);
+        $this->assertMatchesRegularExpression('/^[A-Za-z0-9_-]{43}$/', $params['state']);
+
+        $this->assertCount(1, $start['headers']['set-cookie']);
+        $setCookie = $start['headers']['set-cookie'][0];
+        $this->assertStringStartsWith('__Host-kh_apple=', $setCookie);
+        $this->assertSame(1, preg_match('/^__Host-kh_apple=([A-Za-z0-9_-]{43});/', $setCookie, $m), $setCookie);
+        $direct = (new Client(self::$harness->socket))->appleAuthorize()['cookie'];
+        $this->assertSame(str_replace($direct['value'], $m[1], $direct['set_cookie']), $setCookie, 'as keyholed wrote it');
+        return ['state' => $params['state'], 'cookie' => $m[1]];
+    }
+
+    public function testAppleStartRedirectsToAppleWithTheBindingCookie(): void
+    {
+        $first = $this->startApple();
+        $this->assertNotSame($first, $this->startApple('?return_to=%2Faccount%3Ftab%3D1'), 'a new state and cookie each time');
+    }
+
+    /** return_to goes to keyholed as it is, which refuses anything off the site: 400, no cookie. */
+    public function testAppleStartRefusesAnOffSiteReturnTo(): void
+    {
+        foreach (['//evil.example', 'https://evil.example/', '/ok not', '', 'x[]=1&return_to[]=/'] as $returnTo) {
+            $query = str_contains($returnTo, '&') ? $returnTo : 'return_to=' . str_replace('%2F', '/', rawurlencode($returnTo));
+            $start = self::$app->request('GET', "/auth/apple?$query");
+            $this->assertSame(400, $start['status'], "$query: {$start['body']}");
+            $this->assertArrayNotHasKey('set-cookie', $start['headers'], $query);
+            $this->assertArrayNotHasKey('location', $start['headers'], $query);
+        }
+        $this->assertSame(302, self::$app->request('GET', '/auth/apple?return_to=/account')['status']);
+    }
+
+    /**
+     * POST /auth/apple/callback: each refusal is a 303 to the sign-in page naming its code,
+     * which the page shows, and no session cookie.
+     */
+    private function assertAppleRefusal(string $cookieHeader, array $form, string $code): void
+    {
+        $headers = $cookieHeader === '' ? [] : ['Cookie' => $cookieHeader];
+        $response = self::$app->request('POST', '/auth/apple/callback', $headers, http_build_query($form));
+        $this->assertSame(303, $response['status'], $response['body']);
+        $this->assertSame(["/signin?error=$code"], $response['headers']['location']);
+        $this->assertArrayNotHasKey('set-cookie', $response['headers'], 'no session cookie');
+        foreach (array_merge([$cookieHeader], array_values($form)) as $secret) {
+            if (strlen($secret) >= 43) {
+                $this->assertStringNotContainsString($secret, $response['body']);
+            }
+        }
+        $page = self::$app->request('GET', $response['headers']['location'][0]);
+        $this->assertSame(200, $page['status']);
+        $this->assertStringContainsString("<code>$code</code>", $page['body']);
+    }
+
+    public function testAppleCallbackRefusalsGoBackToTheSignInPage(): void
+    {
+        // Apple's error, with the right state and cookie (among neighbours).
+        $start = $this->startApple();
+        $this->assertAppleRefusal("a=b; __Host-kh_apple={$start['cookie']}; kh_session=x",
+            ['state' => $start['state'], 'error' => 'user_cancelled_authorize'], 'apple_authorization_refused');
+
+        // Another browser's cookie.
+        $start = $this->startApple();
+        $other = $this->startApple();
+        $this->assertAppleRefusal("__Host-kh_apple={$other['cookie']}", ['state' => $start['state'], 'code' => 'c', 'id_token' => 'x'], 'state_invalid');
+
+        // No cookie at all.
+        $start = $this->startApple();
+        $this->assertAppleRefusal('', ['state' => $start['state'], 'code' => 'c', 'id_token' => 'x'], 'state_invalid');
+
+        // The same fields with the right cookie pass the state and reach the token: the cookie was
+        // what failed above.
+        $start = $this->startApple();
+        $this->assertAppleRefusal("__Host-kh_apple={$start['cookie']}", ['state' => $start['state'], 'code' => 'c', 'id_token' => 'x'], 'token_malformed');
+        // ... and serve one callback.
+        $this->assertAppleRefusal("__Host-kh_apple={$start['cookie']}", ['state' => $start['state'], 'code' => 'c', 'id_token' => 'x'], 'state_invalid');
+    }
+
+    /** A binding cookie name other than keyholed's would fail every callback: /auth/apple says so at once. */
+    public function testAppleStartWithAnotherCookieNameThanKeyholedsIs503(): void
+    {
+        $app = new HttpApp(self::APP, ['KEYHOLE_SOCKET' => self::$harness->socket, 'KEYHOLE_APPLE_COOKIE' => 'kh_apple']);
+        try {
+            $start = $app->request('GET', '/auth/apple');
+            $this->assertSame(503, $start['status'], $start['body']);
+            $this->assertArrayNotHasKey('set-cookie', $start['headers']);
+            $this->assertArrayNotHasKey('location', $start['headers']);
+        } finally {
+            $app->stop();
+        }
     }
 }

@@ -31,6 +31,22 @@ final class Harness
         $this->audience = $hello['audience'];
     }
 
+    /**
+     * A keyholed whose Apple audience (the harness's token's) is a web client with $redirectUri as
+     * its redirect URI. The audience is known from a harness's ready line: one harness to read it,
+     * then the one configured with it.
+     */
+    public static function withAppleWeb(string $redirectUri): self
+    {
+        $probe = new self();
+        $audience = $probe->audience;
+        if ($probe->stop() !== 0) {
+            throw new \RuntimeException('keyholed_harness (probe) did not stop cleanly');
+        }
+        $flags = JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_THROW_ON_ERROR;
+        return new self("[apple]\nredirect_uris = { " . json_encode($audience, $flags) . ' = ' . json_encode($redirectUri, $flags) . " }\n");
+    }
+
     /** Sends a command and returns its JSON answer line. */
     public function command(string $line): array
     {
