@@ -3,12 +3,14 @@ package keyhole
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +54,18 @@ var noRedirect = &http.Client{
 	Timeout:       10 * time.Second,
 }
 
+// do sends a request with cookie (when not empty) as the session cookie's value.
 func do(t *testing.T, method, u, cookie string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	if cookie != "" {
+		cookie = "kh_session=" + cookie
+	}
+	return doCookies(t, method, u, cookie, form)
+}
+
+// doCookies sends a request with cookies (when not empty) as its Cookie header, and a form (when not
+// nil) as its urlencoded body, without following redirects; it returns the answer and its body.
+func doCookies(t *testing.T, method, u, cookies string, form url.Values) (*http.Response, string) {
 	t.Helper()
 	var body *strings.Reader
 	if form != nil {
@@ -64,8 +77,8 @@ func do(t *testing.T, method, u, cookie string, form url.Values) (*http.Response
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	if cookie != "" {
-		req.Header.Set("Cookie", "kh_session="+cookie)
+	if cookies != "" {
+		req.Header.Set("Cookie", cookies)
 	}
 	resp, err := noRedirect.Do(req)
 	if err != nil {
@@ -77,8 +90,24 @@ func do(t *testing.T, method, u, cookie string, form url.Values) (*http.Response
 	return resp, sb.String()
 }
 
+// The example app against a real keyholed whose Apple audience (a web client) has the app's
+// callback as its redirect URI: token sign-in, the signed-in page, sign-out, and Sign in with Apple
+// on the web as far as it goes without Apple.
 func TestExampleApp(t *testing.T) {
-	h := keyholed(t)
+	audience := keyholed(t).Audience // the same fixture token: the same audience
+	if audience == "" {
+		t.Fatal("the harness's ready line has no audience")
+	}
+	h, err := startHarness("[apple]\nredirect_uris = { " + strconv.Quote(audience) + " = " +
+		strconv.Quote("https://example.com/auth/apple/callback") + " }\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := h.stop(); err != nil {
+			t.Error(err)
+		}
+	}()
 	bin := buildExample(t)
 	base := startExample(t, bin, h.Socket)
 
@@ -129,6 +158,8 @@ func TestExampleApp(t *testing.T) {
 		t.Errorf("forged token: %d %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
 	}
 
+	t.Run("SignInWithApple", func(t *testing.T) { exampleAppleWeb(t, base) })
+
 	// keyholed unreachable: 503, never signed in.
 	down := startExample(t, bin, filepath.Join(t.TempDir(), "nobody.sock"))
 	if resp, body := do(t, "GET", down+"/", token, nil); resp.StatusCode != 503 {
@@ -137,6 +168,110 @@ func TestExampleApp(t *testing.T) {
 	if resp, _ := do(t, "POST", down+"/signin", "", url.Values{"id_token": {h.Token}}); resp.StatusCode != 503 {
 		t.Errorf("signin with keyholed unreachable: %d", resp.StatusCode)
 	}
+	if resp, _ := do(t, "GET", down+"/auth/apple", "", nil); resp.StatusCode != 503 || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("GET /auth/apple with keyholed unreachable: %d %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	form := url.Values{"state": {strings.Repeat("s", 43)}, "error": {"user_cancelled_authorize"}}
+	if resp, _ := doCookies(t, "POST", down+"/auth/apple/callback", "__Host-kh_apple="+strings.Repeat("c", 43), form); resp.StatusCode != 503 || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("Apple's callback with keyholed unreachable: %d %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+}
+
+// appleAuthorization is GET /auth/apple's answer: the state in Apple's URL and the binding cookie.
+func appleAuthorization(t *testing.T, base string) (state, cookie string) {
+	t.Helper()
+	resp, _ := do(t, "GET", base+"/auth/apple", "", nil)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != 302 || !strings.HasPrefix(loc, "https://appleid.apple.com/auth/authorize?") ||
+		!strings.Contains(loc, "redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback") {
+		t.Fatalf("GET /auth/apple: %d, Location %q", resp.StatusCode, loc)
+	}
+	u, err := url.Parse(loc)
+	if err != nil || u.Query().Get("state") == "" {
+		t.Fatalf("GET /auth/apple: Location %q (%v)", loc, err)
+	}
+	setCookie := resp.Header.Values("Set-Cookie")
+	if len(setCookie) != 1 || !strings.HasPrefix(setCookie[0], "__Host-kh_apple=") {
+		t.Fatalf("GET /auth/apple: Set-Cookie %q", setCookie)
+	}
+	// keyholed's set_cookie as it is: the attributes a cross-site POST needs, which Go's own
+	// http.Cookie would not all write for a __Host- name.
+	for _, attr := range []string{"; Path=/", "; Secure", "; HttpOnly", "; SameSite=None", "; Max-Age=600"} {
+		if !strings.Contains(setCookie[0], attr) {
+			t.Errorf("binding cookie %q lacks %s", setCookie[0], attr)
+		}
+	}
+	value := strings.TrimPrefix(strings.SplitN(setCookie[0], ";", 2)[0], "__Host-kh_apple=")
+	if value == "" {
+		t.Fatalf("binding cookie %q has no value", setCookie[0])
+	}
+	return u.Query().Get("state"), value
+}
+
+// appleRefused posts Apple's callback and expects a 303 to the sign-in page with ?error=code, no
+// session cookie, and the page naming the code.
+func appleRefused(t *testing.T, base, cookies string, form url.Values, code string) {
+	t.Helper()
+	resp, _ := doCookies(t, "POST", base+"/auth/apple/callback", cookies, form)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 303 || loc != "/signin?error="+code {
+		t.Errorf("callback: %d, Location %q, want 303 to /signin?error=%s", resp.StatusCode, loc, code)
+	}
+	for _, c := range resp.Cookies() {
+		if c.Name == "kh_session" {
+			t.Errorf("callback refused with %s set the session cookie: %q", code, resp.Header.Values("Set-Cookie"))
+		}
+	}
+	resp, body := do(t, "GET", base+"/signin?error="+code, "", nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, "<code>"+code+"</code>") {
+		t.Errorf("the sign-in page does not show %s: %d %q", code, resp.StatusCode, body)
+	}
+}
+
+func exampleAppleWeb(t *testing.T, base string) {
+	resp, body := do(t, "GET", base+"/signin", "", nil)
+	if resp.StatusCode != 200 || !strings.Contains(body, `<a href="/auth/apple">Sign in with Apple</a>`) {
+		t.Errorf("GET /signin: %d %q", resp.StatusCode, body)
+	}
+	if strings.Contains(body, "failed") {
+		t.Errorf("GET /signin without an error shows one: %q", body)
+	}
+	// The code is the query's, so anyone's: shown escaped.
+	resp, body = do(t, "GET", base+"/signin?error="+url.QueryEscape(`<script>"x"</script>`), "", nil)
+	if resp.StatusCode != 200 || strings.Contains(body, "<script>") || !strings.Contains(body, "&lt;script&gt;&#34;x&#34;&lt;/script&gt;") {
+		t.Errorf("GET /signin?error=<script>...: %d %q", resp.StatusCode, body)
+	}
+
+	state, cookie := appleAuthorization(t, base)
+
+	// Off the site: keyholed refuses it, the app answers 400 and sets no cookie.
+	for _, returnTo := range []string{"//evil.example", "https://evil.example/"} {
+		resp, _ = do(t, "GET", base+"/auth/apple?return_to="+url.QueryEscape(returnTo), "", nil)
+		if resp.StatusCode != 400 || resp.Header.Get("Set-Cookie") != "" || resp.Header.Get("Location") != "" {
+			t.Errorf("GET /auth/apple?return_to=%s: %d %q", returnTo, resp.StatusCode, resp.Header.Get("Set-Cookie"))
+		}
+	}
+	// On the site: accepted.
+	if resp, _ = do(t, "GET", base+"/auth/apple?return_to=%2Faccount%3Ftab%3D1", "", nil); resp.StatusCode != 302 {
+		t.Errorf("GET /auth/apple?return_to=/account?tab=1: %d", resp.StatusCode)
+	}
+
+	// The user cancelled at Apple: the state and the cookie are right, so it is Apple's error that is refused.
+	appleRefused(t, base, "kh_other=1; __Host-kh_apple="+cookie,
+		url.Values{"state": {state}, "error": {"user_cancelled_authorize"}}, "apple_authorization_refused")
+
+	// Another browser's cookie.
+	state, cookie = appleAuthorization(t, base)
+	wrong := cookie[:len(cookie)-1] + "A"
+	if wrong == cookie {
+		wrong = cookie[:len(cookie)-1] + "B"
+	}
+	form := url.Values{"state": {state}, "code": {"c"}, "id_token": {"x"}}
+	appleRefused(t, base, "__Host-kh_apple="+wrong, form, "state_invalid")
+
+	// No cookie at all; the state was good (a cancel with the right cookie would be
+	// apple_authorization_refused): refused for the missing cookie.
+	state, _ = appleAuthorization(t, base)
+	appleRefused(t, base, "", url.Values{"state": {state}, "error": {"user_cancelled_authorize"}}, "state_invalid")
 }
 
 // The example app asks keyholed nothing about what cannot be a token (an id_token over 16 384 bytes,
@@ -149,6 +284,10 @@ func TestExampleAppRefusesWithoutAsking(t *testing.T) {
 			return `"ok":false,"error":{"code":"bad_request","message":"args.token: not acceptable"}`
 		case "session.revoke":
 			return `"ok":true,"result":{"revoked":true}`
+		case "apple.authorize":
+			return `"ok":false,"error":{"code":"bad_request","message":"args.return_to: not acceptable"}`
+		case "apple.callback":
+			return `"ok":false,"error":{"code":"state_invalid","message":"no such authorization"}`
 		}
 		return `"ok":false,"error":{"code":"internal","message":"not scripted"}`
 	})
@@ -183,4 +322,54 @@ func TestExampleAppRefusesWithoutAsking(t *testing.T) {
 	if ops := s.Ops(); resp.StatusCode != 303 || len(ops) != 2 || ops[1] != "session.revoke" {
 		t.Errorf("signout of a token: %d, asked %v", resp.StatusCode, ops)
 	}
+
+	// Sign in with Apple: a return_to over keyholed's 2048 bytes, and a callback whose form would not
+	// fit in a frame (too long a body, or a short one whose JSON is long), are 400 without asking.
+	if resp, _ := do(t, "GET", base+"/auth/apple?return_to=/"+strings.Repeat("a", 2048), "", nil); resp.StatusCode != 400 || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("GET /auth/apple with a 2049-byte return_to: %d %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	for _, form := range []url.Values{
+		{"state": {"s"}, "id_token": {strings.Repeat("A", 70000)}, "code": {"c"}},
+		{"state": {"s"}, "id_token": {strings.Repeat("<", 20000)}, "code": {"c"}}, // 60 kB posted, 120 kB as JSON
+	} {
+		if resp, _ := do(t, "POST", base+"/auth/apple/callback", "", form); resp.StatusCode != 400 || resp.Header.Get("Set-Cookie") != "" {
+			t.Errorf("callback with a %d-byte id_token: %d %q", len(form.Get("id_token")), resp.StatusCode, resp.Header.Get("Set-Cookie"))
+		}
+	}
+	if ops := s.Ops(); len(ops) != 2 {
+		t.Fatalf("oversized Sign in with Apple requests asked keyholed %v", ops[2:])
+	}
+	// A return_to keyholed refuses (bad_request): 400.
+	if resp, _ := do(t, "GET", base+"/auth/apple?return_to=/"+strings.Repeat("a", 2047), "", nil); resp.StatusCode != 400 || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("GET /auth/apple answered bad_request: %d %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	// A binding cookie longer than keyholed's could be is sent as none; the form's fields as strings.
+	form := url.Values{"state": {"st"}, "code": {"c"}, "id_token": {"x"}, "user": {`{"name":{}}`}}
+	resp, _ = doCookies(t, "POST", base+"/auth/apple/callback", "__Host-kh_apple="+strings.Repeat("A", 257), form)
+	if resp.StatusCode != 303 || resp.Header.Get("Location") != "/signin?error=state_invalid" {
+		t.Errorf("callback answered state_invalid: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, _ = doCookies(t, "POST", base+"/auth/apple/callback", "__Host-kh_apple="+strings.Repeat("A", 256), form)
+	ops, args := s.Ops(), s.Args()
+	if len(ops) != 5 || ops[3] != "apple.callback" || ops[4] != "apple.callback" {
+		t.Fatalf("asked %v, want apple.authorize and two apple.callback", ops[2:])
+	}
+	want := `{"cookie":"","form":{"code":"c","id_token":"x","state":"st","user":"{\"name\":{}}"}}`
+	if got := canonicalJSON(t, args[3]); got != want {
+		t.Errorf("callback with a 257-byte cookie sent %s, want %s", got, want)
+	}
+	if got := canonicalJSON(t, args[4]); !strings.HasPrefix(got, `{"cookie":"`+strings.Repeat("A", 256)+`"`) {
+		t.Errorf("callback with a 256-byte cookie sent %s", got)
+	}
+}
+
+// canonicalJSON re-encodes a JSON text with its object members sorted.
+func canonicalJSON(t *testing.T, raw []byte) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
 }

@@ -1,8 +1,16 @@
 // Command example is a small web app that signs users in with Keyhole, using net/http only.
 //
+//	GET  /signin   the sign-in page: a "Sign in with Apple" button (a link to /auth/apple), and the
+//	               code of a failed sign-in (?error=state_invalid, ...)
 //	POST /signin   form field id_token: token.verify, then session.create; sets the kh_session
 //	               cookie and redirects to / (401 for a token that does not verify, or longer
 //	               than 16 384 bytes, which keyholed is not asked about)
+//	GET  /auth/apple[?return_to=PATH]
+//	               apple.authorize: sets its binding cookie, 302 to Apple (400 for a return_to
+//	               keyholed refuses, such as one off the site)
+//	POST /auth/apple/callback
+//	               Apple's form_post (the Services ID's return URL): apple.callback; sets the
+//	               kh_session cookie, 303 to its return_to; a refusal is 303 to /signin?error=CODE
 //	GET  /         the signed-in user's page (401 when not signed in, 503 when keyholed is unreachable)
 //	POST /signout  session.revoke of the cookie's session (only a value of a token's shape is sent),
 //	               clears the cookie, redirects to /
@@ -43,6 +51,8 @@ func main() {
 	mux.Handle("/", auth(http.HandlerFunc(home)))
 	mux.HandleFunc("/signin", signIn(kh))
 	mux.HandleFunc("/signout", signOut(kh))
+	mux.HandleFunc("/auth/apple", appleAuthorize(kh))
+	mux.HandleFunc("/auth/apple/callback", appleCallback(kh))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:"+envOr("PORT", "0"))
 	if err != nil {
@@ -74,9 +84,13 @@ func home(w http.ResponseWriter, r *http.Request) {
 
 func signIn(kh *keyhole.Client) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			signInPage(w, r)
+			return
+		}
 		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", "POST")
-			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			w.Header().Set("Allow", "GET, POST")
+			http.Error(w, "GET or POST only", http.StatusMethodNotAllowed)
 			return
 		}
 		idToken := r.PostFormValue("id_token")
