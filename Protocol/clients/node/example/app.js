@@ -4,9 +4,12 @@
 //
 //   NODE_PATH=/usr/share/nodejs KEYHOLE_SOCKET=/run/keyhole/keyhole.sock PORT=8080 node example/app.js
 //
+// GET /signin: the sign-in page (an identity token form, and a "Sign in with Apple" button).
 // POST /signin (form field id_token): token.verify, then session.create for the token's issuer
 // and sub, then the session cookie and 303 to /. GET /: the signed-in user's page, 401 when not
 // signed in, 503 when keyholed cannot answer. POST /signout: session.revoke, cookie cleared.
+// GET /auth/apple and POST /auth/apple/callback: Sign in with Apple on the web (apple.authorize,
+// apple.callback); the callback is the return URL registered for the Services ID at Apple.
 
 const express = require('express');
 const keyhole = require('..');
@@ -30,6 +33,44 @@ function escapeHtml(text) {
 function sessionCookie(value, extra = '') {
   return `${COOKIE}=${value}; HttpOnly; Secure; SameSite=Lax; Path=/${extra}`;
 }
+
+/**
+ * The value of the first cookie `name` in the request's Cookie header, as the browser sent it (not
+ * decoded), or '' when there is none. A malformed neighbour (no '=') is skipped.
+ */
+function cookieValue(req, name) {
+  const header = req.headers.cookie;
+  if (typeof header !== 'string') return '';
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq >= 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return '';
+}
+
+/**
+ * Whether a failure is keyholed's being out of reach (the client's own codes: unavailable, timeout,
+ * connection_lost, protocol_error; or no KeyholeError at all): 503. Any code keyholed sent is its
+ * answer to this request, a refusal the browser is shown.
+ */
+function unreachable(error) {
+  return !(error instanceof keyhole.KeyholeError) || keyhole.CLIENT_CODES.includes(error.code);
+}
+
+app.get('/signin', (req, res) => {
+  // Only a code keyholed can send is shown: the query string is anyone's to write.
+  const code = typeof req.query.error === 'string' && keyhole.SERVER_CODES.includes(req.query.error)
+    ? req.query.error : null;
+  const problem = code === null ? '' : `<p role="alert">Sign-in failed (${escapeHtml(code)}).</p>\n`;
+  res.type('html').send(`<!doctype html>
+<title>Sign in</title>
+${problem}<p><a href="/auth/apple">Sign in with Apple</a></p>
+<form method="post" action="/signin">
+<label>Identity token <input name="id_token" autocomplete="off"></label>
+<button>Sign in</button>
+</form>
+`);
+});
 
 app.post('/signin', async (req, res) => {
   const idToken = req.body && typeof req.body.id_token === 'string' ? req.body.id_token : '';
@@ -55,6 +96,46 @@ app.post('/signin', async (req, res) => {
   } catch (error) {
     return res.status(503).type('text').send(`Sign-in is unavailable (${error.code || 'internal'})\n`);
   }
+});
+
+// The binding cookie's name, as the last apple.authorize answer gave it (`[apple] web_cookie`).
+let appleCookieName = '__Host-kh_apple';
+
+app.get('/auth/apple', async (req, res) => {
+  // The path the visitor wanted, as it is: keyholed refuses one off the site (bad_request: 400).
+  const returnTo = req.query.return_to === undefined ? '/' : req.query.return_to;
+  if (typeof returnTo !== 'string') return res.status(400).type('text').send('return_to must be given once\n');
+  let answer;
+  try {
+    answer = await client.appleAuthorize({ returnTo });
+  } catch (error) {
+    if (error instanceof keyhole.KeyholeError && error.code === 'bad_request') {
+      return res.status(400).type('text').send('return_to must be a path or URL on this site\n');
+    }
+    return res.status(503).type('text').send(`Sign in with Apple is unavailable (${error.code || 'internal'})\n`);
+  }
+  appleCookieName = answer.cookie.name;
+  res.setHeader('Set-Cookie', answer.cookie.set_cookie);
+  res.setHeader('Cache-Control', 'no-store');
+  return res.redirect(302, answer.url);
+});
+
+// Apple POSTs its answer here (application/x-www-form-urlencoded, parsed above).
+app.post('/auth/apple/callback', async (req, res) => {
+  // The fields as strings: a repeated one (an array) is left out, and keyholed then refuses the form.
+  const form = Object.fromEntries(Object.entries(req.body || {}).filter(([, value]) => typeof value === 'string'));
+  let result;
+  try {
+    result = await client.appleCallback(form, cookieValue(req, appleCookieName));
+  } catch (error) {
+    if (unreachable(error)) {
+      return res.status(503).type('text').send(`Sign-in is unavailable (${error.code || 'internal'})\n`);
+    }
+    // Refused (state_invalid: start again; apple_authorization_refused: the user cancelled; ...).
+    return res.redirect(303, `/signin?error=${encodeURIComponent(error.code)}`);
+  }
+  res.setHeader('Set-Cookie', sessionCookie(result.session.session));
+  return res.redirect(303, result.return_to);
 });
 
 app.get('/', keyhole.middleware({ client, cookieName: COOKIE, required: true }), (req, res) => {
