@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -164,11 +164,23 @@ class MiddlewareTests(unittest.TestCase):
             self.assertNotIn("middleware-user", answer["body"])
 
 
+APPLE_CALLBACK = "https://example.com/auth/apple/callback"
+
+
 class ExampleAppTests(unittest.TestCase):
-    """example/app.py as a child process, driven over real HTTP."""
+    """example/app.py as a child process, driven over real HTTP, against keyholed with the harness's
+    Apple audience made a web client whose return URL is the example's callback."""
+
+    @classmethod
+    def setUpClass(cls):
+        # The redirect URI is keyed by the harness's audience, which only its ready line names.
+        plain = Harness()
+        audience = plain.info["audience"]
+        plain.stop()
+        cls.config = f'[apple]\nredirect_uris = {{ "{audience}" = "{APPLE_CALLBACK}" }}\n'
 
     def setUp(self):
-        self.harness = Harness()
+        self.harness = Harness(self.config)
         self.addCleanup(self.harness.stop)
 
     def start_app(self, socket_path):
@@ -182,16 +194,29 @@ class ExampleAppTests(unittest.TestCase):
         self.assertEqual(line[:1], ["listening"])
         return int(line[1])
 
-    def request(self, port, method, path, body=None, cookie=None):
+    def send(self, port, method, path, body=None, cookie=None):
+        """(status, the response's headers, body)."""
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         headers = {"Content-Type": "application/x-www-form-urlencoded"} if body is not None else {}
         if cookie:
             headers["Cookie"] = cookie
         conn.request(method, path, body=body, headers=headers)
         response = conn.getresponse()
-        answer = (response.status, response.getheader("Set-Cookie"), response.read().decode())
+        answer = (response.status, response.msg, response.read().decode())
         conn.close()
         return answer
+
+    def request(self, port, method, path, body=None, cookie=None):
+        status, headers, body = self.send(port, method, path, body, cookie)
+        return status, headers["Set-Cookie"], body
+
+    def authorize(self, port):
+        """GET /auth/apple: (Apple's URL, the state in it, the binding cookie as name=value)."""
+        status, headers, _ = self.send(port, "GET", "/auth/apple")
+        self.assertEqual(status, 302)
+        self.assertEqual(len(headers.get_all("Set-Cookie")), 1)
+        state = parse_qs(urlsplit(headers["Location"]).query)["state"][0]
+        return headers["Location"], state, headers["Set-Cookie"].split(";")[0]
 
     def test_sign_in_page_sign_out(self):
         port = self.start_app(self.harness.info["socket"])
@@ -216,6 +241,78 @@ class ExampleAppTests(unittest.TestCase):
     def test_unreachable_keyholed_is_503(self):
         port = self.start_app(os.path.join(self.harness.info["dir"], "nobody.sock"))
         self.assertEqual(self.request(port, "GET", "/", cookie="kh_session=kh_" + "A" * 43)[0], 503)
+        self.assertEqual(self.request(port, "GET", "/auth/apple")[:2], (503, None))
+        form = urlencode({"state": "s" * 43, "error": "user_cancelled_authorize"})
+        self.assertEqual(self.request(port, "POST", "/auth/apple/callback", form,
+                                      cookie="__Host-kh_apple=" + "c" * 43)[:2], (503, None))
+
+    def test_sign_in_page_has_the_apple_button(self):
+        port = self.start_app(self.harness.info["socket"])
+        status, _, page = self.request(port, "GET", "/signin")
+        self.assertEqual(status, 200)
+        self.assertIn('<a class="apple" href="/auth/apple">Sign in with Apple</a>', page)
+        self.assertNotIn("refused", page)
+        # The error shown is the query's, escaped.
+        status, _, page = self.request(port, "GET", "/signin?" + urlencode({"error": "<b>x</b>"}))
+        self.assertEqual(status, 200)
+        self.assertIn("&lt;b&gt;x&lt;/b&gt;", page)
+        self.assertNotIn("<b>", page)
+
+    def test_apple_authorize_sets_the_binding_cookie_and_redirects_to_apple(self):
+        port = self.start_app(self.harness.info["socket"])
+        url, state, binding = self.authorize(port)
+        self.assertTrue(url.startswith("https://appleid.apple.com/auth/authorize?"), url)
+        self.assertIn("redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback", url)
+        self.assertIn(f"state={state}", url)
+        self.assertTrue(binding.startswith("__Host-kh_apple="), binding)
+        _, headers, body = self.send(port, "GET", "/auth/apple?" + urlencode({"return_to": "/account?tab=1"}))
+        set_cookie = headers["Set-Cookie"]
+        attributes = [a.strip() for a in set_cookie.split(";")[1:]]
+        for attribute in ("Max-Age=600", "Path=/", "Secure", "HttpOnly", "SameSite=None"):
+            self.assertIn(attribute, attributes)
+        self.assertNotIn(set_cookie.split(";")[0].partition("=")[2], body)
+        # keyholed refuses an off-site return_to; the app answers 400 and sets no cookie.
+        for off_site in ("//evil.example", "https://evil.example/"):
+            status, set_cookie, _ = self.request(port, "GET", "/auth/apple?" + urlencode({"return_to": off_site}))
+            self.assertEqual((status, set_cookie), (400, None), off_site)
+
+    def callback(self, port, form, cookie):
+        """POST /auth/apple/callback, which must refuse: (the error code it redirected with, the page
+        that shows it). No session cookie, nothing secret in the answer or the page."""
+        status, headers, body = self.send(port, "POST", "/auth/apple/callback", urlencode(form), cookie=cookie)
+        self.assertEqual(status, 303)
+        self.assertIsNone(headers["Set-Cookie"])
+        location = headers["Location"]
+        self.assertEqual(urlsplit(location).path, "/signin")
+        code = parse_qs(urlsplit(location).query)["error"][0]
+        status, _, page = self.request(port, "GET", location)
+        self.assertEqual(status, 200)
+        self.assertIn(f"Sign-in refused: {code}.", page)
+        secrets = [form["state"]] + [pair.partition("=")[2] for pair in cookie.split("; ")]
+        for secret in (s for s in secrets if len(s) >= 20):  # the state, the binding cookie
+            for text in (location, body, page):
+                self.assertNotIn(secret, text)
+        return code
+
+    def test_apple_callback_cancelled_at_apple(self):
+        port = self.start_app(self.harness.info["socket"])
+        _, state, binding = self.authorize(port)
+        code = self.callback(port, {"state": state, "error": "user_cancelled_authorize"},
+                             f"theme=dark; {binding}; other=1")
+        self.assertEqual(code, "apple_authorization_refused")
+
+    def test_apple_callback_with_another_browsers_cookie(self):
+        port = self.start_app(self.harness.info["socket"])
+        _, state, binding = self.authorize(port)
+        wrong = binding[:-4] + ("AAAA" if not binding.endswith("AAAA") else "BBBB")
+        self.assertEqual(self.callback(port, {"state": state, "code": "c", "id_token": "x"}, wrong), "state_invalid")
+        _, state, _ = self.authorize(port)
+        self.assertEqual(self.callback(port, {"state": state, "code": "c", "id_token": "x"}, "theme=dark"),
+                         "state_invalid")
+        # With the browser's own cookie the same fields get past the state, to the token's check.
+        _, state, binding = self.authorize(port)
+        self.assertEqual(self.callback(port, {"state": state, "code": "c", "id_token": "x"}, binding),
+                         "token_malformed")
 
 
 if __name__ == "__main__":

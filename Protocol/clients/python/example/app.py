@@ -6,6 +6,12 @@
   and sub; the session token goes into an HttpOnly, Secure, SameSite=Lax cookie; 303 to /.
 - GET /: a page for signed-in users only (401 otherwise, 503 when keyholed cannot say).
 - POST /signout: session.revoke, the cookie cleared, 303 to /.
+- GET /signin: the sign-in page, with a "Sign in with Apple" button (a link to /auth/apple) and the
+  ?error=<code> a refused sign-in came back with.
+- GET /auth/apple[?return_to=/path]: apple.authorize; the binding cookie it gives is set, 302 to Apple.
+- POST /auth/apple/callback (the return URL registered for the Services ID, in keyholed's
+  [apple] redirect_uris): apple.callback with Apple's form and the binding cookie, the session cookie
+  as /signin sets it, 303 to the return_to; a refusal is 303 to /signin?error=<code>.
 
 Prints "listening <port>" once it accepts connections (PORT=0 picks a free port).
 """
@@ -13,7 +19,7 @@ Prints "listening <port>" once it accepts connections (PORT=0 picks a free port)
 import html
 import os
 import sys
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,6 +30,10 @@ from keyhole_middleware import DEFAULT_COOKIE, KeyholeWSGI, session_token  # noq
 MAX_FORM = 64 * 1024
 MAX_ID_TOKEN = 16 * 1024  # keyholed refuses longer tokens anyway (token_malformed): not worth asking
 client = keyhole.Client()
+# The binding cookie's name, from the last apple.authorize answer (keyholed's [apple] web_cookie). An app
+# restarted between a visitor's authorize and callback looks for the default name: with another name
+# configured, that callback is state_invalid, and the visitor clicks again.
+apple_cookie_name = "__Host-kh_apple"
 
 
 def respond(start_response, status, body=b"", headers=()):
@@ -45,6 +55,57 @@ def read_form(environ):
 def cookie(value, max_age=None):
     attributes = f"{DEFAULT_COOKIE}={value}; HttpOnly; Secure; SameSite=Lax; Path=/"
     return ("Set-Cookie", attributes + (f"; Max-Age={max_age}" if max_age is not None else ""))
+
+
+def request_cookie(environ, name):
+    """The first cookie named name, "" when the browser sent none (one pass, by hand, as
+    keyhole_middleware.session_token reads the session cookie)."""
+    for pair in environ.get("HTTP_COOKIE", "").split(";"):
+        key, eq, value = pair.partition("=")
+        if eq and key.strip() == name:
+            value = value.strip()
+            return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+    return ""
+
+
+def signin_page(environ, start_response):
+    """GET /signin. The error is a Keyhole error code, but shown escaped all the same: it comes from the URL."""
+    error = parse_qs(environ.get("QUERY_STRING", "")).get("error", [""])[0]
+    notice = f'<p role="alert">Sign-in refused: {html.escape(error)}.</p>\n' if error else ""
+    body = (f"<!doctype html>\n<title>Sign in</title>\n{notice}"
+            '<p><a class="apple" href="/auth/apple">Sign in with Apple</a></p>\n')
+    return respond(start_response, "200 OK", body.encode())
+
+
+def apple_authorize(environ, start_response):
+    """GET /auth/apple: keyholed checks return_to (a path on this site), so it goes as it came."""
+    global apple_cookie_name
+    return_to = parse_qs(environ.get("QUERY_STRING", "")).get("return_to", ["/"])[0]
+    try:
+        started = client.apple_authorize(return_to=return_to)
+    except keyhole.KeyholeConnectionError:
+        return respond(start_response, "503 Service Unavailable", b"<p>Try again later.</p>\n")
+    except keyhole.KeyholeError as e:
+        if e.code == "bad_request":
+            return respond(start_response, "400 Bad Request", b"<p>That return address is not on this site.</p>\n")
+        return respond(start_response, "503 Service Unavailable", b"<p>Try again later.</p>\n")
+    apple_cookie_name = started["cookie"]["name"]
+    return respond(start_response, "302 Found",
+                   headers=[("Location", started["url"]), ("Set-Cookie", started["cookie"]["set_cookie"])])
+
+
+def apple_callback(environ, start_response):
+    """POST /auth/apple/callback: Apple's form_post, with the binding cookie (SameSite=None, so a
+    cross-site POST carries it)."""
+    try:
+        done = client.apple_callback(read_form(environ), request_cookie(environ, apple_cookie_name))
+    except keyhole.KeyholeConnectionError:
+        return respond(start_response, "503 Service Unavailable", b"<p>Try again later.</p>\n")
+    except keyhole.KeyholeError as e:
+        location = "/signin?" + urlencode({"error": e.code})
+        return respond(start_response, "303 See Other", headers=[("Location", location)])
+    return respond(start_response, "303 See Other",
+                   headers=[("Location", done["return_to"]), cookie(done["session"]["session"])])
 
 
 def page(environ, start_response):
@@ -70,6 +131,12 @@ def app(environ, start_response):
                 return respond(start_response, "401 Unauthorized", b"<p>That sign-in did not verify.</p>\n")
             return respond(start_response, "503 Service Unavailable", b"<p>Try again later.</p>\n")
         return respond(start_response, "303 See Other", headers=[("Location", "/"), cookie(created["session"])])
+    if path == "/signin" and method in ("GET", "HEAD"):
+        return signin_page(environ, start_response)
+    if path == "/auth/apple" and method == "GET":  # not HEAD: each answer is a new pending authorization
+        return apple_authorize(environ, start_response)
+    if path == "/auth/apple/callback" and method == "POST":
+        return apple_callback(environ, start_response)
     if path == "/signout" and method == "POST":
         token = session_token(environ.get("HTTP_AUTHORIZATION"), environ.get("HTTP_COOKIE"))
         if token:
