@@ -8,20 +8,7 @@ require_relative "test_helper"
 class AppleWebTest < Minitest::Test
   REDIRECT_URI = "https://example.com/apple/callback"
 
-  @harness = nil
-  class << self
-    # One keyholed for these tests, configured with the shared harness's audience (the harness's
-    # token's aud), stopped when the run ends.
-    def harness
-      @harness ||= begin
-        audience = KeyholeTest::Harness.shared.info.fetch("audience")
-        config = "[apple]\nredirect_uris = { #{JSON.generate(audience)} = #{JSON.generate(REDIRECT_URI)} }\n"
-        harness = KeyholeTest::Harness.new(config_extra: config)
-        Minitest.after_run { harness.stop }
-        harness
-      end
-    end
-  end
+  def self.harness = KeyholeTest::Harness.apple_web(REDIRECT_URI)
 
   def setup
     @client = Keyhole::Client.new(socket: self.class.harness.socket)

@@ -7,23 +7,8 @@ class ExampleTest < Minitest::Test
   APP = File.join(KeyholeTest::CLIENT_DIR, "example", "app.rb")
   APPLE_REDIRECT_URI = "https://example.com/auth/apple/callback"
 
-  @apple_harness = nil
-  class << self
-    # A keyholed whose Apple audience (the shared harness's token's aud) is a web client returning to
-    # the example's callback, stopped when the run ends.
-    def apple_harness
-      @apple_harness ||= begin
-        audience = KeyholeTest::Harness.shared.info.fetch("audience")
-        config = "[apple]\nredirect_uris = { #{JSON.generate(audience)} = #{JSON.generate(APPLE_REDIRECT_URI)} }\n"
-        harness = KeyholeTest::Harness.new(config_extra: config)
-        Minitest.after_run { harness.stop }
-        harness
-      end
-    end
-  end
-
   def harness = KeyholeTest::Harness.shared
-  def apple_harness = self.class.apple_harness
+  def apple_harness = KeyholeTest::Harness.apple_web(APPLE_REDIRECT_URI)
 
   def teardown
     stop_app

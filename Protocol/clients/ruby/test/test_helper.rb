@@ -110,6 +110,17 @@ module KeyholeTest
           harness
         end
       end
+
+      # A keyholed whose Apple audience (the shared harness's token's aud) is a web client returning
+      # to `redirect_uri`, one per URI, stopped when the run ends.
+      def apple_web(redirect_uri)
+        (@apple_web ||= {})[redirect_uri] ||= begin
+          audience = shared.info.fetch("audience")
+          harness = new(config_extra: "[apple]\nredirect_uris = { #{JSON.generate(audience)} = #{JSON.generate(redirect_uri)} }\n")
+          Minitest.after_run { harness.stop }
+          harness
+        end
+      end
     end
   end
 end
