@@ -206,9 +206,17 @@ class _Connection:
             return self.error is None and not self.retired
 
     def retire(self):
-        """Send nothing more on this connection (keyholed said it is shutting down)."""
+        """Send nothing more on this connection (keyholed said it is shutting down); it is closed
+        once no call waits on it."""
         with self.cond:
             self.retired = True
+            self._close_if_idle()
+
+    def _close_if_idle(self):
+        # Under cond: a retired connection nobody waits on or reads is closed now, not left to the
+        # garbage collector (a ResourceWarning, and a descriptor held meanwhile).
+        if self.retired and not self.pending and not self.reading and self.sock.fileno() >= 0:
+            self.sock.close()
 
     def abandon(self):
         """In the child of a fork: close this process's descriptor of the parent's connection.
@@ -267,7 +275,10 @@ class _Connection:
         if slot.response is None:
             with self.cond:
                 self.pending.pop(rid, None)
+                self._close_if_idle()
             raise KeyholeConnectionError("timeout", "no answer from keyholed within the deadline")
+        with self.cond:
+            self._close_if_idle()
         return slot.response
 
     def _send(self, rid, frame, deadline):
@@ -359,6 +370,7 @@ class _Connection:
                     self._fail(failure)
                     if self.sock.fileno() >= 0:
                         self.sock.close()
+                self._close_if_idle()
                 self.cond.notify_all()
 
     def _dispatch(self):

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 from unittest import mock
 
@@ -243,6 +244,36 @@ class ServerTestCase(unittest.TestCase):
 
 
 # --- requests.json -----------------------------------------------------------------------------
+
+class RetiredConnectionTests(unittest.TestCase):
+    """A connection keyholed said shutting_down on is closed once no call waits on it."""
+
+    def test_closed_when_idle_and_after_the_last_answer(self):
+        ours, theirs = socket.socketpair()
+        self.addCleanup(theirs.close)
+        idle = keyhole._Connection(ours)
+        idle.retire()
+        self.assertEqual(ours.fileno(), -1, "nobody waited on it: closed at once")
+
+        ours, theirs = socket.socketpair()
+        self.addCleanup(theirs.close)
+        conn = keyhole._Connection(ours)
+        still_open = []
+
+        def keyholed():
+            # Retired while the request waits for its answer: kept open until the answer is read.
+            theirs.recv(65536)
+            conn.retire()
+            still_open.append(ours.fileno() >= 0)
+            answer = json.dumps({"id": 7, "ok": True, "result": {}}).encode()
+            theirs.sendall(struct.pack(">I", len(answer)) + answer)
+        server = threading.Thread(target=keyholed)
+        server.start()
+        self.assertEqual(conn.request(7, keyhole.encode_frame({"id": 7, "op": "ping"}), time.monotonic() + 5)["ok"], True)
+        server.join()
+        self.assertEqual(still_open, [True])
+        self.assertEqual(ours.fileno(), -1, "the last answer read: closed")
+
 
 class RequestVectorTests(ServerTestCase):
     """Every case of vectors/requests.json, against keyholed without --enable-debug-ops."""
