@@ -49,8 +49,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     private var readPending = false
     /// The stream was found broken: nothing more is read or answered but the one error answer.
     private var failed = false
-    /// `/apple/callback`'s body, while it is read: its head and its bytes so far.
-    private var collecting: (head: HTTPRequestHead, body: ByteBuffer)?
+    /// `/apple/callback`'s body, while it is read: its head, its bytes so far, and the pages.
+    private var collecting: (head: HTTPRequestHead, body: ByteBuffer, web: AppleWebSignIn)?
     private var context: ChannelHandlerContext?
 
     init(listener: HTTPListener.Shared, timer: HTTPHeadTimer, peer: Peer, logger: Logger) {
@@ -87,9 +87,11 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
             return
         }
         guard case .head(let head) = part, !closing, !failed else { return }  // other bodies are never read
-        if !waiting, held.isEmpty, listener.web != nil, head.method == .POST, Self.split(head.uri).path.utf8.elementsEqual("/apple/callback".utf8) {
+        if !waiting, held.isEmpty, let web = listener.web, head.method == .POST,
+            Self.split(head.uri).path.utf8.elementsEqual("/apple/callback".utf8)
+        {
             // The head timer keeps running: head and body must be in within head_timeout.
-            beginCallback(head, context: context)
+            beginCallback(head, web: web, context: context)
             return
         }
         timer.headArrived()
@@ -186,7 +188,7 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
         } else if path.utf8.elementsEqual("/metrics".utf8) {
             group = .metrics
         } else if let web = listener.web, let page = WebPage(path) {
-            return serve(page, head: head, query: query, web: web, context: context)
+            return serve(page, head: head, path: path, query: query, web: web, context: context)
         } else {
             return write(HTTPAnswer(.notFound), context: context)
         }
@@ -222,14 +224,16 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    private func serve(_ page: WebPage, head: HTTPRequestHead, query: Substring?, web: AppleWebSignIn, context: ChannelHandlerContext) {
+    private func serve(
+        _ page: WebPage, head: HTTPRequestHead, path: Substring, query: Substring?, web: AppleWebSignIn, context: ChannelHandlerContext
+    ) {
         // /apple/start makes a pending authorization, so not even HEAD; the others are POSTs.
         let method: HTTPMethod = page == .start ? .GET : .POST
         guard head.method == method else {
             return write(HTTPAnswer(.methodNotAllowed, headers: [("Allow", method == .GET ? "GET" : "POST")]), context: context)
         }
         guard allowed().contains(AccessPolicy.Groups(.web)) else {
-            listener.logRefusal(peer: peer, path: Self.split(head.uri).path, logger: logger)
+            listener.logRefusal(peer: peer, path: path, logger: logger)
             return write(HTTPAnswer(.forbidden), context: context)
         }
         switch page {
@@ -250,7 +254,7 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Apple's form_post: checked on its head, then its body read (`collect`) before it is answered.
-    private func beginCallback(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+    private func beginCallback(_ head: HTTPRequestHead, web: AppleWebSignIn, context: ChannelHandlerContext) {
         current = Current(version: head.version, head: false, keepAlive: false)
         func refuse(_ answer: HTTPAnswer) {
             timer.headArrived()
@@ -267,12 +271,12 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
         if let length = head.headers.first(name: "content-length"), (Int(length) ?? .max) > WebPages.maximumBody {
             return refuse(HTTPAnswer(.payloadTooLarge))
         }
-        collecting = (head, context.channel.allocator.buffer(capacity: 0))
+        collecting = (head, context.channel.allocator.buffer(capacity: 0), web)
     }
 
     /// A part of `/apple/callback`'s request: its body's bytes, bounded, then its end.
     private func collect(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
-        guard var (head, body) = collecting else { return }
+        guard case (var head, var body, let web)? = collecting else { return }
         switch part {
         case .head:
             return
@@ -284,7 +288,7 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
                 return write(HTTPAnswer(.payloadTooLarge), context: context)
             }
             body.writeBuffer(&bytes)
-            collecting = (head, body)
+            collecting = (head, body, web)
         case .end:
             collecting = nil
             timer.headArrived()
@@ -296,7 +300,6 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
             let now = listener.now()
             let logger = self.logger
             let form = body
-            guard let web = listener.web else { return write(HTTPAnswer(.notFound), context: context) }
             later(context: context) {
                 await WebPages.callback(body: form, headers: headers, web: web, configuration: configuration, now: now, logger: logger)
             }

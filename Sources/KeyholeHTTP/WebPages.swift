@@ -18,7 +18,7 @@ enum WebPages {
     static func start(query: Substring?, peer: UInt32?, web: AppleWebSignIn) -> HTTPAnswer {
         var args: [String: JSONValue] = [:]
         if let query, !query.isEmpty {
-            guard let fields = decodeForm(query.utf8), fields.count == 1, let returnTo = fields.first, returnTo.name.utf8.elementsEqual("return_to".utf8)
+            guard let fields = decodeForm(query), fields.count == 1, let returnTo = fields.first, returnTo.name.utf8.elementsEqual("return_to".utf8)
             else { return HTTPAnswer(.badRequest) }
             args["return_to"] = .string(returnTo.value)
         }
@@ -48,7 +48,9 @@ enum WebPages {
             let separator = configuration.webErrorPath.utf8.contains(UInt8(ascii: "?")) ? "&" : "?"
             return HTTPAnswer(.seeOther, headers: [("Location", "\(configuration.webErrorPath)\(separator)keyhole_error=\(code)"), clearBinding])
         }
-        guard let fields = decodeForm(body.readableBytesView) else { return failed(ProtocolError.Code.badRequest.rawValue) }
+        guard let text = String(validating: body.readableBytesView, as: UTF8.self), let fields = decodeForm(text[...]) else {
+            return failed(ProtocolError.Code.badRequest.rawValue)
+        }
         var form: [String: JSONValue] = [:]
         for field in fields where form[field.name] == nil { form[field.name] = .string(field.value) }
         var binding = ""
@@ -120,50 +122,21 @@ enum WebPages {
         }
     }
 
-    /// `application/x-www-form-urlencoded` (and a query): `name=value` pairs split on `&`,
-    /// percent-decoded, `+` a space, in order; `nil` for a malformed escape or text that is not UTF-8.
-    static func decodeForm(_ bytes: some Collection<UInt8>) -> [(name: String, value: String)]? {
+    /// `application/x-www-form-urlencoded` (and a query): `name=value` pairs split on `&`, each side
+    /// decoded as `/authz`'s query is (RequireCondition.percentDecode), in order; `nil` for a
+    /// malformed escape or a name or value that is not UTF-8.
+    static func decodeForm(_ text: Substring) -> [(name: String, value: String)]? {
         var fields: [(name: String, value: String)] = []
-        var name: [UInt8] = []
-        var value: [UInt8] = []
-        var inValue = false
-        var iterator = bytes.makeIterator()
-        func finish() -> Bool {
-            defer { (name, value, inValue) = ([], [], false) }
-            guard !(name.isEmpty && value.isEmpty && !inValue) else { return true }
-            guard let decodedName = String(validating: name, as: UTF8.self), let decodedValue = String(validating: value, as: UTF8.self)
-            else { return false }
-            fields.append((decodedName, decodedValue))
-            return true
+        for pairBytes in text.utf8.split(separator: UInt8(ascii: "&")) {
+            let pair = Substring(pairBytes)
+            let (rawName, rawValue) = pair.utf8.firstIndex(of: UInt8(ascii: "=")).map {
+                (pair[..<$0], pair[pair.utf8.index(after: $0)...])
+            } ?? (pair, pair[pair.endIndex...])
+            guard let name = RequireCondition.percentDecode(rawName).flatMap({ String(validating: $0, as: UTF8.self) }),
+                let value = RequireCondition.percentDecode(rawValue).flatMap({ String(validating: $0, as: UTF8.self) })
+            else { return nil }
+            fields.append((name, value))
         }
-        while let byte = iterator.next() {
-            var decoded = byte
-            switch byte {
-            case UInt8(ascii: "&"):
-                guard finish() else { return nil }
-                continue
-            case UInt8(ascii: "=") where !inValue:
-                inValue = true
-                continue
-            case UInt8(ascii: "+"):
-                decoded = UInt8(ascii: " ")
-            case UInt8(ascii: "%"):
-                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else { return nil }
-                decoded = high << 4 | low
-            default:
-                break
-            }
-            if inValue { value.append(decoded) } else { name.append(decoded) }
-        }
-        return finish() ? fields : nil
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
+        return fields
     }
 }
