@@ -43,6 +43,7 @@ public enum KeyholeOperations {
         Operation(name: "debug.sleep", safeToRepeat: true, debug: true),
         Operation(name: "debug.echo", safeToRepeat: true, debug: true),
         Operation(name: "debug.block", safeToRepeat: false, debug: true),
+        Operation(name: "debug.advance_clock", safeToRepeat: false, debug: true),
     ]
 
     private static let safe: Set<String> = Set(all.filter(\.safeToRepeat).map(\.name))

@@ -73,6 +73,9 @@ extension KeyholeServer {
         public var firstRequestGrace = TimeAmount.seconds(1)
         /// Offer the `debug.*` operations (tests and development only).
         public var enableDebugOperations = false
+        /// The clock a test moves with `debug.advance_clock` (offered only with the debug operations);
+        /// `nil` for a real one.
+        public var testClock: TestClock?
         /// Who may ask what. Its `socketGroup` is filled in from the socket file once the server
         /// listens, unless set here.
         public var access = AccessPolicy(serverUser: UInt32(geteuid()))

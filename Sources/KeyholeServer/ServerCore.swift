@@ -43,6 +43,9 @@ final class ServerCore: Sendable {
         var all = extra
         if configuration.enableDebugOperations {
             all.merge(BuiltinOperations.debug) { _, debug in debug }
+            if let clock = configuration.testClock {
+                all.merge(BuiltinOperations.clock(clock)) { _, debug in debug }
+            }
         }
         let names = Set(all.keys).union(["ping", "stats"])
         let stats = ServerStats(operations: names, extra: statistics)

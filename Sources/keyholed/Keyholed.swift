@@ -106,9 +106,10 @@ struct Keyholed: AsyncParsableCommand {
 
         // A write past RLIMIT_FSIZE must fail with EFBIG (storage_unavailable), not kill the daemon.
         signal(SIGXFSZ, SIG_IGN)
-        let fixed = fixedClock
+        // --fixed-clock: a clock that stands still until a test moves it (debug.advance_clock).
+        let fixed = fixedClock.map(TestClock.init(start:))
         let clock: @Sendable () -> Double = {
-            if let fixed { return fixed }
+            if let fixed { return fixed.now }
             var now = timespec()
             clock_gettime(CLOCK_REALTIME, &now)
             return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
@@ -183,6 +184,7 @@ struct Keyholed: AsyncParsableCommand {
             .merging(["admin.reload": reloader.operation]) { $1 }
 
         var serverConfiguration = configuration.serverConfiguration
+        serverConfiguration.testClock = fixed
         if let adopted {
             serverConfiguration.listener = .descriptor(adopted.descriptor)
             logger.info("systemd.socket_adopted", metadata: ["socket": "\(adopted)", "ignored": "\(configuration.socketPath)"])

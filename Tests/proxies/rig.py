@@ -105,8 +105,8 @@ def request(port, method, target, headers=(), body=None, timeout=10):
         conn.close()
 
 
-def unix_request(path, target, timeout=10):
-    """GET target over the Unix socket at path; returns (status, [(name, value)], body)."""
+def unix_request(path, target, timeout=10, headers=()):
+    """GET target over the Unix socket at path, with `headers` (pairs); returns (status, [(name, value)], body)."""
     class UnixConnection(http.client.HTTPConnection):
         def connect(self):
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -114,7 +114,7 @@ def unix_request(path, target, timeout=10):
             self.sock.connect(path)
     conn = UnixConnection("keyholed", timeout=timeout)
     try:
-        conn.request("GET", target)
+        conn.request("GET", target, headers=dict(headers))
         response = conn.getresponse()
         return response.status, response.getheaders(), response.read()
     finally:
@@ -261,7 +261,8 @@ class Nginx(Proxy):
 
     name = "nginx"
 
-    def __init__(self, keyholed_socket, upstream_port):
+    def __init__(self, keyholed_socket, upstream_port, replacements=()):
+        """`replacements`: more (old, new) changes to the snippet, each of which must apply."""
         self.dir = tempfile.mkdtemp(prefix="khnginx", dir="/tmp")
         self.port = free_port()
         self.error_log = os.path.join(self.dir, "error.log")
@@ -269,6 +270,7 @@ class Nginx(Proxy):
             ("listen 80;", f"listen 127.0.0.1:{self.port};"),
             ("unix:/run/keyhole/http.sock", f"unix:{keyholed_socket}"),
             ("http://127.0.0.1:8000", f"http://127.0.0.1:{upstream_port}"),
+            *replacements,
         ], "nginx.conf")
         with open(os.path.join(self.dir, "keyhole.conf"), "w", encoding="utf-8") as f:
             f.write(snippet)
@@ -312,12 +314,16 @@ class Caddy(Proxy):
 
     name = "caddy"
 
-    def __init__(self, keyholed_socket, upstream_port):
+    def __init__(self, keyholed_socket, upstream_port, replacements=(), host=None):
+        """`host`: the site's name (requests must say it in Host), served on loopback only; else the
+        site is 127.0.0.1:port itself. `replacements` as for Nginx."""
         self.dir = tempfile.mkdtemp(prefix="khcaddy", dir="/tmp")
         self.port = free_port()
         self.log = os.path.join(self.dir, "caddy.log")
+        address = f"http://{host}:{self.port} {{\n\tbind 127.0.0.1" if host else f"http://127.0.0.1:{self.port} {{"
         site = fill(read_text(os.path.join(SNIPPETS, "Caddyfile")), [
-            ("app.example.com {", f"http://127.0.0.1:{self.port} {{"),
+            ("app.example.com {", address),
+            *replacements,
             ("unix//run/keyhole/http.sock", f"unix/{keyholed_socket}"),
             ("127.0.0.1:8000", f"127.0.0.1:{upstream_port}"),
         ], "Caddyfile")

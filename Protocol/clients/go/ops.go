@@ -41,6 +41,7 @@ var operations = []Operation{
 	{"debug.sleep", "admin", true, true},
 	{"debug.echo", "admin", true, true},
 	{"debug.block", "admin", false, true},
+	{"debug.advance_clock", "admin", false, true},
 }
 
 var safeToRepeat = func() map[string]bool {

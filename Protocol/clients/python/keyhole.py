@@ -157,7 +157,8 @@ OPERATIONS = frozenset(SAFE_TO_REPEAT | {"jwks.refresh", "session.create", "sess
                                          "apple.notification", "apple.refresh_check",
                                          "apple.transfer.export", "apple.transfer.import",
                                          "apple.authorize", "apple.callback",
-                                         "admin.snapshot", "admin.reload", "debug.block"})
+                                         "admin.snapshot", "admin.reload", "debug.block",
+                                         "debug.advance_clock"})
 _RETRYABLE_CONNECT = (errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.ECONNRESET)
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.010, 0.500
 

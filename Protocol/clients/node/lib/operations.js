@@ -32,6 +32,7 @@ const OPERATIONS = Object.freeze({
   'debug.sleep': { group: 'admin', safeToRepeat: true, debug: true },
   'debug.echo': { group: 'admin', safeToRepeat: true, debug: true },
   'debug.block': { group: 'admin', safeToRepeat: false, debug: true },
+  'debug.advance_clock': { group: 'admin', safeToRepeat: false, debug: true },
 });
 
 const SAFE_TO_REPEAT = new Set(Object.keys(OPERATIONS).filter((op) => OPERATIONS[op].safeToRepeat));

@@ -64,6 +64,7 @@ final class Client
         'debug.sleep' => true,
         'debug.echo' => true,
         'debug.block' => false,
+        'debug.advance_clock' => false,
     ];
 
     private const UNSENT = 0;

@@ -31,7 +31,8 @@ module Keyhole
     "admin.reload" => { group: "admin", safe_to_repeat: false, debug: false },
     "debug.sleep" => { group: "admin", safe_to_repeat: true, debug: true },
     "debug.echo" => { group: "admin", safe_to_repeat: true, debug: true },
-    "debug.block" => { group: "admin", safe_to_repeat: false, debug: true }
+    "debug.block" => { group: "admin", safe_to_repeat: false, debug: true },
+    "debug.advance_clock" => { group: "admin", safe_to_repeat: false, debug: true }
   }.each_value(&:freeze).freeze
 
   # True when +op+ may be sent again after its connection was lost unanswered. An operation this
