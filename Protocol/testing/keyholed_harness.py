@@ -32,13 +32,21 @@ line on stdin, each answered with one JSON line on stdout:
 - stop           Stop keyholed and exit; also at end of input. Exit status 0 only if every keyholed
                  exited 0 after SIGTERM.
 
-Standard library only. keyholed's log is in DIR/keyholed.log; on failure it is copied to stderr.
+An `[apple]` section in --config-extra that sets no team_id gets code exchange added (a team key
+and a store key made in the directory, team_id HARNESS001, key_id HARNESSK01): what
+`apple.authorize` and the web pages need. Its endpoint stays Apple's, so that authorization URLs are
+the real ones; no callback gets as far as an exchange, as the harness's one identity token carries
+no nonce that a state could match.
+
+Standard library and the openssl command. keyholed's log is in DIR/keyholed.log; on failure it is
+copied to stderr.
 """
 
 import argparse
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +85,7 @@ class Harness:
         aud = self.claims["aud"]
         self.audience = aud if isinstance(aud, str) else aud[0]
         self.config_path = os.path.join(self.dir, "keyholed.toml")
+        extra_config = self.with_code_exchange(extra_config)
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(f'[[issuer]]\nname = "apple"\npreset = "apple"\njwks_uri = "{JWKS_FILE}"\n'
                     f'audiences = ["{self.audience}"]\n\n{extra_config}\n')
@@ -84,6 +93,25 @@ class Harness:
         self.proc = None
         self.failed_exits = []
         self.lock = threading.Lock()  # whole stdout lines: chaos reports from its own thread
+
+    def with_code_exchange(self, extra_config):
+        """An [apple] section of extra_config without team_id, with code exchange added: a team key
+        (a fresh P-256 key, by openssl) and a store key made here, so that the web flow can start."""
+        lines = extra_config.split("\n")
+        if "[apple]" not in [line.strip() for line in lines] or re.search(r"^\s*team_id\s*=", extra_config, re.M):
+            return extra_config
+        team_key = os.path.join(self.dir, "AuthKey_HARNESSK01.p8")
+        store_key = os.path.join(self.dir, "store.key")
+        subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", team_key],
+                       check=True, capture_output=True)
+        with open(store_key, "wb") as f:
+            f.write(os.urandom(32))
+        os.chmod(team_key, 0o600)
+        os.chmod(store_key, 0o600)
+        added = ['team_id = "HARNESS001"', 'key_id = "HARNESSK01"', f'private_key_file = "{team_key}"',
+                 f'store_key_file = "{store_key}"']
+        at = [line.strip() for line in lines].index("[apple]") + 1
+        return "\n".join(lines[:at] + added + lines[at:])
 
     def say(self, message):
         with self.lock:

@@ -28,6 +28,11 @@ extension AppleOperations {
             let returnTo = try arguments.string("return_to", maxBytes: 4 * AppleWebReturnTo.maximumBytes) ?? "/"
             try arguments.finish()
 
+            // Apple's form always carries a code, and the callback exchanges it: without the means
+            // to, no authorization could complete, and the user would learn it after consenting.
+            guard configuration.exchange != nil else {
+                throw .notConfigured("the web flow exchanges Apple's code: it needs [apple] team_id, key_id, private_key_file and store_key_file")
+            }
             let client = try self.client(clientArgument)
             guard let redirectURI = configuration.redirectURIs[client] else {
                 throw .notConfigured("'\(client)' has no [apple] redirect_uris entry: the web flow needs the return URL registered for it at Apple")

@@ -133,10 +133,11 @@ extension DaemonConfiguration {
         configuration.server.access.rules = try accessRules(file)
         configuration.apple = try apple(file, issuers: configuration.issuers)
         configuration.http = try http(file)
-        if configuration.http?.web == true && configuration.apple == nil {
+        // Refused here rather than at a user's first callback, after they consented at Apple.
+        if configuration.http?.web == true && configuration.apple?.exchanges != true {
             throw ConfigError(
                 key: "http.web", line: file.line(of: "web", in: "http"),
-                message: "Sign in with Apple's pages need an [apple] section, with code exchange and the Services ID's redirect_uris entry")
+                message: "Sign in with Apple's pages need an [apple] section with code exchange (team_id, key_id, private_key_file, store_key_file) and the Services ID's redirect_uris entry")
         }
         if let metrics = try file.section("metrics", keys: ["enabled"]), let enabled = try metrics.bool("enabled") {
             configuration.metricsEnabled = enabled

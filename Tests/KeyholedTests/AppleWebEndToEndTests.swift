@@ -210,4 +210,54 @@ struct AppleWebEndToEndTests {
         #expect(try daemon.terminate() == 0)
         try await apple.close()
     }
+
+    @Test("every case of vectors/apple_web.json gets its code, or a result with exactly its members")
+    func vectors() async throws {
+        let apple = try await FakeApple()
+        let (daemon, connection) = try Self.start(apple)
+        for vector in try Vectors.load("apple_web.json") {
+            let name = vector["name"]!.stringValue!
+            guard case .object(var args)? = vector["args"], let op = vector["op"]?.stringValue else {
+                Issue.record("\(name): no op or args")
+                continue
+            }
+            if vector["fresh"] == true {
+                let fresh = try Self.authorize(connection)
+                if case .object(var form)? = args["form"], form["state"] != nil {
+                    form["state"] = .string(fresh.state)
+                    args["form"] = .object(form)
+                }
+                if args["cookie"] == "FRESH" { args["cookie"] = .string(fresh.cookie) }
+            }
+            let response = try connection.call(op, args)
+            let expect = vector["expect"]!
+            #expect(response["ok"] == expect["ok"], "\(name): \(response)")
+            if let code = expect["code"] { #expect(response["error"]?["code"] == code, "\(name): \(response)") }
+            if let keys = expect["result_keys"]?.arrayValue {
+                #expect(response["result"]?.objectValue?.keys.sorted() == keys.compactMap(\.stringValue), "\(name)")
+            }
+        }
+        #expect(apple.refusals.isEmpty && apple.tokenRequests.isEmpty, "no case reaches Apple")
+        #expect(try daemon.terminate() == 0)
+        try await apple.close()
+    }
+
+    @Test("without code exchange nothing starts: apple.authorize is not_configured, as no callback could complete")
+    func withoutExchange() throws {
+        let daemon = try DaemonProcess.start(config: """
+            [[issuer]]
+            name = "apple"
+            preset = "apple"
+            jwks_uri = "\(TokenEndToEndTests.apple.appendingPathComponent("apple_jwks_go-pkgz-auth.json").path)"
+            audiences = ["\(Base.web)"]
+
+            [apple]
+            redirect_uris = { "\(Base.web)" = "\(Base.redirect)" }
+            """)
+        let connection = try RawConnection(path: daemon.socketPath)
+        #expect(try connection.errorCode("apple.authorize") == "not_configured")
+        let refusal = try connection.call("apple.authorize")
+        #expect(refusal["error"]?["message"]?.stringValue?.contains("team_id, key_id, private_key_file and store_key_file") == true, "\(refusal)")
+        #expect(try daemon.terminate() == 0)
+    }
 }

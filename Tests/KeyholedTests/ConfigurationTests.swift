@@ -262,6 +262,9 @@ struct ConfigurationTests {
         (appleIssuer + "[apple]\nweb_cookie = \"a=b\"\n", "apple.web_cookie", 7),
         (appleIssuer + "[apple]\nweb_pending_per_peer = 0\n", "apple.web_pending_per_peer", 7),
         (appleIssuer + "[apple]\nweb_pending_max = 0\n", "apple.web_pending_max", 7),
+        // The pages need Apple, and code exchange: a callback could complete no sign-in without it.
+        ("[http]\nsocket = \"/run/h.sock\"\nweb = true\n", "http.web", 3),
+        (appleIssuer + "[apple]\nredirect_uris = { \"com.example.web\" = \"https://example.com/cb\" }\n[http]\nsocket = \"/run/h.sock\"\nweb = true\n", "http.web", 10),
     ]
 
     static let appleIssuer = """

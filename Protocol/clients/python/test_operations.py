@@ -235,6 +235,25 @@ class AppleWebTests(unittest.TestCase):
     def test_harness_audience_is_the_configured_client(self):
         self.assertEqual(self.harness.info["audience"], self.audience)
 
+    def test_vectors(self):
+        """Every case of vectors/apple_web.json, through client.call."""
+        with open(os.path.join(REPO_ROOT, "Protocol", "vectors", "apple_web.json"), encoding="utf-8") as f:
+            cases = json.load(f)["cases"]
+        for case in cases:
+            with self.subTest(case["name"]):
+                args = json.loads(json.dumps(case["args"]))
+                if case.get("fresh"):
+                    fresh = self.client.apple_authorize()
+                    if "state" in args["form"]:
+                        args["form"]["state"] = fresh["state"]
+                    if args.get("cookie") == "FRESH":
+                        args["cookie"] = fresh["cookie"]["value"]
+                expect = case["expect"]
+                if expect["ok"]:
+                    self.assertEqual(sorted(self.client.call(case["op"], args)), expect["result_keys"])
+                else:
+                    self.assert_refused(expect["code"], self.client.call, case["op"], args)
+
     def test_authorize_with_defaults(self):
         result = self.authorize()
         url, state, cookie = result["url"], result["state"], result["cookie"]
