@@ -5,9 +5,11 @@ DEV_DIR     := $(CURDIR)/.keyhole
 # A Unix socket path holds at most 107 bytes: fall back to /tmp for a deep checkout.
 DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | wc -c)" -le 107 ]; then echo "$$p"; else echo "/tmp/keyhole-dev-$$(id -u).sock"; fi)
 # prometheus: its promtool checks keyholed's metrics text, and the dashboard's tests run it and
-# prometheus-node-exporter (both services stopped after installing).
+# prometheus-node-exporter (both services stopped after installing). postgresql: the PostgreSQL
+# store's tests start throwaway clusters of their own (Scripts/pg_cluster.py); Debian's own cluster
+# service is stopped after installing.
 APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace curl gcc prometheus \
-  prometheus-node-exporter
+  prometheus-node-exporter postgresql
 # Each language client's toolchain, test runner and (for its example app) framework, from Debian.
 CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
   php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
@@ -49,6 +51,7 @@ deps:
 	  echo "make deps: installing$$missing"; \
 	  $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	  case "$$missing" in *prometheus*) $$sudo systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true ;; esac; \
+	  case "$$missing" in *postgresql*) $$sudo systemctl disable --now postgresql >/dev/null 2>&1 || true ;; esac; \
 	fi
 	@python3 -c 'import jsonschema' 2>/dev/null || { echo "make deps: installing jsonschema (Python tests only)"; python3 -m pip install --quiet jsonschema; }
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make deps: swift not found; install Swift 6.2 or later from swift.org" >&2; exit 1; }

@@ -32,6 +32,7 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(
@@ -80,6 +81,17 @@ let package = Package(
             ],
             exclude: ["WAL.md", "WALRecordTypes.md", "SNAPSHOT.md"],
             swiftSettings: requestPath
+        ),
+        // Users and sessions in PostgreSQL, for several hosts (Sources/KeyholePostgres/POSTGRES.md).
+        .target(
+            name: "KeyholePostgres",
+            dependencies: [
+                "KeyholeStore", "KeyholeProtocol",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            exclude: ["POSTGRES.md"]
         ),
         .target(
             name: "KeyholeApple",
@@ -239,6 +251,14 @@ let package = Package(
             dependencies: [
                 "KeyholeStore", "KeyholeProtocol", "KeyholeTestSupport", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "KeyholePostgresTests",
+            dependencies: [
+                "KeyholePostgres", "KeyholeTestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

@@ -1,4 +1,5 @@
 import Foundation
+import KeyholeTestSupport
 import KeyholeClient
 import KeyholeProtocol
 import NIOCore

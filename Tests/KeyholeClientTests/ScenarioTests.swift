@@ -1,4 +1,5 @@
 import Foundation
+import KeyholeTestSupport
 @testable import KeyholeClient
 import KeyholeProtocol
 import NIOCore

@@ -1,26 +1,34 @@
 import Foundation
-import KeyholeTestSupport
 
-/// A Python script of Protocol/testing as a child process (spawned by ChildProcess): its stdout as
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A Python script of the repository (Protocol/testing, Scripts) as a child process (spawned by ChildProcess): its stdout as
 /// lines, its stdin to write commands to, its stderr kept for the failure message.
-final class ScriptProcess: @unchecked Sendable {
-    let pid: pid_t
+package final class ScriptProcess: @unchecked Sendable {
+    package let pid: pid_t
     private let input: Int32?
     /// stdout, line by line, until end of file.
-    let lines: AsyncStream<String>
+    package let lines: AsyncStream<String>
     private let errorText = ChildProcess.LockedText()
 
     /// The repository's root, from this file's path.
-    static let repositoryRoot = URL(fileURLWithPath: #filePath)
+    package static let repositoryRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     /// Starts `python3 Protocol/testing/<script> arguments...`.
-    static func python(_ script: String, _ arguments: [String], environment: [String: String] = [:], stdin: Bool = false) throws -> ScriptProcess {
-        let path = repositoryRoot.appendingPathComponent("Protocol/testing/\(script)").path
-        return try ScriptProcess(["/usr/bin/python3", "-u", path] + arguments, environment: environment, stdin: stdin)
+    package static func python(_ script: String, _ arguments: [String], environment: [String: String] = [:], stdin: Bool = false) throws -> ScriptProcess {
+        try python(path: "Protocol/testing/\(script)", arguments, environment: environment, stdin: stdin)
     }
 
-    init(_ argv: [String], environment: [String: String], stdin: Bool) throws {
+    /// Starts `python3 <path> arguments...`, the path relative to the repository's root.
+    package static func python(path: String, _ arguments: [String], environment: [String: String] = [:], stdin: Bool = false) throws -> ScriptProcess {
+        let script = repositoryRoot.appendingPathComponent(path).path
+        return try ScriptProcess(["/usr/bin/python3", "-u", script] + arguments, environment: environment, stdin: stdin)
+    }
+
+    package init(_ argv: [String], environment: [String: String], stdin: Bool) throws {
         let (pid, inWrite, outRead, errRead) = try ChildProcess.spawnPiped(argv, environment: environment, stdin: stdin)
         self.pid = pid
         self.input = inWrite
@@ -50,20 +58,20 @@ final class ScriptProcess: @unchecked Sendable {
     }
 
     /// Writes one line to the child's stdin.
-    func send(_ line: String) {
+    package func send(_ line: String) {
         guard let input else { return }
         let bytes = Array((line + "\n").utf8)
         _ = bytes.withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
     }
 
     /// Closes the child's stdin (end of input).
-    func closeInput() {
+    package func closeInput() {
         if let input { close(input) }
     }
 
     /// Waits (off the cooperative pool) for the child to exit: its exit status and everything it
     /// wrote on stderr.
-    func wait() async -> (status: Int32, stderr: String) {
+    package func wait() async -> (status: Int32, stderr: String) {
         let pid = self.pid
         let status: Int32 = await withCheckedContinuation { continuation in
             Thread { continuation.resume(returning: ChildProcess.waitForExit(pid)) }.start()
@@ -79,7 +87,7 @@ final class ScriptProcess: @unchecked Sendable {
     }
 
     /// Ends the child at once (a test that failed half-way); `wait` still reaps it.
-    func kill() {
+    package func kill() {
         _ = Glibc.kill(pid, SIGKILL)
     }
 }

@@ -1,0 +1,38 @@
+import KeyholePostgres
+import KeyholeTestSupport
+import Logging
+import PostgresNIO
+
+/// A `PostgresClient` on a test's cluster, its `run()` going for the body's length.
+enum PostgresTestDatabase {
+    static let logger = Logger(label: "test.postgres")
+
+    /// Over the cluster's Unix socket as `keyhole` (trusted there), or with `tcp` over loopback with
+    /// `password` (default: the right one).
+    static func configuration(_ cluster: PostgresCluster, tcp: Bool = false, password: String? = nil) -> PostgresClient.Configuration {
+        var configuration: PostgresClient.Configuration
+        if tcp, let host = cluster.host {
+            configuration = .init(
+                host: host, port: cluster.port, username: cluster.user, password: password ?? cluster.password,
+                database: cluster.database, tls: .disable)
+        } else {
+            configuration = .init(unixSocketPath: cluster.socketPath, username: cluster.user, password: nil, database: cluster.database)
+        }
+        configuration.options.connectTimeout = .seconds(10)
+        return configuration
+    }
+
+    static func with<T: Sendable>(
+        _ configuration: PostgresClient.Configuration, _ body: @escaping @Sendable (PostgresClient) async throws -> T
+    ) async throws -> T {
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(client)
+        }
+    }
+}
