@@ -34,9 +34,10 @@ line on stdin, each answered with one JSON line on stdout:
 
 An `[apple]` section in --config-extra that sets no team_id gets code exchange added (a team key
 and a store key made in the directory, team_id HARNESS001, key_id HARNESSK01): what
-`apple.authorize` and the web pages need. Its endpoint stays Apple's, so that authorization URLs are
-the real ones; no callback gets as far as an exchange, as the harness's one identity token carries
-no nonce that a state could match.
+`apple.authorize` and the web pages need. Unless the section names an endpoint, Apple's is
+http://127.0.0.1:9 (the discard port, which refuses connections): authorization URLs start there,
+and a code exchange, a revocation or a transfer answers upstream_unavailable without any test
+reaching the real Apple.
 
 Standard library and the openssl command. keyholed's log is in DIR/keyholed.log; on failure it is
 copied to stderr.
@@ -62,6 +63,7 @@ APPLE_FIXTURES = os.path.join(REPO_ROOT, "Tests", "KeyholeJOSETests", "Fixtures"
 TOKEN_FILE = os.path.join(APPLE_FIXTURES, "apple_token_4.jwt")
 JWKS_FILE = os.path.join(APPLE_FIXTURES, "apple_jwks_panva-wellknown-20241001.json")
 READY_TIMEOUT = 60.0
+UNREACHABLE_APPLE = "http://127.0.0.1:9"  # Apple's endpoint under the harness: connections are refused
 
 
 class HarnessError(Exception):
@@ -96,7 +98,8 @@ class Harness:
 
     def with_code_exchange(self, extra_config):
         """An [apple] section of extra_config without team_id, with code exchange added: a team key
-        (a fresh P-256 key, by openssl) and a store key made here, so that the web flow can start."""
+        (a fresh P-256 key, by openssl) and a store key made here, so that the web flow can start;
+        and unless it names one, an endpoint no call reaches."""
         lines = extra_config.split("\n")
         if "[apple]" not in [line.strip() for line in lines] or re.search(r"^\s*team_id\s*=", extra_config, re.M):
             return extra_config
@@ -110,6 +113,8 @@ class Harness:
         os.chmod(store_key, 0o600)
         added = ['team_id = "HARNESS001"', 'key_id = "HARNESSK01"', f'private_key_file = "{team_key}"',
                  f'store_key_file = "{store_key}"']
+        if not re.search(r"^\s*endpoint\s*=", extra_config, re.M):
+            added.append(f'endpoint = "{UNREACHABLE_APPLE}"')
         at = [line.strip() for line in lines].index("[apple]") + 1
         return "\n".join(lines[:at] + added + lines[at:])
 

@@ -134,7 +134,7 @@ struct Keyholed: AsyncParsableCommand {
         sessionConfiguration.issuers = configuration.issuers.map(\.name)
         let apple: (configuration: AppleOperations.Configuration, http: HTTPClient?)?
         do {
-            apple = try configuration.apple.map { settings throws(ConfigError) in try Self.apple(settings) }
+            apple = try configuration.apple.map { settings throws(ConfigError) in try Self.apple(settings, clock: clock) }
         } catch {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
@@ -287,7 +287,9 @@ struct Keyholed: AsyncParsableCommand {
 
     /// The `[apple]` operations' configuration, its keys read; an HTTP client for Apple when codes
     /// can be exchanged.
-    private static func apple(_ settings: AppleSettings) throws(ConfigError) -> (configuration: AppleOperations.Configuration, http: HTTPClient?) {
+    private static func apple(
+        _ settings: AppleSettings, clock: @escaping @Sendable () -> Double
+    ) throws(ConfigError) -> (configuration: AppleOperations.Configuration, http: HTTPClient?) {
         let keys = try settings.loadKeys(credentialsDirectory: getenv("CREDENTIALS_DIRECTORY").map { String(cString: $0) })
         var configuration = AppleOperations.Configuration(clientIDs: Set(settings.clientIDs))
         configuration.issuer = settings.issuer
@@ -305,7 +307,8 @@ struct Keyholed: AsyncParsableCommand {
         var clientConfiguration = AppleClient.Configuration()
         clientConfiguration.endpoint = settings.endpoint
         let http = AppleClient.makeHTTPClient(configuration: clientConfiguration)
-        let secrets = ClientSecrets(configuration: .init(teamID: teamID, keyID: keyID), key: signingKey)
+        // Dated by keyholed's clock, as everything else Apple sees (a test's fixed clock included).
+        let secrets = ClientSecrets(configuration: .init(teamID: teamID, keyID: keyID), key: signingKey, clock: ClosureClock(read: clock))
         configuration.exchange = .init(
             client: AppleClient(client: http, secrets: secrets, configuration: clientConfiguration), sealingKey: sealingKey)
         return (configuration, http)
@@ -402,8 +405,13 @@ struct Keyholed: AsyncParsableCommand {
             configuration.server.loop = chosen
         }
         configuration.server.enableDebugOperations = overrides.enableDebugOps
-        if overrides.fixedClock != nil && !overrides.enableDebugOps {
-            throw ConfigError(key: "--fixed-clock", line: nil, message: "is for tests and needs --enable-debug-ops")
+        if let fixed = overrides.fixedClock {
+            guard overrides.enableDebugOps else {
+                throw ConfigError(key: "--fixed-clock", line: nil, message: "is for tests and needs --enable-debug-ops")
+            }
+            guard fixed.isFinite, (0...TestClock.latest).contains(fixed) else {
+                throw ConfigError(key: "--fixed-clock", line: nil, message: "must be seconds since 1970, up to the end of 9999")
+            }
         }
         return configuration
     }

@@ -27,6 +27,25 @@ struct TestClockEndToEndTests {
         #expect(try connection.errorCode("debug.advance_clock", ["s": 1.5]) == "bad_request")
         #expect(try connection.errorCode("debug.advance_clock", [:]) == "bad_request")
         #expect(try daemon.terminate() == 0)
+
+        // Not past the end of 9999: refused, the clock kept; up to it, keyholed works on.
+        let late = try DaemonProcess.start(
+            config: SessionEndToEndTests.config, arguments: ["--enable-debug-ops", "--fixed-clock", "253402300000"])
+        let lateConnection = try RawConnection(path: late.socketPath)
+        #expect(try lateConnection.errorCode("debug.advance_clock", ["s": 800]) == "bad_request")
+        #expect(try lateConnection.result("debug.advance_clock", ["s": 0]) == ["now": 253_402_300_000])
+        #expect(try lateConnection.result("debug.advance_clock", ["s": 799]) == ["now": 253_402_300_799])
+        #expect(try lateConnection.result("session.create", ["sub": "bob", "ttl_s": 600])["expires_at"]?.intValue == 253_402_301_399)
+        #expect(try late.terminate() == 0)
+    }
+
+    @Test("--fixed-clock must be a moment from 1970 to the end of 9999: anything else is exit 78, not a crash")
+    func badMoment() throws {
+        for value in ["nan", "inf", "-1", "1e300", "253402300800"] {
+            let daemon = try DaemonProcess(arguments: ["--enable-debug-ops", "--fixed-clock=\(value)"])
+            #expect(try daemon.waitForExit() == 78, "\(value): \(daemon.stderr)")
+            #expect(daemon.stderr.contains("--fixed-clock"), "\(value)")
+        }
     }
 
     @Test("on the real clock there is nothing to move: unknown_op, as for any debug operation without --enable-debug-ops")

@@ -6,8 +6,8 @@ plain HTTP on loopback (a proxy in front of them would terminate TLS). Here a si
 ("https://app.example.com") is reached at its loopback port and treated as the secure origin it
 names, and the rules that decide whether a sign-in works in a real browser are kept:
 
-- Secure cookies are set and sent only for https; `__Host-` cookies need Secure, `Path=/` and no
-  Domain, else they are dropped, as browsers drop them.
+- Secure cookies are set and sent only for https; `__Host-` cookies need Secure, an explicit
+  `Path=/` and no Domain, else they are dropped, as browsers drop them. Paths match at `/` boundaries.
 - SameSite: `Strict` goes with same-site requests only; `Lax` (also the default) with same-site ones
   and cross-site top-level GETs; `None` (Secure only) with every request. So Apple's cross-site
   form_post carries the binding cookie only if keyholed set it `SameSite=None; Secure`.
@@ -83,6 +83,13 @@ def origin_of(url):
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def path_matches(path, cookie_path):
+    """RFC 6265 5.1.4: the same path, or below it at a '/' boundary (/apple does not match /applex)."""
+    if path == cookie_path:
+        return True
+    return path.startswith(cookie_path) and (cookie_path.endswith("/") or path[len(cookie_path)] == "/")
+
+
 def site_of(url):
     """Scheme and host: the test sites have no registrable-domain subtleties."""
     parts = urllib.parse.urlsplit(url)
@@ -104,7 +111,8 @@ class Browser:
             return
         name, value = name_value.split("=", 1)
         cookie = {"name": name.strip(), "value": value.strip(), "host": parts.hostname, "path": "/",
-                  "secure": False, "httponly": False, "samesite": "lax", "domain": None, "max_age": None}
+                  "secure": False, "httponly": False, "samesite": "lax", "domain": None, "max_age": None,
+                  "path_given": False}
         default_path = parts.path.rsplit("/", 1)[0] or "/"
         cookie["path"] = default_path
         for attribute in attributes:
@@ -112,6 +120,7 @@ class Browser:
             key = key.strip().lower()
             if key == "path" and val.startswith("/"):
                 cookie["path"] = val
+                cookie["path_given"] = True
             elif key == "secure":
                 cookie["secure"] = True
             elif key == "httponly":
@@ -125,7 +134,8 @@ class Browser:
         secure_origin = parts.scheme == "https"
         if cookie["secure"] and not secure_origin:
             return
-        if cookie["name"].startswith("__Host-") and not (cookie["secure"] and cookie["path"] == "/" and cookie["domain"] is None):
+        host_rules = cookie["secure"] and cookie["path_given"] and cookie["path"] == "/" and cookie["domain"] is None
+        if cookie["name"].startswith("__Host-") and not host_rules:
             return
         if cookie["name"].startswith("__Secure-") and not cookie["secure"]:
             return
@@ -152,7 +162,7 @@ class Browser:
         for cookie in self.cookies.values():
             if cookie["host"] != parts.hostname:
                 continue
-            if not (parts.path or "/").startswith(cookie["path"]):
+            if not path_matches(parts.path or "/", cookie["path"]):
                 continue
             if cookie["secure"] and parts.scheme != "https":
                 continue

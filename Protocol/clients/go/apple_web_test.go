@@ -100,7 +100,7 @@ func TestIntegrationAppleWeb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(a.URL, "https://appleid.apple.com/auth/authorize?") {
+	if !strings.HasPrefix(a.URL, "http://127.0.0.1:9/auth/authorize?") {
 		t.Errorf("url %q", a.URL)
 	}
 	if a.State == "" || !strings.Contains(a.URL, "state="+a.State) || !strings.Contains(a.URL, "response_mode=form_post") {

@@ -182,7 +182,7 @@ func appleAuthorization(t *testing.T, base string) (state, cookie string) {
 	t.Helper()
 	resp, _ := do(t, "GET", base+"/auth/apple", "", nil)
 	loc := resp.Header.Get("Location")
-	if resp.StatusCode != 302 || !strings.HasPrefix(loc, "https://appleid.apple.com/auth/authorize?") ||
+	if resp.StatusCode != 302 || !strings.HasPrefix(loc, "http://127.0.0.1:9/auth/authorize?") ||
 		!strings.Contains(loc, "redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback") {
 		t.Fatalf("GET /auth/apple: %d, Location %q", resp.StatusCode, loc)
 	}

@@ -261,7 +261,7 @@ class ExampleAppTests(unittest.TestCase):
     def test_apple_authorize_sets_the_binding_cookie_and_redirects_to_apple(self):
         port = self.start_app(self.harness.info["socket"])
         url, state, binding = self.authorize(port)
-        self.assertTrue(url.startswith("https://appleid.apple.com/auth/authorize?"), url)
+        self.assertTrue(url.startswith("http://127.0.0.1:9/auth/authorize?"), url)
         self.assertIn("redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback", url)
         self.assertIn(f"state={state}", url)
         self.assertTrue(binding.startswith("__Host-kh_apple="), binding)

@@ -257,7 +257,7 @@ class AppleWebTests(unittest.TestCase):
     def test_authorize_with_defaults(self):
         result = self.authorize()
         url, state, cookie = result["url"], result["state"], result["cookie"]
-        self.assertTrue(url.startswith("https://appleid.apple.com/auth/authorize?"), url)
+        self.assertTrue(url.startswith("http://127.0.0.1:9/auth/authorize?"), url)
         self.assertIn(f"state={state}", url)
         self.assertIn("response_mode=form_post", url)
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query, strict_parsing=True)

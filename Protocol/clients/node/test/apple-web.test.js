@@ -50,7 +50,7 @@ function otherCookie(value) {
 test('apple.authorize with defaults: Apple\'s URL for a form_post answer, and the binding cookie', async () => {
   const answer = await client.appleAuthorize();
   assert.match(answer.state, /^[A-Za-z0-9_-]{43}$/);
-  assert.ok(answer.url.startsWith('https://appleid.apple.com/auth/authorize?'), answer.url);
+  assert.ok(answer.url.startsWith('http://127.0.0.1:9/auth/authorize?'), answer.url);
   assert.ok(answer.url.includes(`state=${answer.state}`), answer.url);
   assert.ok(answer.url.includes('response_mode=form_post'), answer.url);
   const query = new URL(answer.url).searchParams;

@@ -53,7 +53,7 @@ final class AppleWebTest extends TestCase
     public function testAuthorizeWithDefaults(): void
     {
         $answer = $this->client()->appleAuthorize();
-        $this->assertStringStartsWith('https://appleid.apple.com/auth/authorize?', $answer['url']);
+        $this->assertStringStartsWith('http://127.0.0.1:9/auth/authorize?', $answer['url']);
         $this->assertStringContainsString('state=' . $answer['state'], $answer['url']);
         $this->assertStringContainsString('response_mode=form_post', $answer['url']);
         $this->assertStringContainsString('client_id=' . rawurlencode(self::$harness->audience), $answer['url']);

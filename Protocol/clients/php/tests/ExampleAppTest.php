@@ -243,7 +243,7 @@ final class ExampleAppTest extends TestCase
         $start = self::$app->request('GET', "/auth/apple$query");
         $this->assertSame(302, $start['status'], $start['body']);
         $location = $start['headers']['location'][0];
-        $this->assertStringStartsWith('https://appleid.apple.com/auth/authorize?', $location);
+        $this->assertStringStartsWith('http://127.0.0.1:9/auth/authorize?', $location);
         $this->assertStringContainsString('redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback', $location);
         $this->assertStringContainsString('no-store', strtolower(implode(',', $start['headers']['cache-control'])));
         parse_str((string)parse_url($location, PHP_URL_QUERY), $params);

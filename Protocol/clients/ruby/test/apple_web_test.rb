@@ -23,7 +23,7 @@ class AppleWebTest < Minitest::Test
     state = result["state"]
     cookie = result["cookie"]
     assert_match(/\A[A-Za-z0-9_-]{43}\z/, state)
-    assert result["url"].start_with?("https://appleid.apple.com/auth/authorize?"), result["url"]
+    assert result["url"].start_with?("http://127.0.0.1:9/auth/authorize?"), result["url"]
     params = URI.decode_www_form(URI(result["url"]).query).to_h
     assert_equal state, params["state"]
     assert_includes result["url"], "state=#{state}"

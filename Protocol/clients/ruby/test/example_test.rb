@@ -151,7 +151,7 @@ class ExampleTest < Minitest::Test
     response = get(port, "/auth/apple")
     assert_equal "302", response.code
     location = response["location"]
-    assert location.start_with?("https://appleid.apple.com/auth/authorize?"), location
+    assert location.start_with?("http://127.0.0.1:9/auth/authorize?"), location
     assert_includes location, "redirect_uri=https%3A%2F%2Fexample.com%2Fauth%2Fapple%2Fcallback"
     set_cookie = response["set-cookie"]
     assert set_cookie.start_with?("__Host-kh_apple="), set_cookie
