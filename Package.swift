@@ -86,7 +86,7 @@ let package = Package(
         .target(
             name: "KeyholePostgres",
             dependencies: [
-                "KeyholeStore", "KeyholeProtocol",
+                "KeyholeStore", "KeyholeProtocol", "KeyholeJOSE",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

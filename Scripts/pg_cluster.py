@@ -26,6 +26,7 @@ Then commands, one per line, each answered with one JSON line:
                        is there (connections are accepted by the kernel) but answers nothing. {"ok": true}
 - `sql TEXT`           TEXT run by psql as the superuser on database keyhole. {"ok": true, "out": "..."}
                        or {"ok": false, "error": "..."}
+- `dump`               pg_dump of database keyhole, plain SQL. {"ok": true, "out": "..."}
 - `pid`                the postmaster's pid. {"pid": N}
 
 At end of input (or `quit`): stopped (immediate) and its directory removed. Standard library only.
@@ -156,6 +157,10 @@ class Cluster:
             raise ClusterError(done.stderr.strip() or done.stdout.strip())
         return done.stdout
 
+    def dump(self):
+        """pg_dump of database keyhole (schema and rows, plain SQL)."""
+        return self.run("pg_dump", "-h", self.dir, "-p", str(self.port), "-U", self.superuser, "-d", "keyhole").stdout
+
     def remove(self):
         try:
             if os.path.exists(os.path.join(self.data, "postmaster.pid")):
@@ -206,6 +211,8 @@ def main():
                     say({"ok": True})
                 elif command == "sql":
                     say({"ok": True, "out": cluster.sql(rest)})
+                elif command == "dump":
+                    say({"ok": True, "out": cluster.dump()})
                 elif command == "pid":
                     say({"pid": cluster.pid()})
                 elif command == "quit":

@@ -14,4 +14,20 @@ public struct Session: Sendable, Equatable {
     public var idleSeconds: UInt32
     /// The caller's data: compact JSON of an object, or `nil`.
     public var data: [UInt8]?
+
+    /// A session as a store read it.
+    package init(
+        id: SessionID, principal: Principal, createdAt: Int64, expiresAt: Int64, lastSeenAt: Int64, idleSeconds: UInt32, data: [UInt8]?
+    ) {
+        self.id = id
+        self.principal = principal
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        self.lastSeenAt = lastSeenAt
+        self.idleSeconds = idleSeconds
+        self.data = data
+    }
+
+    /// When it ends if not used again: its expiry, or its idle deadline if sooner.
+    package var endsAt: Int64 { min(expiresAt, lastSeenAt + Int64(idleSeconds)) }
 }

@@ -81,7 +81,7 @@ public struct SessionID: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// The second half of a token's SHA-256, compared in constant time when the token is presented.
-struct SessionCheck: Sendable {
+package struct SessionCheck: Sendable {
     let high: UInt64
     let low: UInt64
 
@@ -90,8 +90,17 @@ struct SessionCheck: Sendable {
         self.low = low
     }
 
+    /// A check from its 16 bytes, big-endian (as another store keeps it); `nil` for another length.
+    package init?(bytes: some Collection<UInt8>) {
+        guard let id = SessionID(bytes: bytes) else { return nil }
+        self.init(high: id.high, low: id.low)
+    }
+
+    /// Its 16 bytes, big-endian.
+    package var bytes: [UInt8] { SessionID(high: high, low: low).bytes }
+
     /// Equality without an early exit, so response time says nothing about how much matched.
-    func matches(_ other: SessionCheck) -> Bool {
+    package func matches(_ other: SessionCheck) -> Bool {
         ((high ^ other.high) | (low ^ other.low)) == 0
     }
 }

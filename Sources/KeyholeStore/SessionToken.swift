@@ -12,7 +12,7 @@ public enum SessionToken {
     public static var length: Int { 46 }
 
     /// A new token, its id and its check; `nil` when the random generator or SHA-256 fails.
-    static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
+    package static func generate() -> (token: String, id: SessionID, check: SessionCheck)? {
         guard let token = SecureRandom.withBytes32({ Base64URL.encode($0, prefix: prefixLiteral) }) else { return nil }
         var text = token
         guard let (id, check) = text.withUTF8({ digest(wellFormed: UnsafeRawBufferPointer($0)) }) else { return nil }
@@ -20,13 +20,13 @@ public enum SessionToken {
     }
 
     /// The id and check of `token`, or `nil` when it does not have a token's form.
-    static func digest(_ token: String) -> (SessionID, SessionCheck)? {
+    package static func digest(_ token: String) -> (SessionID, SessionCheck)? {
         var token = token
         return token.withUTF8 { digest(bytes: UnsafeRawBufferPointer($0)) }
     }
 
     /// `digest` of a token's UTF-8 bytes, read where they lie (a request's frame).
-    static func digest(bytes token: UnsafeRawBufferPointer) -> (SessionID, SessionCheck)? {
+    package static func digest(bytes token: UnsafeRawBufferPointer) -> (SessionID, SessionCheck)? {
         guard isWellFormed(token.assumingMemoryBound(to: UInt8.self)) else { return nil }
         return digest(wellFormed: token)
     }

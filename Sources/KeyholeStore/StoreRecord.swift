@@ -147,7 +147,7 @@ extension StoreRecord {
 }
 
 extension SessionCheck: Equatable {
-    static func == (lhs: SessionCheck, rhs: SessionCheck) -> Bool { lhs.matches(rhs) }
+    package static func == (lhs: SessionCheck, rhs: SessionCheck) -> Bool { lhs.matches(rhs) }
 }
 
 extension Array where Element == UInt8 {

@@ -26,7 +26,7 @@ public struct User: Sendable, Equatable {
     }
 
     /// The record as stored: compact JSON of every member.
-    var recordJSON: [UInt8] {
+    package var recordJSON: [UInt8] {
         var object = fields
         object["created_at"] = .int(createdAt)
         object["updated_at"] = .int(updatedAt)
@@ -37,7 +37,7 @@ public struct User: Sendable, Equatable {
     }
 
     /// A user from a stored record; `nil` when it is not an object with integer times.
-    init?(principal: Principal, recordJSON: [UInt8]) {
+    package init?(principal: Principal, recordJSON: [UInt8]) {
         guard case .object(var object)? = try? JSONValue.parse(ByteBuffer(bytes: recordJSON)),
             let createdAt = object.removeValue(forKey: "created_at")?.intValue,
             let updatedAt = object.removeValue(forKey: "updated_at")?.intValue

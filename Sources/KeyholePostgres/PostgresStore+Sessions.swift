@@ -1,0 +1,202 @@
+import KeyholeStore
+import NIOCore
+import PostgresNIO
+
+extension PostgresStore {
+    /// Creates a session for `principal` and returns its token (shown once, never stored) and the
+    /// session, once committed. Creates the user's record when they have none and stamps their last
+    /// login, as the local store does. No notification: no host can have the new session cached.
+    public func createSession(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?
+    ) async throws(PostgresStoreError) -> (token: String, session: Session) {
+        let sessions = table("sessions"), users = table("users"), logger = self.logger
+        let issuer = PostgresRows.bytes(principal.issuer), sub = PostgresRows.bytes(principal.sub)
+        // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
+        for _ in 0..<3 {
+            guard let (token, id, check) = SessionToken.generate() else {
+                throw .unavailable("the random number generator failed")
+            }
+            let session = Session(
+                id: id, principal: principal, createdAt: now, expiresAt: now + ttl, lastSeenAt: now, idleSeconds: idle, data: data)
+            let inserted = try await transaction("creating a session") { connection in
+                var binds = PostgresBindings()
+                binds.append(PostgresRows.bytes(id.bytes))
+                binds.append(PostgresRows.bytes(check.bytes))
+                binds.append(issuer)
+                binds.append(sub)
+                binds.append(now)
+                binds.append(now + ttl)
+                binds.append(Int32(clamping: idle))  // the protocol keeps idle_s far below 2^31
+                binds.append(data.map(PostgresRows.bytes))
+                let rows = try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            INSERT INTO \(sessions) (id, \(PostgresRows.sessionColumns)) VALUES ($1, $2, $3, $4, $5, $6, $5, $7, $8)
+                            ON CONFLICT (id) DO NOTHING RETURNING id
+                            """,
+                        binds: binds),
+                    logger: logger)
+                var created = false
+                for try await _ in rows { created = true }
+                guard created else { return false }
+                var user = PostgresBindings()
+                user.append(issuer)
+                user.append(sub)
+                user.append(now)
+                user.append(PostgresRows.bytes("{}"))
+                try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, $3, $4, 1)
+                            ON CONFLICT (issuer, sub) DO UPDATE SET last_login_at = greatest(\(users).last_login_at, EXCLUDED.last_login_at)
+                            """,
+                        binds: user),
+                    logger: logger)
+                return true
+            }
+            if inserted { return (token, session) }
+        }
+        throw .unavailable("could not find an unused session id")
+    }
+
+    /// The live session `token` names, and its user's record, marked as used now (written when the
+    /// stored last use is `touchInterval` behind); `nil` for an unknown, revoked or expired session
+    /// alike, and for a token whose check does not match (compared in constant time).
+    public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
+        guard let (id, check) = SessionToken.digest(token) else { return nil }
+        let sessions = table("sessions"), users = table("users")
+        let row = try await read("reading a session") { client -> (PostgresRows.SessionRow, PostgresRows.UserRow?)? in
+            let rows = try await client.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        SELECT s.check_bytes, s.issuer, s.sub, s.created_at, s.expires_at, s.last_seen_at, s.idle_seconds, s.data,
+                               u.created_at, u.updated_at, u.last_login_at, u.fields
+                        FROM \(sessions) s LEFT JOIN \(users) u ON u.issuer = s.issuer AND u.sub = s.sub WHERE s.id = $1
+                        """,
+                    binds: Self.binds(id.bytes)))
+            var found: (PostgresRows.SessionRow, PostgresRows.UserRow?)?
+            for try await (c, i, s, created, expires, seen, idle, data, userCreated, updated, login, fields) in rows.decode(
+                (ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, Int64, Int32, ByteBuffer?, Int64?, Int64?, Int64?, ByteBuffer?).self)
+            {
+                let user: PostgresRows.UserRow? =
+                    if let userCreated, let updated, let fields { (userCreated, updated, login, fields) } else { nil }
+                found = ((c, i, s, created, expires, seen, idle, data), user)
+            }
+            return found
+        }
+        guard let (sessionRow, userRow) = row else { return nil }
+        var (session, stored) = try PostgresRows.session(id: id, sessionRow).get()
+        guard stored.matches(check), now < session.endsAt else { return nil }
+        let user = try userRow.map { row throws(PostgresStoreError) in try PostgresRows.user(session.principal, row).get() }
+        if now - session.lastSeenAt >= configuration.touchInterval {
+            try await touch(id, at: now)
+        }
+        session.lastSeenAt = max(session.lastSeenAt, now)
+        return (session, user)
+    }
+
+    /// Writes a session's last use (never moving it back).
+    func touch(_ id: SessionID, at now: Int64) async throws(PostgresStoreError) {
+        let sessions = table("sessions")
+        _ = try await read("writing a session's last use") { client in
+            var binds = Self.binds(id.bytes)
+            binds.append(now)
+            try await client.query(
+                PostgresQuery(unsafeSQL: "UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, $2) WHERE id = $1", binds: binds))
+        }
+    }
+
+    /// Revokes the session `token` names; `false` when there is no live one (unknown, revoked,
+    /// expired, or a check that does not match: then nothing is deleted).
+    public func revokeSession(token: String, now: Int64) async throws(PostgresStoreError) -> Bool {
+        guard let (id, check) = SessionToken.digest(token) else { return false }
+        return try await revoke(id, check: check, now: now)
+    }
+
+    /// Revokes session `id`; `false` when there is no live one.
+    public func revokeSession(id: SessionID, now: Int64) async throws(PostgresStoreError) -> Bool {
+        try await revoke(id, check: nil, now: now)
+    }
+
+    private func revoke(_ id: SessionID, check: SessionCheck?, now: Int64) async throws(PostgresStoreError) -> Bool {
+        let sessions = table("sessions"), logger = self.logger
+        let outcome = try await transaction("revoking a session") { connection -> Result<Bool, PostgresStoreError> in
+            // Read under a row lock and compared here, in constant time, before anything is deleted.
+            let rows = try await connection.query(
+                PostgresQuery(unsafeSQL: "SELECT \(PostgresRows.sessionColumns) FROM \(sessions) WHERE id = $1 FOR UPDATE", binds: Self.binds(id.bytes)),
+                logger: logger)
+            var found: PostgresRows.SessionRow?
+            for try await row in rows.decode(PostgresRows.SessionRow.self) { found = row }
+            guard let found else { return .success(false) }
+            let read = PostgresRows.session(id: id, found)
+            guard case .success(let (session, stored)) = read else { return read.map { _ in false } }
+            if let check, !stored.matches(check) { return .success(false) }
+            try await connection.query(PostgresQuery(unsafeSQL: "DELETE FROM \(sessions) WHERE id = $1", binds: Self.binds(id.bytes)), logger: logger)
+            try await self.notify("s:" + PostgresRows.hex(id.bytes), on: connection)
+            return .success(now < session.endsAt)
+        }
+        return try outcome.get()
+    }
+
+    /// Revokes every session of `principal`; returns how many were live.
+    public func revokeSessions(of principal: Principal, now: Int64) async throws(PostgresStoreError) -> Int {
+        let sessions = table("sessions"), logger = self.logger
+        return try await transaction("revoking a user's sessions") { connection in
+            let rows = try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: "DELETE FROM \(sessions) WHERE issuer = $1 AND sub = $2 RETURNING least(expires_at, last_seen_at + idle_seconds)",
+                    binds: Self.binds(principal)),
+                logger: logger)
+            var live = 0, any = false
+            for try await endsAt in rows.decode(Int64.self) {
+                any = true
+                if now < endsAt { live += 1 }
+            }
+            if any { try await self.notify(PostgresRows.userKey(principal), on: connection) }
+            return live
+        }
+    }
+
+    /// The live sessions of `principal`, oldest first.
+    public func sessions(of principal: Principal, now: Int64) async throws(PostgresStoreError) -> [Session] {
+        let sessions = table("sessions")
+        let rows = try await read("listing a user's sessions") { client -> [(ByteBuffer, PostgresRows.SessionRow)] in
+            let rows = try await client.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        SELECT id, \(PostgresRows.sessionColumns) FROM \(sessions) WHERE issuer = $1 AND sub = $2
+                        AND expires_at > $3 AND last_seen_at + idle_seconds > $3 ORDER BY created_at, id
+                        """,
+                    binds: Self.binds(principal, now)))
+            var found: [(ByteBuffer, PostgresRows.SessionRow)] = []
+            for try await (id, c, i, s, created, expires, seen, idle, data) in rows.decode(
+                (ByteBuffer, ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, Int64, Int32, ByteBuffer?).self)
+            {
+                found.append((id, (c, i, s, created, expires, seen, idle, data)))
+            }
+            return found
+        }
+        var live: [Session] = []
+        for (idBytes, row) in rows {
+            guard let id = SessionID(bytes: idBytes.readableBytesView) else {
+                throw .corrupt("a session id of \(idBytes.readableBytes) bytes, not 16")
+            }
+            live.append(try PostgresRows.session(id: id, row).get().0)
+        }
+        return live
+    }
+
+    static func binds(_ bytes: [UInt8]) -> PostgresBindings {
+        var binds = PostgresBindings()
+        binds.append(PostgresRows.bytes(bytes))
+        return binds
+    }
+
+    static func binds(_ principal: Principal, _ now: Int64? = nil) -> PostgresBindings {
+        var binds = PostgresBindings()
+        binds.append(PostgresRows.bytes(principal.issuer))
+        binds.append(PostgresRows.bytes(principal.sub))
+        if let now { binds.append(now) }
+        return binds
+    }
+}

@@ -1,0 +1,66 @@
+import KeyholeProtocol
+import KeyholeStore
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// Users and sessions in PostgreSQL (POSTGRES.md), for several hosts sharing one database: every
+/// change is answered after PostgreSQL committed it, every call is bounded by `timeout`, identities
+/// are stored and compared as bytes, and a session token is never stored (its id and check are).
+///
+/// Built so far: the operations on rows, each its own transaction. Not yet: the per-host cache and
+/// its listener, batched touches, the outbox, the interface it shares with the local store.
+public final class PostgresStore: Sendable {
+    /// How the store behaves; the connection itself is the `PostgresClient`'s.
+    public struct Configuration: Sendable {
+        /// The schema the tables live in (`[postgres] schema`).
+        public var schema = SchemaName.standard
+        /// The bound on every call, waiting for a connection included (`[postgres] timeout`).
+        public var timeout: Duration = .seconds(2)
+        /// A session's last use is written once it is this many seconds behind (as the local store's
+        /// `touch_interval`): idle timeouts are coarse, and each write is a database round trip.
+        public var touchInterval: Int64 = 60
+
+        public init() {}
+    }
+
+    public let configuration: Configuration
+    let client: PostgresClient
+    let logger: Logger
+
+    /// A store on `client`, whose `run()` the caller runs (in keyholed's service group), on a schema
+    /// `SchemaMigrator` has brought up to date.
+    public init(client: PostgresClient, configuration: Configuration = Configuration(), logger: Logger) {
+        self.client = client
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// `body` in one transaction, within the timeout: committed when it returns, rolled back when it
+    /// throws.
+    func transaction<Value: Sendable>(
+        _ doing: String, _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
+    ) async throws(PostgresStoreError) -> Value {
+        let client = self.client, logger = self.logger
+        return try await Deadline.run(within: configuration.timeout, doing: doing) {
+            try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        }
+    }
+
+    /// One statement (a read), within the timeout.
+    func read<Value: Sendable>(
+        _ doing: String, _ body: @escaping @Sendable (PostgresClient) async throws -> Value
+    ) async throws(PostgresStoreError) -> Value {
+        let client = self.client
+        return try await Deadline.run(within: configuration.timeout, doing: doing) { try await body(client) }
+    }
+
+    /// `<schema>.<table>`, quoted, for SQL text.
+    func table(_ name: String) -> String { configuration.schema.table(name) }
+
+    /// Tells every host's listener that what `payload` names changed (POSTGRES.md, "Reads"); sent
+    /// inside the change's transaction, so delivered only once it commits.
+    func notify(_ payload: String, on connection: PostgresConnection) async throws {
+        try await connection.query("SELECT pg_notify(\(configuration.schema.channel), \(payload))", logger: logger)
+    }
+}
