@@ -88,6 +88,7 @@ let package = Package(
             dependencies: [
                 "KeyholeStore", "KeyholeProtocol", "KeyholeJOSE",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
