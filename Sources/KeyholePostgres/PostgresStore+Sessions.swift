@@ -61,9 +61,38 @@ extension PostgresStore {
 
     /// The live session `token` names, and its user's record, marked as used now (written when the
     /// stored last use is `touchInterval` behind); `nil` for an unknown, revoked or expired session
-    /// alike, and for a token whose check does not match (compared in constant time).
+    /// alike, and for a token whose check does not match (compared in constant time). From the
+    /// cache while this host's view is fresh, else from the database (and then cached).
     public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
         guard let (id, check) = SessionToken.digest(token) else { return nil }
+        let clock = self.now()
+        let lookup = cache.withLock { $0.lookup(id, now: clock) }
+        var found: (session: Session, check: SessionCheck, user: User?)
+        switch lookup {
+        case .hit(let session, let stored, let user):
+            found = (session, stored, user)
+        case .miss(let ticket):
+            guard let read = try await readSession(id) else { return nil }
+            found = read
+            let userKey = PostgresRows.userKey(read.session.principal)
+            cache.withLock { _ = $0.fill(ticket, session: read.session, check: read.check, user: read.user, userKey: userKey, now: clock) }
+        case .bypass:
+            guard let read = try await readSession(id) else { return nil }
+            found = read
+        }
+        guard found.check.matches(check), now < found.session.endsAt else { return nil }
+        if now - found.session.lastSeenAt >= configuration.touchInterval {
+            try await touch(id, at: now)
+            found.session.lastSeenAt = now
+            cache.withLock { $0.update(found.session) }
+        }
+        var session = found.session
+        session.lastSeenAt = max(session.lastSeenAt, now)
+        return (session, found.user)
+    }
+
+    /// The session row `id` names with its user, or nil.
+    private func readSession(_ id: SessionID) async throws(PostgresStoreError) -> (session: Session, check: SessionCheck, user: User?)? {
         let sessions = table("sessions"), users = table("users")
         let row = try await read("reading a session") { client -> (PostgresRows.SessionRow, PostgresRows.UserRow?)? in
             let rows = try await client.query(
@@ -85,14 +114,9 @@ extension PostgresStore {
             return found
         }
         guard let (sessionRow, userRow) = row else { return nil }
-        var (session, stored) = try PostgresRows.session(id: id, sessionRow).get()
-        guard stored.matches(check), now < session.endsAt else { return nil }
+        let (session, stored) = try PostgresRows.session(id: id, sessionRow).get()
         let user = try userRow.map { row throws(PostgresStoreError) in try PostgresRows.user(session.principal, row).get() }
-        if now - session.lastSeenAt >= configuration.touchInterval {
-            try await touch(id, at: now)
-        }
-        session.lastSeenAt = max(session.lastSeenAt, now)
-        return (session, user)
+        return (session, stored, user)
     }
 
     /// Writes a session's last use (never moving it back).

@@ -3,13 +3,15 @@ import KeyholeStore
 import Logging
 import NIOCore
 import PostgresNIO
+import Synchronization
 
 /// Users and sessions in PostgreSQL (POSTGRES.md), for several hosts sharing one database: every
 /// change is answered after PostgreSQL committed it, every call is bounded by `timeout`, identities
 /// are stored and compared as bytes, and a session token is never stored (its id and check are).
 ///
-/// Built so far: the operations on rows, each its own transaction. Not yet: the per-host cache and
-/// its listener, batched touches, the outbox, the interface it shares with the local store.
+/// `session(token:now:)` is served from a per-host cache while `PostgresListener` keeps this host's
+/// view provably fresh (POSTGRES.md, "Reads"). Not yet: batched touches, the outbox, the interface it
+/// shares with the local store.
 public final class PostgresStore: Sendable {
     /// How the store behaves; the connection itself is the `PostgresClient`'s.
     public struct Configuration: Sendable {
@@ -20,6 +22,12 @@ public final class PostgresStore: Sendable {
         /// A session's last use is written once it is this many seconds behind (as the local store's
         /// `touch_interval`): idle timeouts are coarse, and each write is a database round trip.
         public var touchInterval: Int64 = 60
+        /// How old this host's view may be before its cache is bypassed (`[postgres] max_staleness`).
+        public var maxStaleness: Duration = .seconds(2)
+        /// Sessions cached on this host; 0: none (`[postgres] cache_entries`).
+        public var cacheEntries = 100_000
+        /// This host's name in heartbeats: unique among the hosts sharing the schema.
+        public var hostID = "host"
 
         public init() {}
     }
@@ -27,13 +35,27 @@ public final class PostgresStore: Sendable {
     public let configuration: Configuration
     let client: PostgresClient
     let logger: Logger
+    /// Seconds since 1970: keyholed's clock (freshness is measured on it).
+    let now: @Sendable () -> Double
+    let cache: Mutex<SessionCacheState>
 
     /// A store on `client`, whose `run()` the caller runs (in keyholed's service group), on a schema
     /// `SchemaMigrator` has brought up to date.
-    public init(client: PostgresClient, configuration: Configuration = Configuration(), logger: Logger) {
+    public init(
+        client: PostgresClient, configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Double, logger: Logger
+    ) {
         self.client = client
         self.configuration = configuration
+        self.now = now
         self.logger = logger
+        cache = Mutex(SessionCacheState(capacity: configuration.cacheEntries, maxStaleness: Self.seconds(configuration.maxStaleness)))
+    }
+
+    /// Whether the cache is in use now, and how old this host's view is (nil: not fresh since the
+    /// listener last connected): for `stats` and the tests.
+    public var cacheStatus: (fresh: Bool, staleness: Double?, entries: Int) {
+        let now = now()
+        return cache.withLock { ($0.isFresh(now: now), $0.staleness(now: now), $0.count) }
     }
 
     /// `body` in one transaction, within the timeout: committed when it returns, rolled back when it
@@ -53,6 +75,10 @@ public final class PostgresStore: Sendable {
     ) async throws(PostgresStoreError) -> Value {
         let client = self.client
         return try await Deadline.run(within: configuration.timeout, doing: doing) { try await body(client) }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// `<schema>.<table>`, quoted, for SQL text.

@@ -12,6 +12,8 @@ import NIOCore
 struct SessionCacheState {
     struct Entry {
         var session: Session
+        /// The row's check, compared with the token's on every hit (in constant time, by the store).
+        var check: SessionCheck
         var user: User?
         /// The user's notification key (`u:...`), to drop the entry when the user changes.
         var userKey: String
@@ -20,7 +22,7 @@ struct SessionCacheState {
     /// What `lookup` tells the store to do.
     enum Lookup {
         /// Serve this (the caller still checks the token's check and the session's expiry).
-        case hit(Session, User?)
+        case hit(Session, SessionCheck, User?)
         /// Read the database, then `fill` with this ticket.
         case miss(FillTicket)
         /// Read the database and do not fill: the view is not fresh.
@@ -75,10 +77,10 @@ struct SessionCacheState {
 
     mutating func lookup(_ id: SessionID, now: Double) -> Lookup {
         guard capacity > 0, isFresh(now: now) else { return .bypass }
-        if let entry = young[id] { return .hit(entry.session, entry.user) }
+        if let entry = young[id] { return .hit(entry.session, entry.check, entry.user) }
         if let entry = old.removeValue(forKey: id) {
             insertYoung(id, entry)
-            return .hit(entry.session, entry.user)
+            return .hit(entry.session, entry.check, entry.user)
         }
         return .miss(FillTicket(epoch: epoch, sequence: sequence))
     }
@@ -87,7 +89,7 @@ struct SessionCacheState {
     /// heard since `ticket` was taken, or the listener reconnected, or too many invalidations came
     /// to tell. Returns whether it was kept.
     @discardableResult
-    mutating func fill(_ ticket: FillTicket, session: Session, user: User?, userKey: String, now: Double) -> Bool {
+    mutating func fill(_ ticket: FillTicket, session: Session, check: SessionCheck, user: User?, userKey: String, now: Double) -> Bool {
         guard ticket.epoch == epoch, isFresh(now: now) else { return false }
         if ticket.sequence < sequence {
             // The invalidations since the ticket must all still be remembered to be checked.
@@ -98,7 +100,7 @@ struct SessionCacheState {
             }
         }
         remove(session.id)
-        insertYoung(session.id, Entry(session: session, user: user, userKey: userKey))
+        insertYoung(session.id, Entry(session: session, check: check, user: user, userKey: userKey))
         return true
     }
 
@@ -122,6 +124,20 @@ struct SessionCacheState {
             for id in byUser[payload] ?? [] { remove(id) }
         } else {
             dropAll()
+        }
+    }
+
+    /// A notification on the channel, as the listener heard it: a heartbeat (`h:<host>:<number>`:
+    /// this host's proves freshness, another host's means nothing here) or an invalidation.
+    mutating func heard(notification payload: String, host: String) {
+        if payload.hasPrefix("h:") {
+            let rest = payload.dropFirst(2)
+            guard let colon = rest.lastIndex(of: ":"), rest[..<colon].utf8.elementsEqual(host.utf8),
+                let number = UInt64(rest[rest.index(after: colon)...])
+            else { return }
+            heard(heartbeat: number)
+        } else {
+            heard(payload)
         }
     }
 

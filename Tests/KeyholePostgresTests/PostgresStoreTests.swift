@@ -19,7 +19,7 @@ struct PostgresStoreTests {
         let cluster = try await PostgresCluster.start()
         try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
             _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-            try await body(PostgresStore(client: client, logger: PostgresTestDatabase.logger), client, cluster)
+            try await body(PostgresStore(client: client, now: PostgresTestDatabase.clock, logger: PostgresTestDatabase.logger), client, cluster)
         }
         #expect(await cluster.close() == 0)
     }

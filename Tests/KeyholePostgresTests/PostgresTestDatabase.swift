@@ -1,3 +1,4 @@
+import Foundation
 import KeyholePostgres
 import KeyholeTestSupport
 import Logging
@@ -6,6 +7,8 @@ import PostgresNIO
 /// A `PostgresClient` on a test's cluster, its `run()` going for the body's length.
 enum PostgresTestDatabase {
     static let logger = Logger(label: "test.postgres")
+    /// The real clock, as keyholed's.
+    static let clock: @Sendable () -> Double = { Date().timeIntervalSince1970 }
 
     /// Over the cluster's Unix socket as `keyhole` (trusted there), or with `tcp` over loopback with
     /// `password` (default: the right one).

@@ -5,6 +5,8 @@ import Testing
 /// The cache's rules (POSTGRES.md, "Reads"), without I/O: time is the test's.
 @Suite("session cache state")
 struct SessionCacheStateTests {
+    static let check = SessionCheck(bytes: [UInt8](repeating: 7, count: 16))!
+
     static func session(_ n: UInt64, sub: String = "alice") -> Session {
         Session(id: SessionID(high: n, low: n), principal: Principal(issuer: "corp", sub: sub), createdAt: 0, expiresAt: 10_000,
             lastSeenAt: 0, idleSeconds: 10_000, data: nil)
@@ -59,7 +61,7 @@ struct SessionCacheStateTests {
         let a = Self.session(1), b = Self.session(2), c = Self.session(3, sub: "bob")
         for session in [a, b, c] {
             let ticket = Self.ticket(&state, session.id, now: 100)!
-            let kept = state.fill(ticket, session: session, user: nil, userKey: "u:" + session.principal.sub, now: 100)
+            let kept = state.fill(ticket, session: session, check: Self.check, user: nil, userKey: "u:" + session.principal.sub, now: 100)
             #expect(kept)
         }
         var hits = [Self.isHit(&state, a.id, now: 100.5)]
@@ -81,14 +83,14 @@ struct SessionCacheStateTests {
             let session = Self.session(1)
             let ticket = Self.ticket(&state, session.id, now: 100)!
             state.heard(payload)  // while the read was on its way
-            let filled = state.fill(ticket, session: session, user: nil, userKey: "u:alice", now: 100)
+            let filled = state.fill(ticket, session: session, check: Self.check, user: nil, userKey: "u:alice", now: 100)
             #expect(filled == kept, "\(payload)")
         }
         // More invalidations than remembered since the ticket: cannot tell, not kept.
         var state = Self.fresh(remembered: 4)
         let ticket = Self.ticket(&state, Self.session(1).id, now: 100)!
         for n in 10..<16 { state.heard("u:other\(n)") }
-        let tooMany = state.fill(ticket, session: Self.session(1), user: nil, userKey: "u:alice", now: 100)
+        let tooMany = state.fill(ticket, session: Self.session(1), check: Self.check, user: nil, userKey: "u:alice", now: 100)
         #expect(!tooMany)
         // A reconnection since the ticket: not kept.
         var reconnected = Self.fresh()
@@ -96,7 +98,7 @@ struct SessionCacheStateTests {
         reconnected.listenerConnected()
         reconnected.sent(heartbeat: 7, at: 100)
         reconnected.heard(heartbeat: 7)
-        let afterReconnect = reconnected.fill(before, session: Self.session(1), user: nil, userKey: "u:alice", now: 100)
+        let afterReconnect = reconnected.fill(before, session: Self.session(1), check: Self.check, user: nil, userKey: "u:alice", now: 100)
         #expect(!afterReconnect)
     }
 
@@ -105,7 +107,7 @@ struct SessionCacheStateTests {
         var state = Self.fresh(capacity: 10)
         for n: UInt64 in 1...10 {
             let ticket = Self.ticket(&state, Self.session(n).id, now: 100)!
-            state.fill(ticket, session: Self.session(n), user: nil, userKey: "u:alice", now: 100)
+            state.fill(ticket, session: Self.session(n), check: Self.check, user: nil, userKey: "u:alice", now: 100)
             #expect(state.count <= 10)
             // Session 1 is used after every fill: it stays.
             let stays = Self.isHit(&state, Self.session(1).id, now: 100)
@@ -113,7 +115,7 @@ struct SessionCacheStateTests {
         }
         for n: UInt64 in 11...40 {
             let ticket = Self.ticket(&state, Self.session(n).id, now: 100)!
-            state.fill(ticket, session: Self.session(n), user: nil, userKey: "u:alice", now: 100)
+            state.fill(ticket, session: Self.session(n), check: Self.check, user: nil, userKey: "u:alice", now: 100)
             #expect(state.count <= 10)
             let stays = Self.isHit(&state, Self.session(1).id, now: 100)
             #expect(stays)
@@ -122,6 +124,24 @@ struct SessionCacheStateTests {
         #expect(gone, "unused for generations: gone")
         // The user index follows evictions: a user invalidation after many evictions drops exactly theirs.
         state.heard("u:alice")
+        #expect(state.count == 0)
+    }
+
+    @Test("heartbeats: this host's proves freshness, another host's is neither a heartbeat nor an invalidation")
+    func heartbeats() {
+        var state = SessionCacheState(capacity: 10, maxStaleness: 2)
+        state.listenerConnected()
+        state.sent(heartbeat: 5, at: 100)
+        state.heard(notification: "h:host-b:5", host: "host-a")
+        #expect(!state.isFresh(now: 100.1), "another host's heartbeat 5 is not ours")
+        state.heard(notification: "h:host-a:5", host: "host-a")
+        #expect(state.isFresh(now: 100.1))
+        let ticket = Self.ticket(&state, Self.session(1).id, now: 100.1)!
+        _ = state.fill(ticket, session: Self.session(1), check: Self.check, user: nil, userKey: "u:alice", now: 100.1)
+        state.heard(notification: "h:host-b:9", host: "host-a")
+        state.heard(notification: "h:host-a:x", host: "host-a")
+        #expect(state.count == 1, "heartbeats drop nothing")
+        state.heard(notification: "u:alice", host: "host-a")
         #expect(state.count == 0)
     }
 

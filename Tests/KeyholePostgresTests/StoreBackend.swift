@@ -41,7 +41,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             let cluster = try await PostgresCluster.start()
             try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
                 _ = try await SchemaMigrator(schema: .standard, appliedBy: "contract", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-                try await body(PostgresStore(client: client, logger: PostgresTestDatabase.logger))
+                try await body(PostgresStore(client: client, now: PostgresTestDatabase.clock, logger: PostgresTestDatabase.logger))
             }
             _ = await cluster.close()
         }
