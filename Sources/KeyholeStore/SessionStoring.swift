@@ -1,0 +1,108 @@
+/// Users and sessions as the server's operations use them, whatever keeps them: the local `Store`
+/// (the write-ahead log and snapshots) or PostgreSQL (`KeyholePostgres`). Every method answers once
+/// its change is durable; every failure to reach or use the storage is a `StoreError`, answered
+/// `storage_unavailable`. One suite of tests runs against each implementation
+/// (Tests/KeyholePostgresTests/StoreContractTests.swift).
+///
+/// The local store also has synchronous paths (`session.get` written straight into the answer)
+/// that stay its own: they are what makes it fast, and nothing else could offer them.
+public protocol SessionStoring: Sendable {
+    /// Creates a session for `principal` (and the user's record when missing, stamping their login);
+    /// its token, shown once, and the session.
+    func createSession(for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?) async throws(StoreError)
+        -> (token: String, session: Session)
+    /// The live session `token` names and its user's record, marked as used; `nil` for an unknown,
+    /// revoked or expired session alike.
+    func session(token: String, now: Int64) async throws(StoreError) -> (session: Session, user: User?)?
+    /// Revokes the session `token` names; whether there was a live one.
+    func revokeSession(token: String, now: Int64) async throws(StoreError) -> Bool
+    /// Revokes session `id`; whether there was a live one.
+    func revokeSession(id: SessionID, now: Int64) async throws(StoreError) -> Bool
+    /// Revokes every session of `principal`; how many were live.
+    func revokeSessions(of principal: Principal, now: Int64) async throws(StoreError) -> Int
+    /// The live sessions of `principal`, oldest first.
+    func sessions(of principal: Principal, now: Int64) async throws(StoreError) -> [Session]
+    /// `principal`'s record, if any.
+    func user(_ principal: Principal) async throws(StoreError) -> User?
+    /// Changes `principal`'s record with `update`, creating it when missing; nothing is written when
+    /// nothing changes. The record and whether it was created.
+    func updateUser(_ principal: Principal, now: Int64, _ update: @escaping @Sendable (inout User) -> Void) async throws(StoreError)
+        -> (user: User, created: Bool)
+    /// Deletes `principal`'s record and sessions; whether there was anything, and how many live
+    /// sessions went.
+    func deleteUser(_ principal: Principal, now: Int64) async throws(StoreError) -> (deleted: Bool, sessions: Int)
+}
+
+extension Store {
+    /// This store as `SessionStoring`: each answer awaited until what it rests on is durable.
+    public var awaited: AwaitedStore { AwaitedStore(store: self) }
+}
+
+/// The local store behind `SessionStoring` (a view, not a conformance of `Store` itself, whose
+/// synchronous methods of the same names an async caller would otherwise no longer reach).
+public struct AwaitedStore: SessionStoring {
+    public let store: Store
+
+    /// `body`'s value once the change it made is durable (or needed no write).
+    private func durable<Value: Sendable>(_ body: (@escaping Store.Completion) throws(StoreError) -> Value) async throws(StoreError) -> Value {
+        let (outcomes, continuation) = AsyncStream<Result<Void, StoreError>>.makeStream()
+        let value = try body { outcome in
+            continuation.yield(outcome)
+            continuation.finish()
+        }
+        for await outcome in outcomes { try outcome.get() }
+        return value
+    }
+
+    public func createSession(for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?) async throws(StoreError)
+        -> (token: String, session: Session)
+    {
+        try await durable { done throws(StoreError) in try store.createSession(for: principal, now: now, ttl: ttl, idle: idle, data: data, completion: done) }
+    }
+
+    public func session(token: String, now: Int64) async throws(StoreError) -> (session: Session, user: User?)? {
+        var found: (session: Session, user: User?)?
+        try await durable { done throws(StoreError) in
+            found = store.observing({ store.session(token: token, now: now) }, completion: done)
+        }
+        return found
+    }
+
+    public func revokeSession(token: String, now: Int64) async throws(StoreError) -> Bool {
+        try await durable { done throws(StoreError) in try store.revokeSession(token: token, now: now, completion: done) }
+    }
+
+    public func revokeSession(id: SessionID, now: Int64) async throws(StoreError) -> Bool {
+        try await durable { done throws(StoreError) in try store.revokeSession(id: id, now: now, completion: done) }
+    }
+
+    public func revokeSessions(of principal: Principal, now: Int64) async throws(StoreError) -> Int {
+        try await durable { done throws(StoreError) in try store.revokeSessions(of: principal, now: now, completion: done) }
+    }
+
+    public func sessions(of principal: Principal, now: Int64) async throws(StoreError) -> [Session] {
+        var found: [Session] = []
+        try await durable { done throws(StoreError) in
+            found = store.observing({ store.sessions(of: principal, now: now) }, completion: done)
+        }
+        return found
+    }
+
+    public func user(_ principal: Principal) async throws(StoreError) -> User? {
+        var found: User?
+        try await durable { done throws(StoreError) in
+            found = store.observing({ store.user(principal) }, completion: done)
+        }
+        return found
+    }
+
+    public func updateUser(_ principal: Principal, now: Int64, _ update: @escaping @Sendable (inout User) -> Void) async throws(StoreError)
+        -> (user: User, created: Bool)
+    {
+        try await durable { done throws(StoreError) in try store.updateUser(principal, now: now, completion: done, update) }
+    }
+
+    public func deleteUser(_ principal: Principal, now: Int64) async throws(StoreError) -> (deleted: Bool, sessions: Int) {
+        try await durable { done throws(StoreError) in try store.deleteUser(principal, now: now, completion: done) }
+    }
+}
