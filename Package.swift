@@ -33,6 +33,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         .systemLibrary(
@@ -166,6 +167,9 @@ let package = Package(
         .executableTarget(
             name: "keyholed",
             dependencies: [
+                "KeyholePostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 "KeyholeApple",
                 "KeyholeSystemd",
                 "KeyholeServer",

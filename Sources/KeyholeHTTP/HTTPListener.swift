@@ -30,7 +30,7 @@ public final class HTTPListener: Service, Sendable {
     ///   - web: Sign in with Apple's pages, served when `configuration.web` is on (`nil`: 404).
     ///   - onListening: called once every listener accepts connections.
     public init(
-        configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
+        configuration: Configuration, store: Sessions, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
         health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)? = nil, web: AppleWebSignIn? = nil,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
         onListening: @escaping @Sendable () -> Void = {}
@@ -188,11 +188,18 @@ extension HTTPListener {
         }
     }
 
+    /// Where `/authz` finds sessions: the local store, read in place on the event loop, or any
+    /// other `SessionStoring` (PostgreSQL), asked from a task.
+    public enum Sessions: Sendable {
+        case local(Store)
+        case shared(any SessionStoring)
+    }
+
     /// What every connection of the listener shares.
     final class Shared: Sendable {
         let configuration: Configuration
         let access: Mutex<AccessPolicy>
-        let store: Store
+        let store: Sessions
         let now: @Sendable () -> Int64
         let health: @Sendable () -> Health
         let metrics: (@Sendable () -> String)?
@@ -218,7 +225,7 @@ extension HTTPListener {
             return limits
         }()
 
-        init(configuration: Configuration, store: Store, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
+        init(configuration: Configuration, store: Sessions, access: AccessPolicy, now: @escaping @Sendable () -> Int64,
              health: @escaping @Sendable () -> Health, metrics: (@Sendable () -> String)?, web: AppleWebSignIn?) {
             self.configuration = configuration
             self.access = Mutex(access)
@@ -250,8 +257,23 @@ extension HTTPListener {
         /// Looks `token` up as `session.get` does (a use), answering once everything the read could
         /// have seen is on disk: at once, usually; else from the committer's thread.
         func lookUp(_ token: String, answer: @escaping @Sendable (ForwardAuth.Found) -> Void) {
-            let store = self.store
             let time = now()
+            let store: Store
+            switch self.store {
+            case .local(let local):
+                store = local
+            case .shared(let shared):
+                // Another store answers in a task: a database call is never made on the event loop.
+                Task {
+                    do {
+                        let found = try await shared.session(token: token, now: time)
+                        answer(found.map { .session($0.session, $0.user) } ?? .none)
+                    } catch {
+                        answer(.unavailable)
+                    }
+                }
+                return
+            }
             // The usual case, nothing on its way to the disk, answers at once and allocates nothing
             // here; else the answer waits for the sync (on the committer's thread), with what was read.
             var waiting: Waiting?

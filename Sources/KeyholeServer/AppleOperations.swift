@@ -164,3 +164,18 @@ public enum AppleOperations {
         ["revocations": .object(revocations.statistics), "refresh_checks": .object(refreshChecks.statistics)]
     }
 }
+
+extension AppleOperations {
+    /// Every `apple.*` operation, each answering `not_configured` with `reason`: for a keyholed
+    /// whose store cannot hold what Sign in with Apple keeps (`[storage] backend = "postgres"` in
+    /// this version), so that a client asking learns why rather than `unknown_op`.
+    public static func refused(_ reason: String) -> [String: Operation] {
+        let names = [
+            "apple.sign_in", "apple.notification", "apple.refresh_check", "apple.transfer.export", "apple.transfer.import",
+            "apple.pending", "apple.authorize", "apple.callback",
+        ]
+        return Dictionary(uniqueKeysWithValues: names.map { name in
+            (name, Operation.sync { _, _ throws(ProtocolError) in throw .notConfigured(reason) })
+        })
+    }
+}

@@ -55,22 +55,26 @@ public enum StoreOperations {
         /// `local` when none is configured; with several, naming one is required, so that adding an
         /// issuer never silently changes whose sessions a request means.
         func principal(_ arguments: inout Arguments) throws(ProtocolError) -> Principal {
-            let sub = try arguments.string("sub", required: true, maxBytes: Principal.maximumFieldBytes)!
-            let issuers = configuration.issuers
-            guard let issuer = try arguments.string("issuer", maxBytes: Principal.maximumFieldBytes) else {
-                switch issuers.count {
-                case 0: return Principal(issuer: StoreOperations.localIssuer, sub: sub)
-                case 1: return Principal(issuer: issuers[0], sub: sub)
-                default:
-                    throw .badRequest("'issuer' is required: one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
-                }
-            }
-            // By bytes: a request's issuer name is one of the configured ones exactly, or none.
-            guard ExactString.equal(issuer, StoreOperations.localIssuer) || issuers.containsExactly(issuer) else {
-                throw .badRequest("unknown issuer '\(issuer)': one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
-            }
-            return Principal(issuer: issuer, sub: sub)
+            try StoreOperations.principal(&arguments, issuers: configuration.issuers)
         }
+    }
+
+    /// The principal named by `sub` and `issuer` among `issuers` (see `Context.principal`).
+    static func principal(_ arguments: inout Arguments, issuers: [String]) throws(ProtocolError) -> Principal {
+        let sub = try arguments.string("sub", required: true, maxBytes: Principal.maximumFieldBytes)!
+        guard let issuer = try arguments.string("issuer", maxBytes: Principal.maximumFieldBytes) else {
+            switch issuers.count {
+            case 0: return Principal(issuer: StoreOperations.localIssuer, sub: sub)
+            case 1: return Principal(issuer: issuers[0], sub: sub)
+            default:
+                throw .badRequest("'issuer' is required: one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
+            }
+        }
+        // By bytes: a request's issuer name is one of the configured ones exactly, or none.
+        guard ExactString.equal(issuer, StoreOperations.localIssuer) || issuers.containsExactly(issuer) else {
+            throw .badRequest("unknown issuer '\(issuer)': one of \((issuers + [StoreOperations.localIssuer]).joined(separator: ", "))")
+        }
+        return Principal(issuer: issuer, sub: sub)
     }
 }
 

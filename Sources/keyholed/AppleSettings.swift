@@ -161,7 +161,7 @@ extension DaemonConfiguration {
         return text
     }
 
-    private static func keySource(_ section: ConfigFile.Section, file: String, credential: String) throws(ConfigError) -> AppleSettings.KeySource? {
+    static func keySource(_ section: ConfigFile.Section, file: String, credential: String) throws(ConfigError) -> AppleSettings.KeySource? {
         let path = try section.string(file)
         let name = try section.string(credential)
         switch (path, name) {

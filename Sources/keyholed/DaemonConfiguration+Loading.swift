@@ -23,7 +23,8 @@ extension DaemonConfiguration {
     /// Reads the text of keyholed.toml (see packaging/keyholed.toml for the reference).
     static func parse(_ text: String) throws(ConfigError) -> DaemonConfiguration {
         let file = try ConfigFile(text: text)
-        try file.checkTables(allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple", "http", "metrics"], arrays: ["issuer", "access"])
+        try file.checkTables(
+            allowed: ["server", "storage", "sessions", "log", "jwks", "tokens", "apple", "http", "metrics", "postgres"], arrays: ["issuer", "access"])
         var configuration = DaemonConfiguration()
 
         if let server = try file.section("server", keys: [
@@ -77,7 +78,11 @@ extension DaemonConfiguration {
             if let count = try server.integer("threads", in: threadsRange) { configuration.threads = count }
             if let count = try server.integer("backlog", in: backlogRange) { configuration.server.backlog = count }
         }
-        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes", "commit_on_event_loop"]) {
+        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes", "commit_on_event_loop", "backend"]) {
+            if let backend = try storage.string("backend") {
+                guard let chosen = StorageBackend(rawValue: backend) else { throw storage.error("backend", "must be \"local\" or \"postgres\"") }
+                configuration.backend = chosen
+            }
             if try storage.bool("commit_on_event_loop") == false { configuration.store.inlineSyncLimit = nil }
             if let bytes = try storage.size("snapshot_wal_bytes", in: (64 << 10)...(64 << 30)) {
                 configuration.store.snapshotWALBytes = bytes
@@ -138,6 +143,19 @@ extension DaemonConfiguration {
             throw ConfigError(
                 key: "http.web", line: file.line(of: "web", in: "http"),
                 message: "Sign in with Apple's pages need an [apple] section with code exchange (team_id, key_id, private_key_file, store_key_file) and the Services ID's redirect_uris entry")
+        }
+        configuration.postgres = try PostgresSettings.parse(file)
+        switch (configuration.backend, configuration.postgres) {
+        case (.postgres, nil):
+            throw ConfigError(key: "storage.backend", line: file.line(of: "backend", in: "storage"), message: "\"postgres\" needs a [postgres] section")
+        case (.local, _?):
+            throw ConfigError(key: "postgres", line: file.line(ofTable: "postgres"), message: "is used only with [storage] backend = \"postgres\"")
+        case (.postgres, _?) where configuration.apple != nil:
+            // Apple's grants, outbox and pending web sign-ins are not in PostgreSQL yet (issue 30).
+            throw ConfigError(key: "apple", line: file.line(ofTable: "apple"),
+                message: "Sign in with Apple needs [storage] backend = \"local\" in this version: its refresh tokens and revocations are not kept in PostgreSQL yet")
+        default:
+            break
         }
         if let metrics = try file.section("metrics", keys: ["enabled"]), let enabled = try metrics.bool("enabled") {
             configuration.metricsEnabled = enabled

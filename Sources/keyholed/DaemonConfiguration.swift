@@ -30,6 +30,9 @@ struct DaemonConfiguration {
     var keySetCache = KeySetCacheState.Configuration()
     /// How the store writes (`[storage] fsync`, `batch_interval`).
     var store = Store.Configuration()
+    /// Where users and sessions live: this host's log and snapshots, or PostgreSQL (`[postgres]`).
+    var backend = StorageBackend.local
+    var postgres: PostgresSettings?
     /// Session defaults and limits (`[sessions]`); the issuer names are filled in from `issuers`.
     var sessions = StoreOperations.Configuration()
     /// Whether metrics are recorded (`[metrics] enabled`): off, only the figures read when the text
@@ -75,4 +78,9 @@ struct DaemonConfiguration {
         }
         return level
     }
+}
+
+/// `[storage] backend`.
+enum StorageBackend: String, Equatable {
+    case local, postgres
 }

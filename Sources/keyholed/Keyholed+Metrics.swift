@@ -17,18 +17,23 @@ extension Keyholed {
 
     /// The figures read when the text is made: they are kept by their owners already.
     static func collectMetrics(
-        _ exporter: MetricsExporter, server: KeyholeServer, store: Store, registry: IssuerRegistry,
-        apple: (revocations: AppleRevocations, refreshChecks: AppleRefreshChecks)?
+        _ exporter: MetricsExporter, server: KeyholeServer, store: Store?, registry: IssuerRegistry,
+        apple: (revocations: AppleRevocations, refreshChecks: AppleRefreshChecks)?, sharedStoreUp: (@Sendable () -> Bool)? = nil
     ) {
         exporter.add { reading in
             reading.gauge("keyholed_connections_open", [], Double(server.openConnections))
-            let figures = store.statistics
-            reading.gauge("keyholed_users", [], Double(figures.users))
-            reading.gauge("keyholed_sessions", [], Double(figures.sessions))
-            reading.gauge("keyholed_log_bytes", [], Double(figures.walBytes))
-            reading.gauge("keyholed_storage_up", [], figures.failure == nil ? 1 : 0)
-            reading.total("keyholed_log_syncs_total", [], figures.syncs)
-            reading.total("keyholed_snapshots_total", [], figures.snapshots)
+            if let store {
+                let figures = store.statistics
+                reading.gauge("keyholed_users", [], Double(figures.users))
+                reading.gauge("keyholed_sessions", [], Double(figures.sessions))
+                reading.gauge("keyholed_log_bytes", [], Double(figures.walBytes))
+                reading.gauge("keyholed_storage_up", [], figures.failure == nil ? 1 : 0)
+                reading.total("keyholed_log_syncs_total", [], figures.syncs)
+                reading.total("keyholed_snapshots_total", [], figures.snapshots)
+            } else if let sharedStoreUp {
+                // PostgreSQL: up while this host's view is fresh; its figures are the database's own.
+                reading.gauge("keyholed_storage_up", [], sharedStoreUp() ? 1 : 0)
+            }
             for keys in registry.issuers {
                 let status = keys.status()
                 reading.gauge("keyholed_key_set_keys", [("issuer", status.issuer)], Double(status.keyCount))

@@ -115,8 +115,24 @@ struct Keyholed: AsyncParsableCommand {
             return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
         }
         let seconds: @Sendable () -> Int64 = { Int64(clock().rounded(.down)) }
-        guard let sessionStore = openStore(configuration, now: seconds(), logger: logger) else { throw ExitCode(1) }
-        if repair { return }
+        // Users and sessions: this host's log and snapshots, or PostgreSQL shared by several hosts.
+        var pool: Task<Void, Never>?
+        defer { pool?.cancel() }
+        let sessionStore: Store?
+        let shared: PostgresStorage?
+        switch (configuration.backend, configuration.postgres) {
+        case (.postgres, let settings?):
+            guard !repair else {
+                printError("keyholed: --repair is for the local store; PostgreSQL keeps its own data")
+                throw ExitCode(78)
+            }
+            shared = try await Self.openPostgres(settings, clock: clock, pool: &pool, logger: logger)
+            sessionStore = nil
+        default:
+            guard let local = openStore(configuration, now: seconds(), logger: logger) else { throw ExitCode(1) }
+            if repair { return }
+            (sessionStore, shared) = (local, nil)
+        }
 
         let store = KeySetStore(stateDirectory: configuration.stateDirectory)
         let issuers: [IssuerKeys]
@@ -141,7 +157,9 @@ struct Keyholed: AsyncParsableCommand {
         }
         // Revocations owed and refresh-token checks: only with code exchange, which stores tokens.
         let background: (revocations: AppleRevocations, refreshChecks: AppleRefreshChecks)? =
-            if let settings = configuration.apple, let issuer = apple?.configuration.issuer, let exchange = apple?.configuration.exchange {
+            if let sessionStore, let settings = configuration.apple, let issuer = apple?.configuration.issuer,
+                let exchange = apple?.configuration.exchange
+            {
                 (AppleRevocations(issuer: issuer, store: sessionStore, exchange: exchange, now: clock, logger: logger),
                  AppleRefreshChecks(
                     issuer: issuer, store: sessionStore, exchange: exchange, configuration: settings.refreshChecks, now: clock, logger: logger))
@@ -151,7 +169,7 @@ struct Keyholed: AsyncParsableCommand {
         let revocations = background?.revocations
         // Owed revocations wait in the log for a configuration that can send them; say so rather
         // than keep them silently.
-        if background == nil, case let owed = sessionStore.outbox(kind: AppleRevocations.kind).count, owed > 0 {
+        if background == nil, let sessionStore, case let owed = sessionStore.outbox(kind: AppleRevocations.kind).count, owed > 0 {
             logger.warning(
                 "apple.revocations_waiting",
                 metadata: ["count": "\(owed)", "reason": "no [apple] code exchange configured: they are kept and sent once it is"])
@@ -159,6 +177,10 @@ struct Keyholed: AsyncParsableCommand {
         let sessionSettings = Reloadable(sessionConfiguration)
         let appleSettings = apple.map { Reloadable($0.configuration) }
         let status: @Sendable () -> String = {
+            guard let sessionStore else {
+                let fresh = shared?.store.cacheStatus.fresh == true
+                return "serving from PostgreSQL, \(registry.issuers.count) issuers\(fresh ? "" : "; cache bypassed (not fresh)")"
+            }
             let figures = sessionStore.statistics
             let storage = figures.failure.map { "; storage failing: \($0)" } ?? ""
             return "serving: \(figures.sessions) sessions, \(figures.users) users, \(registry.issuers.count) issuers\(storage)"
@@ -173,14 +195,23 @@ struct Keyholed: AsyncParsableCommand {
         ) { () throws(ConfigError) in try Self.loadConfiguration(overrides) }
         // One web flow for the operations and the HTTP listener's pages: an authorization started one
         // way completes the other, under the same bounds.
-        let webSignIn = AppleWebSignIn(configuration: appleSettings, registry: registry, store: sessionStore, sessions: sessionSettings, now: clock)
+        let webSignIn = sessionStore.map {
+            AppleWebSignIn(configuration: appleSettings, registry: registry, store: $0, sessions: sessionSettings, now: clock)
+        }
+        let storeOperations =
+            if let sessionStore {
+                StoreOperations.make(store: sessionStore, configuration: sessionSettings, revocations: revocations, now: seconds)
+                    .merging(AppleOperations.make(
+                        configuration: appleSettings, registry: registry, store: sessionStore,
+                        sessions: sessionSettings, revocations: revocations, refreshChecks: background?.refreshChecks, web: webSignIn,
+                        now: clock)) { $1 }
+            } else {
+                SharedStoreOperations.make(store: shared!.store.storing, configuration: sessionSettings, now: seconds)
+                    .merging(AppleOperations.refused("Sign in with Apple needs [storage] backend = \"local\" in this version")) { $1 }
+            }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
-            .merging(StoreOperations.make(store: sessionStore, configuration: sessionSettings, revocations: revocations, now: seconds)) { $1 }
-            .merging(AppleOperations.make(
-                configuration: appleSettings, registry: registry, store: sessionStore,
-                sessions: sessionSettings, revocations: revocations, refreshChecks: background?.refreshChecks, web: webSignIn,
-                now: clock)) { $1 }
+            .merging(storeOperations) { $1 }
             .merging(["admin.reload": reloader.operation]) { $1 }
 
         var serverConfiguration = configuration.serverConfiguration
@@ -204,7 +235,7 @@ struct Keyholed: AsyncParsableCommand {
             configuration: serverConfiguration,
             operations: operations,
             statistics: {
-                var figures = StoreOperations.statistics(sessionStore)
+                var figures = sessionStore.map(StoreOperations.statistics) ?? shared?.statistics ?? [:]
                 if let background {
                     figures["apple"] = .object(AppleOperations.statistics(revocations: background.revocations, refreshChecks: background.refreshChecks))
                 }
@@ -215,7 +246,15 @@ struct Keyholed: AsyncParsableCommand {
             onListening: listening
         )
         reloader.serve(server)
-        Self.collectMetrics(exporter, server: server, store: sessionStore, registry: registry, apple: background)
+        let sharedStoreUp: (@Sendable () -> Bool)? =
+            if let shared { { shared.store.cacheStatus.fresh } } else { nil }
+        Self.collectMetrics(exporter, server: server, store: sessionStore, registry: registry, apple: background, sharedStoreUp: sharedStoreUp)
+        let sessions: HTTPListener.Sessions = sessionStore.map { .local($0) } ?? .shared(shared!.store.storing)
+        let health: @Sendable () -> HTTPListener.Health = {
+            if let sessionStore { return sessionStore.statistics.failure == nil ? .ok : .storageFailed }
+            // PostgreSQL: healthy while this host's view is fresh (the listener hears its heartbeats).
+            return shared?.store.cacheStatus.fresh == true ? .ok : .storageFailed
+        }
         let http = configuration.http.map { settings in
             var settings = settings
             if let adoptedHTTP {
@@ -223,8 +262,8 @@ struct Keyholed: AsyncParsableCommand {
                 logger.info("systemd.socket_adopted", metadata: ["socket": "\(adoptedHTTP)"])
             }
             return HTTPListener(
-                configuration: settings, store: sessionStore, access: serverConfiguration.access, now: seconds,
-                health: { sessionStore.statistics.failure == nil ? .ok : .storageFailed }, metrics: exporter.text, web: webSignIn,
+                configuration: settings, store: sessions, access: serverConfiguration.access, now: seconds,
+                health: health, metrics: exporter.text, web: webSignIn,
                 logger: logger, onListening: listening)
         }
         if let adoptedHTTP, http == nil {
@@ -250,10 +289,11 @@ struct Keyholed: AsyncParsableCommand {
             // keyholed would hang half alive, deaf to SIGTERM.
             services: (watchdog + [
                 .init(service: KeySetRefresher(registry: registry, store: store, logger: logger)),
+            ] + (sessionStore.map { sessionStore in [
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
-            ] + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
+            ] } ?? []) + (shared.map { [.init(service: $0.listener)] } ?? []) + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
             ] + (http.map { [.init(service: $0)] } ?? []) + [
                 .init(service: ReloadSignals(reloader: reloader, signals: hangups)),

@@ -35,7 +35,7 @@ struct HTTPListenerWaitTests {
         logger.logLevel = .critical
         let (ready, readyContinuation) = AsyncStream.makeStream(of: Void.self)
         let listener = HTTPListener(
-            configuration: configuration, store: store, access: AccessPolicy(serverUser: UInt32(geteuid())),
+            configuration: configuration, store: .local(store), access: AccessPolicy(serverUser: UInt32(geteuid())),
             now: { 1_700_000_000 }, health: { store.statistics.failure == nil ? .ok : .storageFailed }, logger: logger
         ) { readyContinuation.yield() }
         let group = ServiceGroup(services: [StoreCommitter(store: store, logger: logger), listener], logger: logger)

@@ -1,0 +1,144 @@
+import KeyholeProtocol
+import KeyholeStore
+import Logging
+import NIOCore
+
+/// The session and user operations over any `SessionStoring` (PROTOCOL.md section 7), as keyholed
+/// serves them with `[storage] backend = "postgres"`: each runs in a task and answers once its store
+/// answered (a change: once committed). Arguments, limits and answers are `StoreOperations`' own, so
+/// that a client sees the same protocol from either backend; the local store keeps its synchronous
+/// paths (StoreOperations).
+public enum SharedStoreOperations {
+    /// The operations on `store`; `now` is the wall clock in seconds.
+    public static func make(
+        store: any SessionStoring, configuration: Reloadable<StoreOperations.Configuration>, now: @escaping @Sendable () -> Int64
+    ) -> [String: Operation] {
+        @Sendable func principal(_ arguments: inout Arguments) throws(ProtocolError) -> Principal {
+            try StoreOperations.principal(&arguments, issuers: configuration.current.issuers)
+        }
+        @Sendable func stored<Value>(_ body: () async throws(StoreError) -> Value) async throws(ProtocolError) -> Value {
+            do {
+                return try await body()
+            } catch {
+                throw StoreCommit.protocolError(error)
+            }
+        }
+        return [
+            "session.create": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let owner = try principal(&arguments)
+                let (ttl, idle, data) = try StoreOperations.sessionParameters(&arguments, configuration.current)
+                try arguments.finish()
+                let time = now()
+                let created = try await stored { () async throws(StoreError) in
+                    try await store.createSession(for: owner, now: time, ttl: ttl, idle: UInt32(idle), data: data)
+                }
+                SessionMetrics.created.increment()
+                return ["expires_at": .int(created.session.expiresAt), "id": .string(created.session.id.description), "session": .string(created.token)]
+            },
+            "session.get": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let token = try arguments.string("session", required: true, maxBytes: 1024)!
+                try arguments.finish()
+                let time = now()
+                guard let found = try await stored({ () async throws(StoreError) in try await store.session(token: token, now: time) }) else {
+                    throw .sessionNotFound()
+                }
+                return sessionJSON(found.session, user: found.user)
+            },
+            "session.revoke": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let token = try arguments.string("session", maxBytes: 1024)
+                let idText = try arguments.string("id", maxBytes: 64)
+                try arguments.finish()
+                guard (token == nil) != (idText == nil) else { throw .badRequest("give exactly one of 'session' and 'id'") }
+                let time = now()
+                let revoked = try await stored { () async throws(StoreError) -> Bool in
+                    if let token { return try await store.revokeSession(token: token, now: time) }
+                    // An id that cannot be one names no session: the same answer as an unknown one.
+                    guard let id = SessionID(text: idText!) else { return false }
+                    return try await store.revokeSession(id: id, now: time)
+                }
+                SessionMetrics.count(revoked ? 1 : 0, in: SessionMetrics.revoked)
+                return ["revoked": .bool(revoked)]
+            },
+            "session.revoke_all": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let owner = try principal(&arguments)
+                try arguments.finish()
+                let time = now()
+                let count = try await stored { () async throws(StoreError) in try await store.revokeSessions(of: owner, now: time) }
+                SessionMetrics.count(count, in: SessionMetrics.revokedAll)
+                return ["revoked": .int(Int64(count))]
+            },
+            "session.list": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let owner = try principal(&arguments)
+                try arguments.finish()
+                let time = now()
+                let sessions = try await stored { () async throws(StoreError) in try await store.sessions(of: owner, now: time) }
+                return [
+                    "sessions": .array(sessions.map { session in
+                        [
+                            "id": .string(session.id.description), "created_at": .int(session.createdAt),
+                            "expires_at": .int(session.expiresAt), "last_seen_at": .int(session.lastSeenAt),
+                        ]
+                    })
+                ]
+            },
+            "user.get": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let owner = try principal(&arguments)
+                try arguments.finish()
+                guard let user = try await stored({ () async throws(StoreError) in try await store.user(owner) }) else {
+                    throw .userNotFound(owner.description)
+                }
+                return user.publicJSON
+            },
+            "user.update": .async { request, _ throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let owner = try principal(&arguments)
+                let email = try StoreOperations.optionalString(arguments.value("email"), name: "email", maxBytes: 320)
+                let name = try StoreOperations.nameChange(arguments.value("name"))
+                try arguments.finish()
+                guard email != nil || name != nil else { throw .badRequest("nothing to update: give 'email' or 'name'") }
+                let time = now()
+                let updated = try await stored { () async throws(StoreError) in
+                    try await store.updateUser(owner, now: time) { user in
+                        // null removes a member; a string (or name object) sets it.
+                        if let email { user.fields["email"] = email.isNull ? nil : email }
+                        if let name { user.fields["name"] = name.isNull ? nil : name }
+                    }
+                }
+                return ["user": .object(updated.user.publicJSON), "created": .bool(updated.created)]
+            },
+            "user.delete": .async { request, requestContext throws(ProtocolError) in
+                var arguments = Arguments(request)
+                let owner = try principal(&arguments)
+                try arguments.finish()
+                let time = now()
+                let deleted = try await stored { () async throws(StoreError) in try await store.deleteUser(owner, now: time) }
+                if deleted.deleted {
+                    StoreOperations.logUserDeleted(owner, sessions: Int64(deleted.sessions), trigger: "user.delete", logger: requestContext.logger)
+                }
+                return ["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))]
+            },
+            "admin.snapshot": .sync { request, _ throws(ProtocolError) in
+                try Arguments(request).finish()
+                throw .notConfigured("snapshots are the local store's: with [storage] backend = \"postgres\", PostgreSQL keeps the data (back it up with its own tools)")
+            },
+        ]
+    }
+
+    /// `session.get`'s answer, as the local store writes it (StoreTables.writeSessionJSON).
+    static func sessionJSON(_ session: Session, user: User?) -> [String: JSONValue] {
+        var answer: [String: JSONValue] = [
+            "id": .string(session.id.description), "issuer": .string(session.principal.issuer), "sub": .string(session.principal.sub),
+            "created_at": .int(session.createdAt), "expires_at": .int(session.expiresAt), "last_seen_at": .int(session.lastSeenAt),
+            "idle_timeout_s": .int(Int64(session.idleSeconds)), "user": user.map { .object($0.publicJSON) } ?? .null,
+        ]
+        // As written by the local store: `{}` for none.
+        answer["data"] = session.data.flatMap { try? JSONValue.parse(ByteBuffer(bytes: $0)) } ?? .object([:])
+        return answer
+    }
+}

@@ -1,0 +1,127 @@
+import ArgumentParser
+import Foundation
+import KeyholePostgres
+import KeyholeProtocol
+import KeyholeServer
+import KeyholeStore
+import Logging
+import NIOCore
+import NIOSSL
+import PostgresNIO
+
+/// `[storage] backend = "postgres"` (Sources/KeyholePostgres/POSTGRES.md): the pool, the schema
+/// brought up to date before anything is served, the store with its cache, and the listener.
+struct PostgresStorage: Sendable {
+    let client: PostgresClient
+    let store: PostgresStore
+    let listener: PostgresListener
+
+    /// `stats`' `store` member.
+    var statistics: [String: JSONValue] {
+        let cache = store.cacheStatus
+        var members: [String: JSONValue] = [
+            "backend": "postgres", "cache_fresh": .bool(cache.fresh), "cache_entries": .int(Int64(cache.entries)),
+        ]
+        if let staleness = cache.staleness { members["staleness_ms"] = .int(Int64((staleness * 1000).rounded())) }
+        return ["store": .object(members)]
+    }
+}
+
+extension Keyholed {
+    /// Connects, migrates (refusing a schema newer than this binary: exit 78; PostgreSQL not
+    /// reachable within the timeout: exit 1) and returns the storage, its pool running in `pool`.
+    static func openPostgres(
+        _ settings: PostgresSettings, clock: @escaping @Sendable () -> Double, pool: inout Task<Void, Never>?, logger: Logger
+    ) async throws -> PostgresStorage {
+        let password: String?
+        do {
+            password = try settings.password.map { source throws(ConfigError) in
+                var bytes = try AppleSettings.readKey(
+                    source, key: "postgres.password", credentialsDirectory: getenv("CREDENTIALS_DIRECTORY").map { String(cString: $0) })
+                defer { AppleSettings.wipe(&bytes) }
+                // One line: a trailing newline is the editor's, not the password's.
+                while bytes.last == UInt8(ascii: "\n") || bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
+                return String(decoding: bytes, as: UTF8.self)
+            }
+        } catch {
+            FileHandle.standardError.write(Data("keyholed: configuration error: \(error)\n".utf8))
+            throw ExitCode(78)
+        }
+        let (clientConfiguration, connectionConfiguration) = try Self.postgresConfigurations(settings, password: password)
+        let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
+        pool = Task { await client.run() }
+        var host = ProcessInfo.processInfo.hostName
+        if host.isEmpty || host.utf8.count > 64 { host = "host" }
+        var storeConfiguration = PostgresStore.Configuration()
+        storeConfiguration.schema = settings.schema
+        storeConfiguration.timeout = .nanoseconds(settings.timeout.nanoseconds)
+        storeConfiguration.maxStaleness = .nanoseconds(settings.maxStaleness.nanoseconds)
+        storeConfiguration.cacheEntries = settings.cacheEntries
+        // Unique among the hosts sharing the schema: the host name and this process.
+        storeConfiguration.hostID = "\(host)-\(getpid())"
+        let store = PostgresStore(client: client, configuration: storeConfiguration, now: clock, logger: logger)
+        let migrator = SchemaMigrator(
+            schema: settings.schema, appliedBy: "keyholed \(KeyholeVersion.current) on \(host)",
+            now: { Int64(clock().rounded(.down)) }, logger: logger)
+        do {
+            let report = try await migrator.migrate(client, within: .nanoseconds(max(settings.timeout.nanoseconds, 30_000_000_000)))
+            logger.info("postgres.ready", metadata: [
+                "schema": "\(settings.schema)", "version": "\(report.to)", "migrated": "\(report.applied.map(String.init).joined(separator: ","))",
+            ])
+        } catch {
+            logger.critical("postgres.open_failed", metadata: ["error": "\(error.message)"])
+            FileHandle.standardError.write(Data("keyholed: PostgreSQL: \(error.message)\n".utf8))
+            throw ExitCode(error.isSchemaTooNew ? 78 : 1)
+        }
+        var listenerConfiguration = PostgresListener.Configuration()
+        listenerConfiguration.heartbeatInterval = .nanoseconds(settings.maxStaleness.nanoseconds / 4)
+        let listener = PostgresListener(store: store, connection: connectionConfiguration, configuration: listenerConfiguration, logger: logger)
+        return PostgresStorage(client: client, store: store, listener: listener)
+    }
+
+    /// The pool's and the listener's settings from `[postgres]`.
+    static func postgresConfigurations(
+        _ settings: PostgresSettings, password: String?
+    ) throws -> (PostgresClient.Configuration, PostgresConnection.Configuration) {
+        switch settings.address {
+        case .socket(let directory, let port):
+            let path = "\(directory)/.s.PGSQL.\(port)"
+            var client = PostgresClient.Configuration(unixSocketPath: path, username: settings.user, password: password, database: settings.database)
+            client.options.maximumConnections = settings.poolSize
+            client.options.connectTimeout = .nanoseconds(settings.timeout.nanoseconds)
+            var connection = PostgresConnection.Configuration(unixSocketPath: path, username: settings.user, password: password, database: settings.database)
+            connection.options.connectTimeout = settings.timeout
+            connection.options.additionalStartupParameters = [("application_name", "keyholed-listener")]
+            return (client, connection)
+        case .tcp(let host, let port):
+            let (clientTLS, connectionTLS): (PostgresClient.Configuration.TLS, PostgresConnection.Configuration.TLS)
+            switch settings.tls {
+            case .disable:
+                (clientTLS, connectionTLS) = (.disable, .disable)
+            case .prefer:
+                var tls = TLSConfiguration.makeClientConfiguration()
+                tls.certificateVerification = .none
+                (clientTLS, connectionTLS) = (.prefer(tls), .prefer(try NIOSSLContext(configuration: tls)))
+            case .require:
+                // PostgreSQL's own "require": encrypted, the certificate not checked.
+                var tls = TLSConfiguration.makeClientConfiguration()
+                tls.certificateVerification = .none
+                (clientTLS, connectionTLS) = (.require(tls), .require(try NIOSSLContext(configuration: tls)))
+            case .verify(let caFile):
+                var tls = TLSConfiguration.makeClientConfiguration()
+                tls.trustRoots = .file(caFile)
+                tls.certificateVerification = .fullVerification
+                (clientTLS, connectionTLS) = (.require(tls), .require(try NIOSSLContext(configuration: tls)))
+            }
+            var client = PostgresClient.Configuration(
+                host: host, port: port, username: settings.user, password: password, database: settings.database, tls: clientTLS)
+            client.options.maximumConnections = settings.poolSize
+            client.options.connectTimeout = .nanoseconds(settings.timeout.nanoseconds)
+            var connection = PostgresConnection.Configuration(
+                host: host, port: port, username: settings.user, password: password, database: settings.database, tls: connectionTLS)
+            connection.options.connectTimeout = settings.timeout
+            connection.options.additionalStartupParameters = [("application_name", "keyholed-listener")]
+            return (client, connection)
+        }
+    }
+}
