@@ -164,21 +164,27 @@ extension PostgresStore {
 
     /// Revokes every session of `principal`; returns how many were live.
     public func revokeSessions(of principal: Principal, now: Int64) async throws(PostgresStoreError) -> Int {
-        let sessions = table("sessions"), logger = self.logger
-        return try await transaction("revoking a user's sessions") { connection in
-            let rows = try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: "DELETE FROM \(sessions) WHERE issuer = $1 AND sub = $2 RETURNING least(expires_at, last_seen_at + idle_seconds)",
-                    binds: Self.binds(principal)),
-                logger: logger)
-            var live = 0, any = false
-            for try await endsAt in rows.decode(Int64.self) {
-                any = true
-                if now < endsAt { live += 1 }
-            }
+        try await transaction("revoking a user's sessions") { connection in
+            let (any, live) = try await self.deleteSessions(of: principal, now: now, on: connection)
             if any { try await self.notify(PostgresRows.userKey(principal), on: connection) }
             return live
         }
+    }
+
+    /// Deletes every session of `principal` in the transaction `connection` is in: whether there was
+    /// any, and how many were live.
+    func deleteSessions(of principal: Principal, now: Int64, on connection: PostgresConnection) async throws -> (any: Bool, live: Int) {
+        let rows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: "DELETE FROM \(table("sessions")) WHERE issuer = $1 AND sub = $2 RETURNING least(expires_at, last_seen_at + idle_seconds)",
+                binds: Self.binds(principal)),
+            logger: logger)
+        var live = 0, any = false
+        for try await endsAt in rows.decode(Int64.self) {
+            any = true
+            if now < endsAt { live += 1 }
+        }
+        return (any, live)
     }
 
     /// The live sessions of `principal`, oldest first.

@@ -65,18 +65,11 @@ extension PostgresStore {
     /// Deletes `principal`'s record and every session of theirs, in one transaction. Returns whether
     /// there was anything (a record or a session) and how many live sessions went.
     public func deleteUser(_ principal: Principal, now: Int64) async throws(PostgresStoreError) -> (deleted: Bool, sessions: Int) {
-        let users = table("users"), sessions = table("sessions"), logger = self.logger
+        let users = table("users"), logger = self.logger
         return try await transaction("deleting a user") { connection in
-            let gone = try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: "DELETE FROM \(sessions) WHERE issuer = $1 AND sub = $2 RETURNING least(expires_at, last_seen_at + idle_seconds)",
-                    binds: Self.binds(principal)),
-                logger: logger)
-            var live = 0, any = false
-            for try await endsAt in gone.decode(Int64.self) {
-                any = true
-                if now < endsAt { live += 1 }
-            }
+            let sessions = try await self.deleteSessions(of: principal, now: now, on: connection)
+            var any = sessions.any
+            let live = sessions.live
             let record = try await connection.query(
                 PostgresQuery(unsafeSQL: "DELETE FROM \(users) WHERE issuer = $1 AND sub = $2 RETURNING 1", binds: Self.binds(principal)),
                 logger: logger)

@@ -47,11 +47,7 @@ public enum SharedStoreOperations {
                 return sessionJSON(found.session, user: found.user)
             },
             "session.revoke": .async { request, _ throws(ProtocolError) in
-                var arguments = Arguments(request)
-                let token = try arguments.string("session", maxBytes: 1024)
-                let idText = try arguments.string("id", maxBytes: 64)
-                try arguments.finish()
-                guard (token == nil) != (idText == nil) else { throw .badRequest("give exactly one of 'session' and 'id'") }
+                let (token, idText) = try StoreOperations.revokeArguments(request)
                 let time = now()
                 let revoked = try await stored { () async throws(StoreError) -> Bool in
                     if let token { return try await store.revokeSession(token: token, now: time) }

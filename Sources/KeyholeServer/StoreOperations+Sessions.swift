@@ -34,11 +34,7 @@ extension StoreOperations {
                 }
             },
             "session.revoke": .deferrable { request, _ throws(ProtocolError) in
-                var arguments = Arguments(request)
-                let token = try arguments.string("session", maxBytes: 1024)
-                let idText = try arguments.string("id", maxBytes: 64)
-                try arguments.finish()
-                guard (token == nil) != (idText == nil) else { throw .badRequest("give exactly one of 'session' and 'id'") }
+                let (token, idText) = try revokeArguments(request)
                 let time = now()
                 return try StoreCommit.run { done throws(StoreError) in
                     if let token { return try store.revokeSession(token: token, now: time, completion: done) }
@@ -84,6 +80,16 @@ extension StoreOperations {
                 }
             },
         ]
+    }
+
+    /// `session.revoke`'s one of `session` (a token) and `id`.
+    static func revokeArguments(_ request: Request) throws(ProtocolError) -> (token: String?, id: String?) {
+        var arguments = Arguments(request)
+        let token = try arguments.string("session", maxBytes: 1024)
+        let idText = try arguments.string("id", maxBytes: 64)
+        try arguments.finish()
+        guard (token == nil) != (idText == nil) else { throw .badRequest("give exactly one of 'session' and 'id'") }
+        return (token, idText)
     }
 
     /// A new session's `ttl_s`, `idle_s` and `data`, with the configured limits and defaults (read by

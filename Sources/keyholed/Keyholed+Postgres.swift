@@ -64,7 +64,9 @@ extension Keyholed {
             schema: settings.schema, appliedBy: "keyholed \(KeyholeVersion.current) on \(host)",
             now: { Int64(clock().rounded(.down)) }, logger: logger)
         do {
-            let report = try await migrator.migrate(client, within: .nanoseconds(max(settings.timeout.nanoseconds, 30_000_000_000)))
+            // Ten times a call's bound (at least 5 s): DDL may wait for another host's migration.
+            let bound = Duration.nanoseconds(max(5_000_000_000, 10 * settings.timeout.nanoseconds))
+            let report = try await migrator.migrate(client, within: bound)
             logger.info("postgres.ready", metadata: [
                 "schema": "\(settings.schema)", "version": "\(report.to)", "migrated": "\(report.applied.map(String.init).joined(separator: ","))",
             ])

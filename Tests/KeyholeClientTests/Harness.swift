@@ -30,14 +30,7 @@ final class Harness: Sendable {
         let keyholed = ChildProcess.builtProduct("keyholed").path
         let arguments = configExtra.map { ["--config-extra", $0] } ?? []
         let process = try ScriptProcess.python("keyholed_harness.py", arguments, environment: ["KEYHOLED": keyholed], stdin: true)
-        let (replies, continuation) = AsyncStream.makeStream(of: JSONValue.self)
-        let lines = process.lines
-        Task {
-            for await line in lines {
-                continuation.yield((try? JSONValue.parse(ByteBuffer(string: line))) ?? .string(line))
-            }
-            continuation.finish()
-        }
+        let replies = process.jsonReplies()
         var iterator = replies.makeAsyncIterator()
         guard let info = await iterator.next(), info["socket"] != nil else {
             process.closeInput()

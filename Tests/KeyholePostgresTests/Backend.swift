@@ -27,7 +27,7 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             let cluster = try await PostgresCluster.start()
             try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
                 _ = try await SchemaMigrator(schema: .standard, appliedBy: "contract", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-                try await body(PostgresStore(client: client, now: PostgresTestDatabase.clock, logger: PostgresTestDatabase.logger).storing)
+                try await body(PostgresTestDatabase.store(client).storing)
             }
             _ = await cluster.close()
         }

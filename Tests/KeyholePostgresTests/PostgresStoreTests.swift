@@ -7,95 +7,97 @@ import NIOCore
 import PostgresNIO
 import Testing
 
-/// What only the PostgreSQL store has: what its rows hold, and the notifications its changes send
-/// (POSTGRES.md, "Reads").
-@Suite("PostgreSQL store", .serialized)
-struct PostgresStoreTests {
-    static let now: Int64 = 1_800_000_000
+extension PostgresSuites {
+    /// What only the PostgreSQL store has: what its rows hold, and the notifications its changes send
+    /// (POSTGRES.md, "Reads").
+    @Suite("PostgreSQL store", .serialized)
+    struct PostgresStoreTests {
+        static let now: Int64 = 1_800_000_000
 
-    static func hex(_ bytes: [UInt8]) -> String { bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() }
+        static func hex(_ bytes: [UInt8]) -> String { bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() }
 
-    static func withStore(_ body: @escaping @Sendable (PostgresStore, PostgresClient, PostgresCluster) async throws -> Void) async throws {
-        let cluster = try await PostgresCluster.start()
-        try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
-            _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-            try await body(PostgresStore(client: client, now: PostgresTestDatabase.clock, logger: PostgresTestDatabase.logger), client, cluster)
-        }
-        #expect(await cluster.close() == 0)
-    }
-
-    @Test("no session token, nor any part of one, is in a dump of the database; its id and check are")
-    func dump() async throws {
-        try await Self.withStore { store, _, cluster in
-            var tokens: [String] = []
-            var ids: [SessionID] = []
-            for index in 0..<5 {
-                let principal = Principal(issuer: "corp", sub: "user\(index)")
-                let (token, session) = try await store.createSession(for: principal, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-                tokens.append(token)
-                ids.append(session.id)
+        static func withStore(_ body: @escaping @Sendable (PostgresStore, PostgresClient, PostgresCluster) async throws -> Void) async throws {
+            let cluster = try await PostgresCluster.start()
+            try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
+                _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
+                try await body(PostgresTestDatabase.store(client), client, cluster)
             }
-            let dump = try #require(try await cluster.command("dump")["out"]?.stringValue)
-            for id in ids { #expect(dump.contains("\\x" + Self.hex(id.bytes)), "the dump has the sessions' rows, by id") }
-            for token in tokens {
-                // The whole token, its random part, and any 16 characters of it.
-                let random = String(token.dropFirst(3))
-                #expect(!dump.contains(token) && !dump.contains(random))
-                for start in stride(from: 0, to: random.count - 16, by: 8) {
-                    let piece = random.dropFirst(start).prefix(16)
-                    #expect(!dump.contains(piece), "a piece of a token in the dump")
+            #expect(await cluster.close() == 0)
+        }
+
+        @Test("no session token, nor any part of one, is in a dump of the database; its id and check are")
+        func dump() async throws {
+            try await Self.withStore { store, _, cluster in
+                var tokens: [String] = []
+                var ids: [SessionID] = []
+                for index in 0..<5 {
+                    let principal = Principal(issuer: "corp", sub: "user\(index)")
+                    let (token, session) = try await store.createSession(for: principal, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                    tokens.append(token)
+                    ids.append(session.id)
                 }
-            }
-        }
-    }
-
-    @Test("changes notify what a cache must drop: a revoke its session, revoke_all, update and delete its user; creates and reads nothing")
-    func notifications() async throws {
-        try await Self.withStore { store, client, _ in
-            let (heard, continuation) = AsyncStream<String>.makeStream()
-            let listening = AsyncStream<Void>.makeStream()
-            let listener = Task {
-                try await client.withConnection { connection in
-                    try await connection.listen(on: "keyhole_keyhole") { notifications in
-                        listening.continuation.yield()
-                        for try await notification in notifications { continuation.yield(notification.payload) }
+                let dump = try #require(try await cluster.command("dump")["out"]?.stringValue)
+                for id in ids { #expect(dump.contains("\\x" + Self.hex(id.bytes)), "the dump has the sessions' rows, by id") }
+                for token in tokens {
+                    // The whole token, its random part, and any 16 characters of it.
+                    let random = String(token.dropFirst(3))
+                    #expect(!dump.contains(token) && !dump.contains(random))
+                    for start in stride(from: 0, to: random.count - 16, by: 8) {
+                        let piece = random.dropFirst(start).prefix(16)
+                        #expect(!dump.contains(piece), "a piece of a token in the dump")
                     }
                 }
             }
-            defer { listener.cancel() }
-            var ready = listening.stream.makeAsyncIterator()
-            _ = await ready.next()
-            var payloads = heard.makeAsyncIterator()
-
-            let alice = Principal(issuer: "corp", sub: "alice")
-            let (token, session) = try await store.createSession(for: alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-            _ = try await store.session(token: token, now: Self.now + 100)
-            #expect(try await store.revokeSession(token: token, now: Self.now + 200))
-            // The first notification heard is the revoke's: the create and the read sent none.
-            #expect(await payloads.next() == "s:" + Self.hex(session.id.bytes))
-            _ = try await store.updateUser(alice, now: Self.now + 300) { $0.fields["email"] = "a@example.com" }
-            let userKey = await payloads.next()
-            #expect(userKey?.hasPrefix("u:") == true && userKey?.utf8.count == 66)
-            #expect(userKey?.contains("alice") == false, "no identity in a notification")
-            _ = try await store.createSession(for: alice, now: Self.now + 400, ttl: 3600, idle: 3600, data: nil)
-            #expect(try await store.revokeSessions(of: alice, now: Self.now + 500) == 1)
-            #expect(await payloads.next() == userKey)
-            _ = try await store.deleteUser(alice, now: Self.now + 600)
-            #expect(await payloads.next() == userKey)
         }
-    }
 
-    @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
-    func corruptRows() async throws {
-        try await Self.withStore { store, _, cluster in
-            let alice = Principal(issuer: "corp", sub: "alice")
-            let (token, _) = try await store.createSession(for: alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-            try await cluster.sql("UPDATE keyhole.sessions SET sub = '\\xff'::bytea")
-            let error = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
-            #expect(error?.isCorrupt == true)
-            try await cluster.sql("UPDATE keyhole.users SET fields = 'not json'::bytea")
-            let userError = await #expect(throws: PostgresStoreError.self) { _ = try await store.user(alice) }
-            #expect(userError?.isCorrupt == true)
+        @Test("changes notify what a cache must drop: a revoke its session, revoke_all, update and delete its user; creates and reads nothing")
+        func notifications() async throws {
+            try await Self.withStore { store, client, _ in
+                let (heard, continuation) = AsyncStream<String>.makeStream()
+                let listening = AsyncStream<Void>.makeStream()
+                let listener = Task {
+                    try await client.withConnection { connection in
+                        try await connection.listen(on: "keyhole_keyhole") { notifications in
+                            listening.continuation.yield()
+                            for try await notification in notifications { continuation.yield(notification.payload) }
+                        }
+                    }
+                }
+                defer { listener.cancel() }
+                var ready = listening.stream.makeAsyncIterator()
+                _ = await ready.next()
+                var payloads = heard.makeAsyncIterator()
+
+                let alice = Principal(issuer: "corp", sub: "alice")
+                let (token, session) = try await store.createSession(for: alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                _ = try await store.session(token: token, now: Self.now + 100)
+                #expect(try await store.revokeSession(token: token, now: Self.now + 200))
+                // The first notification heard is the revoke's: the create and the read sent none.
+                #expect(await payloads.next() == "s:" + Self.hex(session.id.bytes))
+                _ = try await store.updateUser(alice, now: Self.now + 300) { $0.fields["email"] = "a@example.com" }
+                let userKey = await payloads.next()
+                #expect(userKey?.hasPrefix("u:") == true && userKey?.utf8.count == 66)
+                #expect(userKey?.contains("alice") == false, "no identity in a notification")
+                _ = try await store.createSession(for: alice, now: Self.now + 400, ttl: 3600, idle: 3600, data: nil)
+                #expect(try await store.revokeSessions(of: alice, now: Self.now + 500) == 1)
+                #expect(await payloads.next() == userKey)
+                _ = try await store.deleteUser(alice, now: Self.now + 600)
+                #expect(await payloads.next() == userKey)
+            }
+        }
+
+        @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
+        func corruptRows() async throws {
+            try await Self.withStore { store, _, cluster in
+                let alice = Principal(issuer: "corp", sub: "alice")
+                let (token, _) = try await store.createSession(for: alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                try await cluster.sql("UPDATE keyhole.sessions SET sub = '\\xff'::bytea")
+                let error = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
+                #expect(error?.isCorrupt == true)
+                try await cluster.sql("UPDATE keyhole.users SET fields = 'not json'::bytea")
+                let userError = await #expect(throws: PostgresStoreError.self) { _ = try await store.user(alice) }
+                #expect(userError?.isCorrupt == true)
+            }
         }
     }
 }

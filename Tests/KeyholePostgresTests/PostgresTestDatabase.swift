@@ -25,6 +25,27 @@ enum PostgresTestDatabase {
         return configuration
     }
 
+    /// Two clients on `cluster` (two hosts' pools), the schema migrated, for `body`.
+    static func withTwo(_ cluster: PostgresCluster, _ body: @escaping @Sendable (PostgresClient, PostgresClient) async throws -> Void) async throws {
+        let pool = configuration(cluster)
+        try await with(pool) { first in
+            _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: logger).migrate(first)
+            try await with(pool) { second in try await body(first, second) }
+        }
+    }
+
+    /// A store for `client` as host `name`. Its calls' bound is long: the whole suite runs at once
+    /// on two cores, and a test that is not about the bound must not fail on the machine's load.
+    static func store(
+        _ client: PostgresClient, host name: String = "host", maxStaleness: Duration = .seconds(2), timeout: Duration = .seconds(30)
+    ) -> PostgresStore {
+        var configuration = PostgresStore.Configuration()
+        configuration.hostID = name
+        configuration.maxStaleness = maxStaleness
+        configuration.timeout = timeout
+        return PostgresStore(client: client, configuration: configuration, now: clock, logger: logger)
+    }
+
     static func with<T: Sendable>(
         _ configuration: PostgresClient.Configuration, _ body: @escaping @Sendable (PostgresClient) async throws -> T
     ) async throws -> T {

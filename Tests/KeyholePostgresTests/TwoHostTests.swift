@@ -7,30 +7,27 @@ import PostgresNIO
 import Synchronization
 import Testing
 
-/// Two hosts, one database (POSTGRES.md, "Reads"): each a PostgresStore with its own pool, cache and
-/// listener, as two keyholed processes would have. The revocation bound is measured, not assumed.
-@Suite("two hosts, one database", .serialized)
-struct TwoHostTests {
-    static let maxStaleness: Duration = .seconds(2)
-    static let alice = Principal(issuer: "corp", sub: "alice")
+extension PostgresSuites {
+    /// Two hosts, one database (POSTGRES.md, "Reads"): each a PostgresStore with its own pool, cache and
+    /// listener, as two keyholed processes would have. The revocation bound is measured, not assumed.
+    @Suite("two hosts, one database", .serialized)
+    struct TwoHostTests {
+        /// Long enough that the machine's load (the whole suite at once on two cores) never makes a
+        /// fresh view look stale; the revocation bound asserted is this one.
+        static let maxStaleness: Duration = .seconds(5)
+        static let alice = Principal(issuer: "corp", sub: "alice")
 
-    struct Host {
-        let store: PostgresStore
-        let name: String
-    }
+        struct Host {
+            let store: PostgresStore
+            let name: String
+        }
 
-    /// Hosts `a` and `b` on a fresh cluster, each listening, for `body`.
-    static func withHosts(_ body: @escaping @Sendable (Host, Host, PostgresCluster) async throws -> Void) async throws {
-        let cluster = try await PostgresCluster.start()
-        let pool = PostgresTestDatabase.configuration(cluster)
-        try await PostgresTestDatabase.with(pool) { clientA in
-            _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(clientA)
-            try await PostgresTestDatabase.with(pool) { clientB in
+        /// Hosts `a` and `b` on a fresh cluster, each listening, for `body`.
+        static func withHosts(_ body: @escaping @Sendable (Host, Host, PostgresCluster) async throws -> Void) async throws {
+            let cluster = try await PostgresCluster.start()
+            try await PostgresTestDatabase.withTwo(cluster) { clientA, clientB in
                 let hosts = [("a", clientA), ("b", clientB)].map { name, client in
-                    var configuration = PostgresStore.Configuration()
-                    configuration.hostID = name
-                    configuration.maxStaleness = maxStaleness
-                    return Host(store: PostgresStore(client: client, configuration: configuration, now: PostgresTestDatabase.clock, logger: PostgresTestDatabase.logger), name: name)
+                    Host(store: PostgresTestDatabase.store(client, host: name, maxStaleness: maxStaleness, timeout: .seconds(5)), name: name)
                 }
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for host in hosts {
@@ -45,102 +42,102 @@ struct TwoHostTests {
                     try await body(hosts[0], hosts[1], cluster)
                 }
             }
+            #expect(await cluster.close() == 0)
         }
-        #expect(await cluster.close() == 0)
-    }
 
-    /// Polls `condition` every 5 ms for up to 10 s: a wait for an observable state, bounded.
-    static func waitUntil(_ what: String, _ condition: @Sendable () async throws -> Bool) async throws {
-        for _ in 0..<2000 {
-            if try await condition() { return }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        throw RawConnection.Failure(description: "\(what): not within 10 s")
-    }
-
-    /// Seconds until `host` no longer finds `token`, reading it every 2 ms (at most 10 s).
-    static func secondsUntilGone(_ token: String, on host: Host) async throws -> Double {
-        let start = ContinuousClock.now
-        for _ in 0..<5000 {
-            if try await host.store.session(token: token, now: Int64(Date().timeIntervalSince1970)) == nil {
-                let elapsed = ContinuousClock.now - start
-                return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        /// Polls `condition` every 5 ms for up to 10 s: a wait for an observable state, bounded.
+        static func waitUntil(_ what: String, _ condition: @Sendable () async throws -> Bool) async throws {
+            for _ in 0..<2000 {
+                if try await condition() { return }
+                try await Task.sleep(for: .milliseconds(5))
             }
-            try await Task.sleep(for: .milliseconds(2))
+            throw RawConnection.Failure(description: "\(what): not within 10 s")
         }
-        return .infinity
-    }
 
-    static var now: Int64 { Int64(Date().timeIntervalSince1970) }
+        /// Seconds until `host` no longer finds `token`, reading it every 2 ms (at most 10 s of polls).
+        static func secondsUntilGone(_ token: String, on host: Host) async throws -> Double {
+            let start = ContinuousClock.now
+            for _ in 0..<5000 {
+                if try await host.store.session(token: token, now: Int64(Date().timeIntervalSince1970)) == nil {
+                    let elapsed = ContinuousClock.now - start
+                    return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                }
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            return .infinity
+        }
 
-    @Test("created on A, read on B (and cached there); revoked on A, refused on B within max_staleness; revoke_all and user delete too")
-    func revocationBound() async throws {
-        try await Self.withHosts { a, b, _ in
-            var bounds: [Double] = []
-            for change in ["revoke", "revoke_all", "delete"] {
+        static var now: Int64 { Int64(Date().timeIntervalSince1970) }
+
+        @Test("created on A, read on B (and cached there); revoked on A, refused on B within max_staleness; revoke_all and user delete too")
+        func revocationBound() async throws {
+            try await Self.withHosts { a, b, _ in
+                var bounds: [Double] = []
+                for change in ["revoke", "revoke_all", "delete"] {
+                    let (token, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                    #expect(try await b.store.session(token: token, now: Self.now) != nil)
+                    #expect(b.store.cacheStatus.entries >= 1, "B cached it")
+                    #expect(try await b.store.session(token: token, now: Self.now) != nil, "served again (from the cache)")
+                    switch change {
+                    case "revoke": #expect(try await a.store.revokeSession(token: token, now: Self.now))
+                    case "revoke_all": #expect(try await a.store.revokeSessions(of: Self.alice, now: Self.now) == 1)
+                    default: #expect(try await a.store.deleteUser(Self.alice, now: Self.now).deleted)
+                    }
+                    let seconds = try await Self.secondsUntilGone(token, on: b)
+                    bounds.append(seconds)
+                    #expect(seconds < Self.seconds(Self.maxStaleness), "\(change): B still served it \(seconds) s later")
+                }
+                // What the notification gives in practice (the bound is max_staleness): reported, not asserted.
+                print("revoked on A to refused on B, seconds: \(bounds)")
+            }
+        }
+
+        @Test("B's listening connection killed: its cache goes unused at once, A's revoke meanwhile is never served by B, B recovers by itself")
+        func listenerKilled() async throws {
+            try await Self.withHosts { a, b, cluster in
                 let (token, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
                 #expect(try await b.store.session(token: token, now: Self.now) != nil)
-                #expect(b.store.cacheStatus.entries >= 1, "B cached it")
-                #expect(try await b.store.session(token: token, now: Self.now) != nil, "served again (from the cache)")
-                switch change {
-                case "revoke": #expect(try await a.store.revokeSession(token: token, now: Self.now))
-                case "revoke_all": #expect(try await a.store.revokeSessions(of: Self.alice, now: Self.now) == 1)
-                default: #expect(try await a.store.deleteUser(Self.alice, now: Self.now).deleted)
-                }
-                let seconds = try await Self.secondsUntilGone(token, on: b)
-                bounds.append(seconds)
-                #expect(seconds < Self.seconds(Self.maxStaleness), "\(change): B still served it \(seconds) s later")
+                let killed = try await cluster.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'keyhole-listener-b'")
+                #expect(killed == "1\n")
+                try await Self.waitUntil("B noticed") { !b.store.cacheStatus.fresh }
+                #expect(b.store.cacheStatus.entries == 0, "dropped with the connection")
+                #expect(try await a.store.revokeSession(token: token, now: Self.now))
+                #expect(try await b.store.session(token: token, now: Self.now) == nil)
+                try await Self.waitUntil("B listening again") { b.store.cacheStatus.fresh }
+                #expect(try await b.store.session(token: token, now: Self.now) == nil)
+                // And the cache works again: a new session, read twice on B, is cached.
+                let (other, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                #expect(try await b.store.session(token: other, now: Self.now) != nil)
+                #expect(b.store.cacheStatus.entries == 1)
             }
-            // What the notification gives in practice (the bound is max_staleness): reported, not asserted.
-            print("revoked on A to refused on B, seconds: \(bounds)")
         }
-    }
 
-    @Test("B's listening connection killed: its cache goes unused at once, A's revoke meanwhile is never served by B, B recovers by itself")
-    func listenerKilled() async throws {
-        try await Self.withHosts { a, b, cluster in
-            let (token, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-            #expect(try await b.store.session(token: token, now: Self.now) != nil)
-            let killed = try await cluster.sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'keyhole-listener-b'")
-            #expect(killed == "1\n")
-            try await Self.waitUntil("B noticed") { !b.store.cacheStatus.fresh }
-            #expect(b.store.cacheStatus.entries == 0, "dropped with the connection")
-            #expect(try await a.store.revokeSession(token: token, now: Self.now))
-            #expect(try await b.store.session(token: token, now: Self.now) == nil)
-            try await Self.waitUntil("B listening again") { b.store.cacheStatus.fresh }
-            #expect(try await b.store.session(token: token, now: Self.now) == nil)
-            // And the cache works again: a new session, read twice on B, is cached.
-            let (other, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-            #expect(try await b.store.session(token: other, now: Self.now) != nil)
-            #expect(b.store.cacheStatus.entries == 1)
-        }
-    }
-
-    @Test("PostgreSQL frozen (SIGSTOP): B's cached reads stop within max_staleness, then reads fail within the timeout; thawed, it recovers")
-    func frozen() async throws {
-        try await Self.withHosts { a, b, cluster in
-            let (token, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-            #expect(try await b.store.session(token: token, now: Self.now) != nil)
-            try await cluster.command("freeze")
-            let frozenAt = ContinuousClock.now
-            var servedUntil: Duration = .zero
-            var failure: PostgresStoreError?
-            while failure == nil, ContinuousClock.now - frozenAt < .seconds(10) {
-                do {
-                    if try await b.store.session(token: token, now: Self.now) != nil { servedUntil = ContinuousClock.now - frozenAt }
-                } catch {
-                    failure = error as? PostgresStoreError ?? .corrupt("\(error)")
+        @Test("PostgreSQL frozen (SIGSTOP): B's cached reads stop within max_staleness, then reads fail within the timeout; thawed, it recovers")
+        func frozen() async throws {
+            try await Self.withHosts { a, b, cluster in
+                let (token, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                #expect(try await b.store.session(token: token, now: Self.now) != nil)
+                try await cluster.command("freeze")
+                let frozenAt = ContinuousClock.now
+                var servedUntil: Duration = .zero
+                var failure: PostgresStoreError?
+                while failure == nil, ContinuousClock.now - frozenAt < .seconds(30) {
+                    do {
+                        if try await b.store.session(token: token, now: Self.now) != nil { servedUntil = ContinuousClock.now - frozenAt }
+                    } catch {
+                        failure = error as? PostgresStoreError ?? .corrupt("\(error)")
+                    }
                 }
+                try await cluster.command("thaw")
+                #expect(failure?.isUnavailable == true, "\(String(describing: failure))")
+                #expect(servedUntil < Self.maxStaleness, "served from cache \(servedUntil) after the freeze")
+                try await Self.waitUntil("B fresh again") { b.store.cacheStatus.fresh }
+                #expect(try await b.store.session(token: token, now: Self.now) != nil)
             }
-            try await cluster.command("thaw")
-            #expect(failure?.isUnavailable == true, "\(String(describing: failure))")
-            #expect(servedUntil < Self.maxStaleness, "served from cache \(servedUntil) after the freeze")
-            try await Self.waitUntil("B fresh again") { b.store.cacheStatus.fresh }
-            #expect(try await b.store.session(token: token, now: Self.now) != nil)
         }
-    }
 
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        static func seconds(_ duration: Duration) -> Double {
+            Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        }
     }
 }

@@ -34,14 +34,7 @@ package final class PostgresCluster: Sendable {
     /// Starts a cluster and waits until it accepts connections (pg_ctl -w).
     package static func start(tcp: Bool = false) async throws -> PostgresCluster {
         let process = try ScriptProcess.python(path: "Scripts/pg_cluster.py", tcp ? ["--tcp"] : [], stdin: true)
-        let (replies, continuation) = AsyncStream.makeStream(of: JSONValue.self)
-        let lines = process.lines
-        Task {
-            for await line in lines {
-                continuation.yield((try? JSONValue.parse(ByteBuffer(string: line))) ?? .string(line))
-            }
-            continuation.finish()
-        }
+        let replies = process.jsonReplies()
         var iterator = replies.makeAsyncIterator()
         guard let info = await iterator.next(), info["socket_dir"] != nil else {
             process.closeInput()

@@ -1,4 +1,6 @@
 import Foundation
+import KeyholeProtocol
+import NIOCore
 
 #if canImport(Glibc)
 import Glibc
@@ -55,6 +57,20 @@ package final class ScriptProcess: @unchecked Sendable {
             errorText.set(ChildProcess.readAll(errRead))
             errorText.done.signal()
         }.start()
+    }
+
+    /// The child's stdout lines as JSON (a line that is not JSON as a string), for scripts that
+    /// answer commands with one JSON line each. Consume it from one place.
+    package func jsonReplies() -> AsyncStream<JSONValue> {
+        let (replies, continuation) = AsyncStream.makeStream(of: JSONValue.self)
+        let lines = self.lines
+        Task {
+            for await line in lines {
+                continuation.yield((try? JSONValue.parse(ByteBuffer(string: line))) ?? .string(line))
+            }
+            continuation.finish()
+        }
+        return replies
     }
 
     /// Writes one line to the child's stdin.

@@ -50,6 +50,7 @@ struct DebianPackageTests {
             ("./etc/keyhole/keyholed.toml", "-rw-r--r--"), ("./usr/share/man/man8/keyholed.8.gz", "-rw-r--r--"),
             ("./usr/share/man/man1/keyhole.1.gz", "-rw-r--r--"), ("./usr/share/man/man5/keyholed.toml.5.gz", "-rw-r--r--"),
             ("./usr/share/doc/keyhole/copyright", "-rw-r--r--"), ("./etc/keyhole/credentials/", "drwx------"),
+            ("./usr/share/doc/keyhole/examples/", "drwxr-xr-x"), ("./usr/share/doc/keyhole/examples/keyholed-postgres.conf", "-rw-r--r--"),
         ] {
             let line = listing.stdout.split(separator: "\n").first { $0.hasSuffix(" " + path) }
             #expect(line?.hasPrefix(mode + " root/root") == true, "\(path): \(line ?? "missing")")

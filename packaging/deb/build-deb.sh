@@ -59,6 +59,9 @@ gzip -9nc "$top/README.md" > "$root/usr/share/doc/keyhole/README.md.gz"
 printf 'keyhole %s\n\nThe sources, their history and licensing terms are in the project'"'"'s repository.\n' "$version" \
     > "$root/usr/share/doc/keyhole/copyright"
 chmod 0644 "$root/usr/share/doc/keyhole/"*
+# The drop-in for PostgreSQL on the same host (README, "Several hosts"): an example, not installed.
+install -d -m 0755 "$root/usr/share/doc/keyhole/examples"
+install -m 0644 "$packaging/systemd/keyholed-postgres.conf" "$root/usr/share/doc/keyhole/examples/keyholed-postgres.conf"
 
 # Depends: the owner of every shared library the binaries name (DT_NEEDED), as dpkg-shlibdeps would.
 depends=""

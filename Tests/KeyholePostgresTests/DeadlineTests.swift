@@ -1,0 +1,47 @@
+@testable import KeyholePostgres
+import Synchronization
+import Testing
+
+/// Every database call bounded, whatever the call does (POSTGRES.md, "PostgreSQL unreachable").
+@Suite("deadline")
+struct DeadlineTests {
+    @Test("a call that never ends, and ignores its cancellation, is unavailable at its bound; the caller is not held")
+    func stuck() async throws {
+        let started = ContinuousClock.now
+        let error = await #expect(throws: PostgresStoreError.self) {
+            _ = try await Deadline.run(within: .milliseconds(200), doing: "a stuck call") { () async throws -> Int in
+                // Deaf to cancellation, as a call waiting on a frozen server's socket can be.
+                await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
+                return 0
+            }
+        }
+        #expect(error?.isUnavailable == true && error?.message.contains("a stuck call") == true)
+        // A hang would never return; the bound is loose because the whole suite shares two cores.
+        #expect(ContinuousClock.now - started < .seconds(60))
+    }
+
+    @Test("a call that ends first gives its value or its error; the timer is not waited for")
+    func first() async throws {
+        let started = ContinuousClock.now
+        #expect(try await Deadline.run(within: .seconds(300), doing: "x") { 7 } == 7)
+        let error = await #expect(throws: PostgresStoreError.self) {
+            _ = try await Deadline.run(within: .seconds(300), doing: "failing") { () async throws -> Int in throw PostgresStoreError.corrupt("bad row") }
+        }
+        #expect(error?.isCorrupt == true)
+        #expect(ContinuousClock.now - started < .seconds(60), "the 300 s timer was waited for")
+    }
+
+    @Test("the caller's cancellation ends the wait")
+    func cancelled() async throws {
+        let task = Task {
+            try await Deadline.run(within: .seconds(300), doing: "cancelled") { () async throws -> Int in
+                try await Task.sleep(for: .seconds(300))
+                return 1
+            }
+        }
+        task.cancel()
+        let started = ContinuousClock.now
+        await #expect(throws: PostgresStoreError.self) { _ = try await task.value }
+        #expect(ContinuousClock.now - started < .seconds(60))
+    }
+}

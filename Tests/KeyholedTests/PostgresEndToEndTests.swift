@@ -1,0 +1,184 @@
+import Foundation
+import KeyholeProtocol
+import KeyholeTestSupport
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// keyholed with `[storage] backend = "postgres"` (Sources/KeyholePostgres/POSTGRES.md): processes
+/// sharing one real PostgreSQL, as hosts behind a load balancer do.
+@Suite("PostgreSQL backend, end to end", .serialized)
+struct PostgresEndToEndTests {
+    /// The `[storage]` and `[postgres]` sections for `cluster`, over its Unix socket.
+    /// Bounds long enough for a loaded machine (the whole suite at once on two cores), except where
+    /// a test is about them.
+    static func config(_ cluster: PostgresCluster, timeout: String = "5s", staleness: String = "3s", extra: String = "") -> String {
+        """
+        [storage]
+        backend = "postgres"
+
+        [postgres]
+        url = "\(cluster.socketDirectory)"
+        port = \(cluster.port)
+        user = "\(cluster.user)"
+        timeout = "\(timeout)"
+        max_staleness = "\(staleness)"
+        \(extra)
+        """
+    }
+
+    /// A keyholed on `cluster`, ready, with an HTTP socket at `<dir>/h.sock`.
+    static func start(_ cluster: PostgresCluster, timeout: String = "5s", staleness: String = "3s") throws -> (DaemonProcess, RawConnection, String) {
+        let directory = try DaemonProcess.makeDirectory()
+        let http = directory.appendingPathComponent("h.sock").path
+        let config = config(cluster, timeout: timeout, staleness: staleness) + "\n[http]\nsocket = \"\(http)\"\n"
+        let daemon = try DaemonProcess(config: config, directory: directory)
+        try daemon.waitUntilReady()
+        return (daemon, try RawConnection(path: daemon.socketPath), http)
+    }
+
+    static func authz(_ path: String, _ token: String) throws -> Int {
+        try HTTPExchange(try RawConnection(path: path)).request("GET", "/authz", headers: ["Cookie": "kh_session=\(token)"]).status
+    }
+
+    @Test("two keyholed on one database: created on A, read on B; revoked, revoked_all or deleted on A, refused by B (and /authz) within max_staleness")
+    func twoHosts() async throws {
+        let cluster = try await PostgresCluster.start()
+        let (a, connectionA, _) = try Self.start(cluster)
+        let (b, connectionB, httpB) = try Self.start(cluster)
+        for change in ["session.revoke", "session.revoke_all", "user.delete"] {
+            let created = try connectionA.result("session.create", ["sub": "alice", "data": ["role": "admin"]])
+            let token = try #require(created["session"]?.stringValue)
+            let read = try connectionB.result("session.get", ["session": .string(token)])
+            #expect(read["sub"] == "alice" && read["id"] == created["id"] && read["data"] == ["role": "admin"])
+            #expect(read["user"]?["sub"] == "alice")
+            #expect(try Self.authz(httpB, token) == 200)
+            let args: [String: JSONValue] = change == "session.revoke" ? ["session": .string(token)] : ["sub": "alice"]
+            _ = try connectionA.result(change, args)
+            let revokedAt = ContinuousClock.now
+            var refused = false
+            while !refused, ContinuousClock.now - revokedAt < .seconds(5) {
+                refused = try connectionB.errorCode("session.get", ["session": .string(token)]) == "session_not_found"
+            }
+            let took = ContinuousClock.now - revokedAt
+            #expect(refused && took < .seconds(3), "\(change): B refused it after \(took) (max_staleness 3 s)")
+            #expect(try Self.authz(httpB, token) == 401)
+        }
+        // What this backend does not do, it says: Apple's operations and snapshots.
+        #expect(try connectionA.errorCode("apple.authorize") == "not_configured")
+        #expect(try connectionA.errorCode("admin.snapshot") == "not_configured")
+        let stats = try connectionB.result("stats")["store"]
+        #expect(stats?["backend"] == "postgres" && stats?["cache_fresh"] == true, "\(String(describing: stats))")
+        #expect(try a.terminate() == 0)
+        #expect(try b.terminate() == 0)
+        #expect(await cluster.close() == 0)
+    }
+
+    @Test("answers as the local store's: session.create, get, list and user.get have the same members")
+    func sameAnswers() async throws {
+        let cluster = try await PostgresCluster.start()
+        let (shared, sharedConnection, _) = try Self.start(cluster)
+        let local = try DaemonProcess.start(arguments: [])
+        let localConnection = try RawConnection(path: local.socketPath)
+        func shapes(_ connection: RawConnection) throws -> [String] {
+            let created = try connection.result("session.create", ["sub": "bob", "ttl_s": 3600, "data": ["k": "v"]])
+            _ = try connection.result("user.update", ["sub": "bob", "email": "bob@example.com", "name": ["given": "Bob"]])
+            let got = try connection.result("session.get", ["session": created["session"]!])
+            let list = try connection.result("session.list", ["sub": "bob"])
+            let user = try connection.result("user.get", ["sub": "bob"])
+            func keys(_ value: JSONValue?) -> String { (value?.objectValue?.keys.sorted() ?? []).joined(separator: ",") }
+            return [keys(created), keys(got), keys(got["user"]), keys(list), keys(list["sessions"]?.arrayValue?.first), keys(user),
+                    got["data"] == ["k": "v"] ? "data" : "no data", got["idle_timeout_s"] == 3600 ? "idle" : "no idle"]
+        }
+        #expect(try shapes(sharedConnection) == shapes(localConnection))
+        #expect(try sharedConnection.errorCode("session.get", ["session": "kh_nope"]) == localConnection.errorCode("session.get", ["session": "kh_nope"]))
+        #expect(try sharedConnection.errorCode("user.get", ["sub": "nobody"]) == "user_not_found")
+        #expect(try shared.terminate() == 0)
+        #expect(try local.terminate() == 0)
+        #expect(await cluster.close() == 0)
+    }
+
+    @Test("kill -9 of a keyholed under load: every session it acknowledged is there for the other")
+    func killed() async throws {
+        let cluster = try await PostgresCluster.start()
+        let (a, _, _) = try Self.start(cluster)
+        let (b, connectionB, _) = try Self.start(cluster)
+        let acknowledged = Mutex<[String]>([])
+        let path = a.socketPath
+        let writers = (0..<4).map { _ in
+            Thread {
+                guard let connection = try? RawConnection(path: path) else { return }
+                while let created = try? connection.result("session.create", ["sub": "load"]), let token = created["session"]?.stringValue {
+                    acknowledged.withLock { $0.append(token) }
+                }
+            }
+        }
+        writers.forEach { $0.start() }
+        while acknowledged.withLock({ $0.count }) < 200 { try await Task.sleep(for: .milliseconds(5)) }
+        a.kill()
+        _ = try a.waitForExit()
+        let tokens = acknowledged.withLock { $0 }
+        for token in tokens {
+            #expect(try connectionB.result("session.get", ["session": .string(token)])["sub"] == "load")
+        }
+        #expect(tokens.count >= 200)
+        #expect(try b.terminate() == 0)
+        #expect(await cluster.close() == 0)
+    }
+
+    @Test("PostgreSQL down (crashed) while keyholed runs: answers storage_unavailable within the timeout, then recovers without a restart")
+    func databaseDown() async throws {
+        let cluster = try await PostgresCluster.start()
+        let (daemon, connection, httpPath) = try Self.start(cluster, timeout: "1s", staleness: "1s")
+        let token = try #require(try connection.result("session.create", ["sub": "carol"])["session"]?.stringValue)
+        try await cluster.command("crash")
+        let crashed = ContinuousClock.now
+        var refusal: JSONValue?
+        // Served from the cache until max_staleness (1 s), then refused; each answer within the
+        // timeout (1 s) plus slack: never a hang. Polled every 5 ms, for at most 10 s.
+        while refusal == nil, ContinuousClock.now - crashed < .seconds(10) {
+            let started = ContinuousClock.now
+            let answer = try connection.call("session.get", ["session": .string(token)])
+            let took = ContinuousClock.now - started
+            #expect(took < .seconds(5), "answered after \(took) (timeout 1 s)")
+            if answer["ok"] == false { refusal = answer } else { try await Task.sleep(for: .milliseconds(5)) }
+        }
+        #expect(refusal?["error"]?["code"] == "storage_unavailable", "\(String(describing: refusal))")
+        #expect(refusal?["error"]?["retry_after_ms"]?.intValue != nil)
+        #expect(ContinuousClock.now - crashed < .seconds(8), "cached reads went on past max_staleness (1 s) and a timeout (1 s)")
+        #expect(try connection.errorCode("session.create", ["sub": "carol"]) == "storage_unavailable")
+        #expect(try HTTPExchange(try RawConnection(path: httpPath)).request("GET", "/healthz").status == 503)
+        try await cluster.command("start")
+        var back = false
+        for _ in 0..<1000 where !back {
+            back = (try? connection.result("session.get", ["session": .string(token)]))?["sub"] == "carol"
+            if !back { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(back, "keyholed did not recover by itself")
+        #expect(try connection.result("session.create", ["sub": "carol"])["session"] != nil)
+        #expect(try daemon.terminate() == 0)
+        #expect(await cluster.close() == 0)
+    }
+
+    @Test("at start: a schema from a newer keyholed is exit 78; PostgreSQL unreachable is exit 1 within the timeout; [apple] with it is 78")
+    func startRefusals() async throws {
+        let cluster = try await PostgresCluster.start()
+        let (first, _, _) = try Self.start(cluster)
+        #expect(try first.terminate() == 0)
+        try await cluster.sql("INSERT INTO keyhole.schema_migrations VALUES (99, 0, 'the future')")
+        let newer = try DaemonProcess(config: Self.config(cluster, timeout: "1s"))
+        #expect(try newer.waitForExit() == 78)
+        #expect(newer.stderr.contains("version 99"))
+        try await cluster.command("stop")
+        let started = ContinuousClock.now
+        let unreachable = try DaemonProcess(config: Self.config(cluster, timeout: "1s"))
+        #expect(try unreachable.waitForExit() == 1)
+        #expect(ContinuousClock.now - started < .seconds(20), "ten times the 1 s timeout, and slack")
+        let apple = try DaemonProcess(config: "[[issuer]]\nname = \"apple\"\npreset = \"apple\"\naudiences = [\"a.b\"]\n\n[apple]\n\n" + Self.config(cluster))
+        #expect(try apple.waitForExit() == 78)
+        #expect(await cluster.close() == 0)
+    }
+}
