@@ -70,9 +70,9 @@ public struct PostgresListener: Service {
     /// connection fails (thrown) or the task is cancelled.
     private func listenOnce(id: Int, connected: @escaping @Sendable () -> Void) async throws {
         let store = self.store, logger = self.logger, interval = configuration.heartbeatInterval
-        let connection = try await Deadline.run(within: store.configuration.timeout, doing: "connecting the listener") { [self] in
-            try await PostgresConnection.connect(configuration: self.connection, id: id, logger: logger)
-        }
+        // Bounded by the connection's own connect timeout (set from [postgres] timeout): a bound
+        // from outside would leave a connection that completes late open and unused.
+        let connection = try await PostgresConnection.connect(configuration: self.connection, id: id, logger: logger)
         do {
             try await connection.listen(on: store.configuration.schema.channel) { notifications in
                 store.cache.withLock { $0.listenerConnected() }
@@ -86,10 +86,20 @@ public struct PostgresListener: Service {
                         throw PostgresStoreError.unavailable("the listener's connection ended")
                     }
                     group.addTask {
-                        var number: UInt64 = 0
+                        let connectedAt = store.monotonic()
+                        let silence = 2 * PostgresStore.seconds(store.configuration.maxStaleness)
                         while !Task.isCancelled {
-                            number += 1
+                            let number = store.heartbeats.wrappingAdd(1, ordering: .relaxed).newValue
                             await Self.heartbeat(number, store: store, logger: logger)
+                            // The uses recorded since the last beat, in one statement.
+                            await store.writeTouches()
+                            // Sending but not hearing: a connection dead without a reset (a partition)
+                            // would otherwise keep the cache unused until TCP gives up. Reconnect.
+                            let now = store.monotonic()
+                            let heard = store.cache.withLock { $0.staleness(now: now) } ?? (now - connectedAt)
+                            if heard > silence {
+                                throw PostgresStoreError.unavailable("no heartbeat heard on the listener for \(Int(heard)) s")
+                            }
                             try await Task.sleep(for: interval)
                         }
                     }
@@ -108,7 +118,7 @@ public struct PostgresListener: Service {
     /// simply not heard, and the view goes stale on its own.
     private static func heartbeat(_ number: UInt64, store: PostgresStore, logger: Logger) async {
         let payload = "h:\(store.configuration.hostID):\(number)"
-        store.cache.withLock { $0.sent(heartbeat: number, at: store.now()) }
+        store.cache.withLock { $0.sent(heartbeat: number, at: store.monotonic()) }
         let channel = store.configuration.schema.channel
         do {
             _ = try await store.read("sending a heartbeat") { client in

@@ -31,8 +31,12 @@ enum PostgresRows {
     /// The session and its check from a row, or why it cannot be read.
     static func session(id: SessionID, _ row: SessionRow) -> Result<(Session, SessionCheck), PostgresStoreError> {
         let (check, issuer, sub, createdAt, expiresAt, lastSeenAt, idleSeconds, data) = row
-        guard let check = SessionCheck(bytes: check.readableBytesView), let principal = principal(issuer: issuer, sub: sub), idleSeconds >= 0 else {
-            return .failure(.corrupt("session \(id): a check, issuer, sub or idle time keyholed could not have written"))
+        // Times within what keyholed writes (1970 to 9999), so that no sum of them overflows.
+        let times = 0...253_402_300_799 as ClosedRange<Int64>
+        guard let check = SessionCheck(bytes: check.readableBytesView), let principal = principal(issuer: issuer, sub: sub), idleSeconds >= 0,
+            times.contains(createdAt), times.contains(expiresAt), times.contains(lastSeenAt)
+        else {
+            return .failure(.corrupt("session \(id): a check, issuer, sub, time or idle time keyholed could not have written"))
         }
         let session = Session(
             id: id, principal: principal, createdAt: createdAt, expiresAt: expiresAt, lastSeenAt: lastSeenAt,

@@ -19,6 +19,21 @@ extension PostgresStore {
             let session = Session(
                 id: id, principal: principal, createdAt: now, expiresAt: now + ttl, lastSeenAt: now, idleSeconds: idle, data: data)
             let inserted = try await transaction("creating a session") { connection in
+                // The user's row first (made, or its login stamped): user.delete takes it first
+                // too, so the two go one after the other and no session outlives its user's deletion.
+                var user = PostgresBindings()
+                user.append(issuer)
+                user.append(sub)
+                user.append(now)
+                user.append(PostgresRows.bytes("{}"))
+                try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, $3, $4, 1)
+                            ON CONFLICT (issuer, sub) DO UPDATE SET last_login_at = greatest(\(users).last_login_at, EXCLUDED.last_login_at)
+                            """,
+                        binds: user),
+                    logger: logger)
                 var binds = PostgresBindings()
                 binds.append(PostgresRows.bytes(id.bytes))
                 binds.append(PostgresRows.bytes(check.bytes))
@@ -38,21 +53,9 @@ extension PostgresStore {
                     logger: logger)
                 var created = false
                 for try await _ in rows { created = true }
-                guard created else { return false }
-                var user = PostgresBindings()
-                user.append(issuer)
-                user.append(sub)
-                user.append(now)
-                user.append(PostgresRows.bytes("{}"))
-                try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: """
-                            INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, $3, $4, 1)
-                            ON CONFLICT (issuer, sub) DO UPDATE SET last_login_at = greatest(\(users).last_login_at, EXCLUDED.last_login_at)
-                            """,
-                        binds: user),
-                    logger: logger)
-                return true
+                // A repeated id: tried again with another token (the login stamp stays: a sign-in
+                // did happen).
+                return created
             }
             if inserted { return (token, session) }
         }
@@ -65,12 +68,19 @@ extension PostgresStore {
     /// cache while this host's view is fresh, else from the database (and then cached).
     public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
         guard let (id, check) = SessionToken.digest(token) else { return nil }
-        let clock = self.now()
+        let clock = monotonic()
         let lookup = cache.withLock { $0.lookup(id, now: clock) }
         var found: (session: Session, check: SessionCheck, user: User?)
         switch lookup {
         case .hit(let session, let stored, let user):
             found = (session, stored, user)
+            // Idle by what this host knows, yet before its expiry: another host may have seen it used
+            // since (its uses are written within a heartbeat). Ask the database rather than refuse.
+            if now >= self.latestUse(found.session).endsAt, now < found.session.expiresAt {
+                guard let read = try await readSession(id) else { return nil }
+                found = read
+                cache.withLock { $0.update(read.session) }
+            }
         case .miss(let ticket):
             guard let read = try await readSession(id) else { return nil }
             found = read
@@ -80,15 +90,50 @@ extension PostgresStore {
             guard let read = try await readSession(id) else { return nil }
             found = read
         }
-        guard found.check.matches(check), now < found.session.endsAt else { return nil }
-        if now - found.session.lastSeenAt >= configuration.touchInterval {
-            try await touch(id, at: now)
-            found.session.lastSeenAt = now
-            cache.withLock { $0.update(found.session) }
-        }
-        var session = found.session
+        var session = latestUse(found.session)
+        guard found.check.matches(check), now < session.endsAt else { return nil }
+        // Used now: recorded here, written with the next heartbeat (at most one statement each).
+        pendingTouches.withLock { pending in pending[id] = max(pending[id] ?? now, now) }
         session.lastSeenAt = max(session.lastSeenAt, now)
+        cache.withLock { $0.update(session) }
         return (session, found.user)
+    }
+
+    /// `session` with its last use this host recorded and has not written yet, if later.
+    private func latestUse(_ session: Session) -> Session {
+        var session = session
+        if let pending = pendingTouches.withLock({ $0[session.id] }) { session.lastSeenAt = max(session.lastSeenAt, pending) }
+        return session
+    }
+
+    /// Writes the uses recorded since the last call, in one statement (never moving a last use
+    /// back). What fails to be written is kept for the next call.
+    func writeTouches() async {
+        let batch = pendingTouches.withLock { pending -> [SessionID: Int64] in
+            defer { pending.removeAll(keepingCapacity: true) }
+            return pending
+        }
+        guard !batch.isEmpty else { return }
+        let sessions = table("sessions")
+        do {
+            _ = try await read("writing sessions' last uses") { client in
+                var binds = PostgresBindings()
+                binds.append(batch.keys.map { PostgresRows.bytes($0.bytes) })
+                binds.append(batch.keys.map { batch[$0]! })
+                try await client.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, u.t)
+                            FROM unnest($1::bytea[], $2::bigint[]) AS u(id, t) WHERE \(sessions).id = u.id
+                            """,
+                        binds: binds))
+            }
+        } catch {
+            pendingTouches.withLock { pending in
+                for (id, time) in batch { pending[id] = max(pending[id] ?? time, time) }
+            }
+            logger.debug("postgres.touches_failed", metadata: ["error": "\(error)"])
+        }
     }
 
     /// The session row `id` names with its user, or nil.
@@ -119,17 +164,6 @@ extension PostgresStore {
         return (session, stored, user)
     }
 
-    /// Writes a session's last use (never moving it back).
-    func touch(_ id: SessionID, at now: Int64) async throws(PostgresStoreError) {
-        let sessions = table("sessions")
-        _ = try await read("writing a session's last use") { client in
-            var binds = Self.binds(id.bytes)
-            binds.append(now)
-            try await client.query(
-                PostgresQuery(unsafeSQL: "UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, $2) WHERE id = $1", binds: binds))
-        }
-    }
-
     /// Revokes the session `token` names; `false` when there is no live one (unknown, revoked,
     /// expired, or a check that does not match: then nothing is deleted).
     public func revokeSession(token: String, now: Int64) async throws(PostgresStoreError) -> Bool {
@@ -144,6 +178,7 @@ extension PostgresStore {
 
     private func revoke(_ id: SessionID, check: SessionCheck?, now: Int64) async throws(PostgresStoreError) -> Bool {
         let sessions = table("sessions"), logger = self.logger
+        defer { forget(SessionCacheState.sessionKey(id)) }
         let outcome = try await transaction("revoking a session") { connection -> Result<Bool, PostgresStoreError> in
             // Read under a row lock and compared here, in constant time, before anything is deleted.
             let rows = try await connection.query(
@@ -164,7 +199,8 @@ extension PostgresStore {
 
     /// Revokes every session of `principal`; returns how many were live.
     public func revokeSessions(of principal: Principal, now: Int64) async throws(PostgresStoreError) -> Int {
-        try await transaction("revoking a user's sessions") { connection in
+        defer { forget(PostgresRows.userKey(principal)) }
+        return try await transaction("revoking a user's sessions") { connection in
             let (any, live) = try await self.deleteSessions(of: principal, now: now, on: connection)
             if any { try await self.notify(PostgresRows.userKey(principal), on: connection) }
             return live

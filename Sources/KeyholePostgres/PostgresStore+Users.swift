@@ -17,13 +17,27 @@ extension PostgresStore {
     }
 
     /// Changes `principal`'s record with `update`, creating it first when missing, under a row lock
-    /// (two hosts updating one user apply one after the other). Returns the record and whether it
-    /// was created. Nothing is written when `update` changes nothing.
+    /// (two hosts updating one user apply one after the other: the row is made, if missing, before
+    /// it is locked, so that two first updates cannot both start from nothing). Returns the record
+    /// and whether it was created. Nothing is written when `update` changes an existing record not.
     public func updateUser(
         _ principal: Principal, now: Int64, _ update: @escaping @Sendable (inout User) -> Void
     ) async throws(PostgresStoreError) -> (user: User, created: Bool) {
         let users = table("users"), logger = self.logger
         let outcome = try await transaction("updating a user") { connection -> Result<(User, Bool), PostgresStoreError> in
+            var made = Self.binds(principal)
+            made.append(now)
+            made.append(PostgresRows.bytes("{}"))
+            let inserted = try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, NULL, $4, 0)
+                        ON CONFLICT (issuer, sub) DO NOTHING RETURNING 1
+                        """,
+                    binds: made),
+                logger: logger)
+            var created = false
+            for try await _ in inserted { created = true }
             let rows = try await connection.query(
                 PostgresQuery(
                     unsafeSQL: "SELECT \(PostgresRows.userColumns) FROM \(users) WHERE issuer = $1 AND sub = $2 FOR UPDATE",
@@ -31,51 +45,53 @@ extension PostgresStore {
                 logger: logger)
             var found: PostgresRows.UserRow?
             for try await row in rows.decode(PostgresRows.UserRow.self) { found = row }
-            var before: User?
-            if let found {
-                switch PostgresRows.user(principal, found) {
-                case .success(let user): before = user
-                case .failure(let error): return .failure(error)
-                }
+            guard let found else { return .failure(.corrupt("user \(principal): its row went between insert and lock")) }
+            var user: User
+            switch PostgresRows.user(principal, found) {
+            case .success(let read): user = read
+            case .failure(let error): return .failure(error)
             }
-            var user = before ?? User(principal: principal, createdAt: now, updatedAt: now)
+            let before = user
             update(&user)
-            guard user != before else { return .success((user, false)) }
+            guard created || user != before else { return .success((user, false)) }
             user.updatedAt = max(now, user.createdAt)
             var binds = Self.binds(principal)
-            binds.append(user.createdAt)
             binds.append(user.updatedAt)
             binds.append(user.lastLoginAt)
             binds.append(PostgresRows.fields(user))
             try await connection.query(
                 PostgresQuery(
                     unsafeSQL: """
-                        INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $4, $5, $6, 1)
-                        ON CONFLICT (issuer, sub) DO UPDATE SET created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,
-                        last_login_at = EXCLUDED.last_login_at, fields = EXCLUDED.fields, revision = \(users).revision + 1
+                        UPDATE \(users) SET updated_at = $3, last_login_at = $4, fields = $5, revision = revision + 1
+                        WHERE issuer = $1 AND sub = $2
                         """,
                     binds: binds),
                 logger: logger)
-            if before != nil { try await self.notify(PostgresRows.userKey(principal), on: connection) }
-            return .success((user, before == nil))
+            try await self.notify(PostgresRows.userKey(principal), on: connection)
+            return .success((user, created))
         }
-        return try outcome.get()
+        let result = try outcome.get()
+        forget(PostgresRows.userKey(principal))
+        return result
     }
 
     /// Deletes `principal`'s record and every session of theirs, in one transaction. Returns whether
     /// there was anything (a record or a session) and how many live sessions went.
     public func deleteUser(_ principal: Principal, now: Int64) async throws(PostgresStoreError) -> (deleted: Bool, sessions: Int) {
         let users = table("users"), logger = self.logger
+        defer { forget(PostgresRows.userKey(principal)) }
         return try await transaction("deleting a user") { connection in
-            let sessions = try await self.deleteSessions(of: principal, now: now, on: connection)
-            var any = sessions.any
-            let live = sessions.live
+            // The user's row first: a session.create upserts it first too, so the two go one after
+            // the other, and no session made meanwhile outlives the deletion.
             let record = try await connection.query(
                 PostgresQuery(unsafeSQL: "DELETE FROM \(users) WHERE issuer = $1 AND sub = $2 RETURNING 1", binds: Self.binds(principal)),
                 logger: logger)
+            var any = false
             for try await _ in record { any = true }
+            let sessions = try await self.deleteSessions(of: principal, now: now, on: connection)
+            any = any || sessions.any
             if any { try await self.notify(PostgresRows.userKey(principal), on: connection) }
-            return (any, live)
+            return (any, sessions.live)
         }
     }
 }

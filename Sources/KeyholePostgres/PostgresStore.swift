@@ -35,9 +35,17 @@ public final class PostgresStore: Sendable {
     public let configuration: Configuration
     let client: PostgresClient
     let logger: Logger
-    /// Seconds since 1970: keyholed's clock (freshness is measured on it).
+    /// Seconds since 1970: keyholed's clock (times stored in rows).
     let now: @Sendable () -> Double
     let cache: Mutex<SessionCacheState>
+    /// Freshness is measured on a monotonic clock: a wall clock stepped back must not make an old
+    /// view look young (nor a test's fixed clock keep it young for ever).
+    private let started = ContinuousClock.now
+    /// Heartbeat numbers, never reused in this process: one sent on a connection that has since gone
+    /// may still arrive on the next, and must not pass for that one's.
+    let heartbeats = Atomic<UInt64>(0)
+    /// Uses of sessions not yet written (id → latest use), written together once per heartbeat.
+    let pendingTouches = Mutex<[SessionID: Int64]>([:])
 
     /// A store on `client`, whose `run()` the caller runs (in keyholed's service group), on a schema
     /// `SchemaMigrator` has brought up to date.
@@ -54,8 +62,17 @@ public final class PostgresStore: Sendable {
     /// Whether the cache is in use now, and how old this host's view is (nil: not fresh since the
     /// listener last connected): for `stats` and the tests.
     public var cacheStatus: (fresh: Bool, staleness: Double?, entries: Int) {
-        let now = now()
+        let now = monotonic()
         return cache.withLock { ($0.isFresh(now: now), $0.staleness(now: now), $0.count) }
+    }
+
+    /// Seconds on the monotonic clock freshness is measured on.
+    func monotonic() -> Double { Self.seconds(ContinuousClock.now - started) }
+
+    /// Drops what the cache holds under `key` (`s:…`, `u:…`) after this host changed it: its own
+    /// answer must not wait for its listener to hear the change (and a fill in flight is refused).
+    func forget(_ key: String) {
+        cache.withLock { $0.heard(key) }
     }
 
     /// `body` in one transaction, within the timeout: committed when it returns, rolled back when it

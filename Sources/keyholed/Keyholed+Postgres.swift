@@ -41,13 +41,26 @@ extension Keyholed {
                 defer { AppleSettings.wipe(&bytes) }
                 // One line: a trailing newline is the editor's, not the password's.
                 while bytes.last == UInt8(ascii: "\n") || bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
-                return String(decoding: bytes, as: UTF8.self)
+                guard !bytes.isEmpty, let text = String(validating: bytes, as: UTF8.self), !text.contains("\n") else {
+                    throw ConfigError(key: "postgres.password", line: nil, message: "\(source) must hold one line of UTF-8, the password")
+                }
+                return text
             }
         } catch {
             FileHandle.standardError.write(Data("keyholed: configuration error: \(error)\n".utf8))
             throw ExitCode(78)
         }
         let (clientConfiguration, connectionConfiguration) = try Self.postgresConfigurations(settings, password: password)
+        if case .tcp(let host, _) = settings.address, !["localhost", "127.0.0.1", "::1"].contains(host) {
+            switch settings.tls {
+            case .verify: break
+            case .disable, .prefer, .require:
+                logger.warning("postgres.tls_unverified", metadata: [
+                    "host": "\(host)", "tls": "\(settings.tls)",
+                    "reason": "the server's certificate is not checked: someone in the middle can read the password and sessions",
+                ])
+            }
+        }
         let client = PostgresClient(configuration: clientConfiguration, backgroundLogger: logger)
         pool = Task { await client.run() }
         var host = ProcessInfo.processInfo.hostName
@@ -111,7 +124,7 @@ extension Keyholed {
                 (clientTLS, connectionTLS) = (.require(tls), .require(try NIOSSLContext(configuration: tls)))
             case .verify(let caFile):
                 var tls = TLSConfiguration.makeClientConfiguration()
-                tls.trustRoots = .file(caFile)
+                if let caFile { tls.trustRoots = .file(caFile) }
                 tls.certificateVerification = .fullVerification
                 (clientTLS, connectionTLS) = (.require(tls), .require(try NIOSSLContext(configuration: tls)))
             }

@@ -15,9 +15,16 @@ struct PostgresSettings: Equatable {
 
     /// How the TCP connection is encrypted (a socket is never).
     enum TLS: Equatable {
-        case disable, prefer, require
-        /// Required, and the server's certificate verified against this CA file and its name.
-        case verify(caFile: String)
+        /// Plaintext.
+        case disable
+        /// Encrypted if the server offers it, else plaintext; the certificate not checked.
+        case prefer
+        /// Encrypted; the certificate not checked (PostgreSQL's own "require").
+        case require
+        /// Encrypted, and the server's certificate and name verified against this CA file, or the
+        /// system's trust roots (`nil`): the default, as anything less lets an active attacker
+        /// in the middle read the password and the sessions.
+        case verify(caFile: String?)
     }
 
     var address: Address
@@ -26,7 +33,7 @@ struct PostgresSettings: Equatable {
     var database: String
     var schema = SchemaName.standard
     var poolSize = 8
-    var tls = TLS.prefer
+    var tls = TLS.verify(caFile: nil)
     var timeout = TimeAmount.seconds(2)
     var maxStaleness = TimeAmount.seconds(2)
     var cacheEntries = 100_000
@@ -76,8 +83,10 @@ struct PostgresSettings: Equatable {
             case "disable": settings.tls = .disable
             case "prefer": settings.tls = .prefer
             case "require": settings.tls = .require
+            case "verify": settings.tls = .verify(caFile: nil)
             case let path where path.hasPrefix("/"): settings.tls = .verify(caFile: path)
-            default: throw section.error("tls", "must be \"disable\", \"prefer\", \"require\" or a CA file's absolute path (verify the server)")
+            default:
+                throw section.error("tls", "must be \"verify\" (the default), a CA file's absolute path, or \"require\", \"prefer\" or \"disable\" (unverified)")
             }
         }
         return settings

@@ -86,7 +86,23 @@ extension PostgresSuites {
             }
         }
 
-        @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
+        @Test("two first updates of a new user at once, from two hosts: neither is lost")
+    func concurrentFirstUpdates() async throws {
+        try await Self.withStore { store, _, cluster in
+            for round in 0..<20 {
+                let principal = Principal(issuer: "corp", sub: "new\(round)")
+                async let email = store.updateUser(principal, now: Self.now) { $0.fields["email"] = "n@example.com" }
+                async let name = store.updateUser(principal, now: Self.now) { $0.fields["name"] = ["given": "N"] }
+                let (first, second) = try await (email, name)
+                #expect([first.created, second.created].filter { $0 }.count == 1, "one of them made the record")
+                let user = try #require(try await store.user(principal))
+                #expect(user.fields["email"] == "n@example.com" && user.fields["name"] == ["given": "N"], "round \(round): \(user.fields)")
+            }
+            _ = cluster
+        }
+    }
+
+    @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
         func corruptRows() async throws {
             try await Self.withStore { store, _, cluster in
                 let alice = Principal(issuer: "corp", sub: "alice")
@@ -94,7 +110,11 @@ extension PostgresSuites {
                 try await cluster.sql("UPDATE keyhole.sessions SET sub = '\\xff'::bytea")
                 let error = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
                 #expect(error?.isCorrupt == true)
-                try await cluster.sql("UPDATE keyhole.users SET fields = 'not json'::bytea")
+                // A time no keyholed writes, where a sum would overflow: refused, not a trap.
+            try await cluster.sql("UPDATE keyhole.sessions SET sub = 'alice'::bytea, last_seen_at = 9223372036854775000")
+            let overflow = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
+            #expect(overflow?.isCorrupt == true)
+            try await cluster.sql("UPDATE keyhole.users SET fields = 'not json'::bytea")
                 let userError = await #expect(throws: PostgresStoreError.self) { _ = try await store.user(alice) }
                 #expect(userError?.isCorrupt == true)
             }

@@ -13,7 +13,7 @@ struct PostgresConfigurationTests {
     func good() throws {
         let socket = try #require(try DaemonConfiguration.parse(Self.base + "url = \"/run/postgresql\"\nuser = \"keyhole\"\n").postgres)
         #expect(socket == PostgresSettings(address: .socket(directory: "/run/postgresql", port: 5432), user: "keyhole", password: nil, database: "keyhole"))
-        #expect(socket.schema == .standard && socket.poolSize == 8 && socket.tls == .prefer && socket.cacheEntries == 100_000)
+        #expect(socket.schema == .standard && socket.poolSize == 8 && socket.tls == .verify(caFile: nil) && socket.cacheEntries == 100_000)
         #expect(socket.timeout == .seconds(2) && socket.maxStaleness == .seconds(2))
         let tcp = try #require(try DaemonConfiguration.parse(Self.base + """
             url = "postgres://db.internal:6543/sessions"
