@@ -266,3 +266,39 @@ extension PostgresStore {
         return binds
     }
 }
+
+extension PostgresStore {
+    /// A session idle past its timeout is removed only this long after: another host's use of it may
+    /// not be written yet (uses are written with each heartbeat, well within this).
+    public static let idleGrace: Int64 = 300
+
+    /// Removes up to `limit` expired rows of each kind: sessions past their expiry (or idle past
+    /// their timeout and `idleGrace`), seen notifications and pending web authorizations past
+    /// theirs. Returns how many rows went.
+    public func pruneExpired(now: Int64, limit: Int) async throws(PostgresStoreError) -> Int {
+        let sessions = table("sessions"), seen = table("apple_notifications_seen"), pending = table("apple_pending")
+        let logger = self.logger, grace = Self.idleGrace
+        return try await transaction("removing expired rows") { connection in
+            var removed = 0
+            var expiry = PostgresBindings()
+            expiry.append(now)
+            expiry.append(limit)
+            var idle = expiry
+            idle.append(grace)
+            for (sql, binds) in [
+                (
+                    """
+                    DELETE FROM \(sessions) WHERE id IN (SELECT id FROM \(sessions)
+                        WHERE expires_at <= $1 OR last_seen_at + idle_seconds + $3 <= $1 LIMIT $2)
+                    """, idle
+                ),
+                ("DELETE FROM \(seen) WHERE jti IN (SELECT jti FROM \(seen) WHERE expires_at <= $1 LIMIT $2)", expiry),
+                ("DELETE FROM \(pending) WHERE state_hash IN (SELECT state_hash FROM \(pending) WHERE expires_at <= $1 LIMIT $2)", expiry),
+            ] {
+                let rows = try await connection.query(PostgresQuery(unsafeSQL: sql + " RETURNING 1", binds: binds), logger: logger)
+                for try await _ in rows { removed += 1 }
+            }
+            return removed
+        }
+    }
+}

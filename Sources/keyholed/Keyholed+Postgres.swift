@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import NIOSSL
 import PostgresNIO
+import ServiceLifecycle
 
 /// `[storage] backend = "postgres"` (Sources/KeyholePostgres/POSTGRES.md): the pool, the schema
 /// brought up to date before anything is served, the store with its cache, and the listener.
@@ -15,6 +16,13 @@ struct PostgresStorage: Sendable {
     let client: PostgresClient
     let store: PostgresStore
     let listener: PostgresListener
+    let pruner: PostgresPruner
+
+    /// Its long-running parts in keyholed's service group: the listener, and the pruning of expired
+    /// rows. (The pool runs from before the group: the schema is migrated before anything serves.)
+    var services: [ServiceGroupConfiguration.ServiceConfiguration] {
+        [.init(service: listener), .init(service: pruner)]
+    }
 
     /// `stats`' `store` member.
     var statistics: [String: JSONValue] {
@@ -91,7 +99,7 @@ extension Keyholed {
         var listenerConfiguration = PostgresListener.Configuration()
         listenerConfiguration.heartbeatInterval = .nanoseconds(settings.maxStaleness.nanoseconds / 4)
         let listener = PostgresListener(store: store, connection: connectionConfiguration, configuration: listenerConfiguration, logger: logger)
-        return PostgresStorage(client: client, store: store, listener: listener)
+        return PostgresStorage(client: client, store: store, listener: listener, pruner: PostgresPruner(store: store, logger: logger))
     }
 
     /// The pool's and the listener's settings from `[postgres]`.

@@ -293,7 +293,7 @@ struct Keyholed: AsyncParsableCommand {
                 .init(service: StoreCommitter(store: sessionStore, logger: logger)),
                 .init(service: StoreSnapshotter(store: sessionStore, now: seconds, logger: logger)),
                 .init(service: SessionSweeper(store: sessionStore, now: seconds, logger: logger)),
-            ] } ?? []) + (shared.map { [.init(service: $0.listener)] } ?? []) + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
+            ] } ?? []) + (shared?.services ?? []) + (background.map { [.init(service: $0.revocations), .init(service: $0.refreshChecks)] } ?? []) + [
                 .init(service: server),
             ] + (http.map { [.init(service: $0)] } ?? []) + [
                 .init(service: ReloadSignals(reloader: reloader, signals: hangups)),

@@ -86,6 +86,27 @@ extension PostgresSuites {
             }
         }
 
+        @Test("pruning removes sessions past their expiry, and idle ones only after a grace; live ones stay; in batches")
+        func pruning() async throws {
+            try await Self.withStore { store, _, cluster in
+                let alice = Principal(issuer: "corp", sub: "alice")
+                var expired: [String] = []
+                for _ in 0..<5 { expired.append(try await store.createSession(for: alice, now: Self.now, ttl: 60, idle: 60, data: nil).token) }
+                let idle = try await store.createSession(for: alice, now: Self.now, ttl: 86_400, idle: 600, data: nil).token
+                let live = try await store.createSession(for: alice, now: Self.now, ttl: 86_400, idle: 86_400, data: nil).token
+                // At +700: five past their expiry; the idle one past its 600 s but within the grace.
+                #expect(try await store.pruneExpired(now: Self.now + 700, limit: 2) == 2, "a batch at most")
+                #expect(try await store.pruneExpired(now: Self.now + 700, limit: 100) == 3)
+                #expect(try await store.pruneExpired(now: Self.now + 700, limit: 100) == 0)
+                #expect(try await cluster.sql("SELECT count(*) FROM keyhole.sessions") == "2\n")
+                // Past the grace, the idle one goes; the live one stays.
+                #expect(try await store.pruneExpired(now: Self.now + 600 + PostgresStore.idleGrace, limit: 100) == 1)
+                #expect(try await store.session(token: live, now: Self.now + 1000) != nil)
+                #expect(try await store.session(token: idle, now: Self.now + 1000) == nil)
+                _ = expired
+            }
+        }
+
         @Test("two first updates of a new user at once, from two hosts: neither is lost")
     func concurrentFirstUpdates() async throws {
         try await Self.withStore { store, _, cluster in
