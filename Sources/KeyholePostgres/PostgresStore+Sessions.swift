@@ -62,8 +62,8 @@ extension PostgresStore {
         throw .unavailable("could not find an unused session id")
     }
 
-    /// The live session `token` names, and its user's record, marked as used now (written when the
-    /// stored last use is `touchInterval` behind); `nil` for an unknown, revoked or expired session
+    /// The live session `token` names, and its user's record, marked as used now (written with the
+    /// next heartbeat, `writeTouches`); `nil` for an unknown, revoked or expired session
     /// alike, and for a token whose check does not match (compared in constant time). From the
     /// cache while this host's view is fresh, else from the database (and then cached).
     public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
@@ -79,7 +79,6 @@ extension PostgresStore {
             if now >= self.latestUse(found.session).endsAt, now < found.session.expiresAt {
                 guard let read = try await readSession(id) else { return nil }
                 found = read
-                cache.withLock { $0.update(read.session) }
             }
         case .miss(let ticket):
             guard let read = try await readSession(id) else { return nil }

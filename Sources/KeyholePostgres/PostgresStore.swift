@@ -10,8 +10,7 @@ import Synchronization
 /// are stored and compared as bytes, and a session token is never stored (its id and check are).
 ///
 /// `session(token:now:)` is served from a per-host cache while `PostgresListener` keeps this host's
-/// view provably fresh (POSTGRES.md, "Reads"). Not yet: batched touches, the outbox, the interface it
-/// shares with the local store.
+/// view provably fresh (POSTGRES.md, "Reads"); sessions' uses are written with each heartbeat.
 public final class PostgresStore: Sendable {
     /// How the store behaves; the connection itself is the `PostgresClient`'s.
     public struct Configuration: Sendable {
@@ -19,9 +18,6 @@ public final class PostgresStore: Sendable {
         public var schema = SchemaName.standard
         /// The bound on every call, waiting for a connection included (`[postgres] timeout`).
         public var timeout: Duration = .seconds(2)
-        /// A session's last use is written once it is this many seconds behind (as the local store's
-        /// `touch_interval`): idle timeouts are coarse, and each write is a database round trip.
-        public var touchInterval: Int64 = 60
         /// How old this host's view may be before its cache is bypassed (`[postgres] max_staleness`).
         public var maxStaleness: Duration = .seconds(2)
         /// Sessions cached on this host; 0: none (`[postgres] cache_entries`).

@@ -92,10 +92,12 @@ struct SessionCacheState {
     mutating func fill(_ ticket: FillTicket, session: Session, check: SessionCheck, user: User?, userKey: String, now: Double) -> Bool {
         guard ticket.epoch == epoch, isFresh(now: now) else { return false }
         if ticket.sequence < sequence {
-            // The invalidations since the ticket must all still be remembered to be checked.
-            guard let oldest = invalidations.first, oldest.sequence <= ticket.sequence + 1 else { return false }
+            // The invalidations since the ticket must all still be remembered to be checked: the
+            // newest ones, back to the ticket (sequence numbers are consecutive), no further.
+            let since = Int(sequence - ticket.sequence)
+            guard since <= invalidations.count else { return false }
             let sessionKey = Self.sessionKey(session.id)
-            for invalidation in invalidations where invalidation.sequence > ticket.sequence {
+            for invalidation in invalidations.suffix(since) {
                 if invalidation.key == "*" || invalidation.key == sessionKey || invalidation.key == userKey { return false }
             }
         }
@@ -158,17 +160,18 @@ struct SessionCacheState {
     /// one listened were not heard), and the view is not fresh until a heartbeat sent from now on
     /// comes back on this connection.
     mutating func listenerConnected() {
-        epoch += 1
-        connected = true
-        freshAsOf = nil
-        pendingHeartbeats.removeAll()
-        dropAll()
+        restart(connected: true)
     }
 
     /// The listener lost its connection: the cache is unused until it is back.
     mutating func listenerLost() {
+        restart(connected: false)
+    }
+
+    /// A new epoch: nothing cached, nothing heard, no fill from before kept.
+    private mutating func restart(connected: Bool) {
         epoch += 1
-        connected = false
+        self.connected = connected
         freshAsOf = nil
         pendingHeartbeats.removeAll()
         dropAll()

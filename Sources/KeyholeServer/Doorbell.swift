@@ -1,4 +1,4 @@
-import KeyholeIssuers
+import KeyholeProtocol
 import Synchronization
 
 /// Wakes a background loop early: the loop waits for a ring or a timeout, whichever comes first. Every

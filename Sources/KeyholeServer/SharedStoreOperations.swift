@@ -73,14 +73,7 @@ public enum SharedStoreOperations {
                 try arguments.finish()
                 let time = now()
                 let sessions = try await stored { () async throws(StoreError) in try await store.sessions(of: owner, now: time) }
-                return [
-                    "sessions": .array(sessions.map { session in
-                        [
-                            "id": .string(session.id.description), "created_at": .int(session.createdAt),
-                            "expires_at": .int(session.expiresAt), "last_seen_at": .int(session.lastSeenAt),
-                        ]
-                    })
-                ]
+                return StoreOperations.listJSON(sessions)
             },
             "user.get": .async { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
@@ -94,18 +87,9 @@ public enum SharedStoreOperations {
             "user.update": .async { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let owner = try principal(&arguments)
-                let email = try StoreOperations.optionalString(arguments.value("email"), name: "email", maxBytes: 320)
-                let name = try StoreOperations.nameChange(arguments.value("name"))
-                try arguments.finish()
-                guard email != nil || name != nil else { throw .badRequest("nothing to update: give 'email' or 'name'") }
+                let change = try StoreOperations.userChange(&arguments)
                 let time = now()
-                let updated = try await stored { () async throws(StoreError) in
-                    try await store.updateUser(owner, now: time) { user in
-                        // null removes a member; a string (or name object) sets it.
-                        if let email { user.fields["email"] = email.isNull ? nil : email }
-                        if let name { user.fields["name"] = name.isNull ? nil : name }
-                    }
-                }
+                let updated = try await stored { () async throws(StoreError) in try await store.updateUser(owner, now: time, change) }
                 return ["user": .object(updated.user.publicJSON), "created": .bool(updated.created)]
             },
             "user.delete": .async { request, requestContext throws(ProtocolError) in

@@ -67,18 +67,23 @@ extension StoreOperations {
                 try arguments.finish()
                 let time = now()
                 return try StoreCommit.read(store, { store.sessions(of: principal, now: time) }) { sessions in
-                    .success(.object([
-                        "sessions": .array(sessions.map { session in
-                            [
-                                "id": .string(session.id.description),
-                                "created_at": .int(session.createdAt),
-                                "expires_at": .int(session.expiresAt),
-                                "last_seen_at": .int(session.lastSeenAt),
-                            ]
-                        }),
-                    ]))
+                    .success(.object(listJSON(sessions)))
                 }
             },
+        ]
+    }
+
+    /// `session.list`'s answer.
+    static func listJSON(_ sessions: [Session]) -> [String: JSONValue] {
+        [
+            "sessions": .array(sessions.map { session in
+                [
+                    "id": .string(session.id.description),
+                    "created_at": .int(session.createdAt),
+                    "expires_at": .int(session.expiresAt),
+                    "last_seen_at": .int(session.lastSeenAt),
+                ]
+            })
         ]
     }
 

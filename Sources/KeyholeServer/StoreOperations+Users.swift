@@ -19,17 +19,10 @@ extension StoreOperations {
             "user.update": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let principal = try context.principal(&arguments)
-                let email = try optionalString(arguments.value("email"), name: "email", maxBytes: 320)
-                let name = try nameChange(arguments.value("name"))
-                try arguments.finish()
-                guard email != nil || name != nil else { throw .badRequest("nothing to update: give 'email' or 'name'") }
+                let change = try userChange(&arguments)
                 let time = now()
                 return try StoreCommit.run { done throws(StoreError) in
-                    try store.updateUser(principal, now: time, completion: done) { user in
-                        // null removes a member; a string (or name object) sets it.
-                        if let email { user.fields["email"] = email.isNull ? nil : email }
-                        if let name { user.fields["name"] = name.isNull ? nil : name }
-                    }
+                    try store.updateUser(principal, now: time, completion: done, change)
                 } answer: { updated in
                     .object(["user": .object(updated.user.publicJSON), "created": .bool(updated.created)])
                 }
@@ -87,6 +80,20 @@ extension StoreOperations {
             "issuer": "\(principal.issuer)", "sub": "\(principal.sub)", "sessions_revoked": "\(sessions)",
             "trigger": "\(trigger)", "audit": "true",
         ])
+    }
+
+    /// `user.update`'s `email` and `name` (the rest of its arguments, after `sub` and `issuer`), as
+    /// the change to make to the record.
+    static func userChange(_ arguments: inout Arguments) throws(ProtocolError) -> @Sendable (inout User) -> Void {
+        let email = try optionalString(arguments.value("email"), name: "email", maxBytes: 320)
+        let name = try nameChange(arguments.value("name"))
+        try arguments.finish()
+        guard email != nil || name != nil else { throw .badRequest("nothing to update: give 'email' or 'name'") }
+        return { user in
+            // null removes a member; a string (or name object) sets it.
+            if let email { user.fields["email"] = email.isNull ? nil : email }
+            if let name { user.fields["name"] = name.isNull ? nil : name }
+        }
     }
 
     /// A string member that may be `null` (remove it); `nil` when absent.

@@ -1,3 +1,5 @@
+import KeyholeProtocol
+
 /// Users and sessions as the server's operations use them, whatever keeps them: the local `Store`
 /// (the write-ahead log and snapshots) or PostgreSQL (`KeyholePostgres`). Every method answers once
 /// its change is durable; every failure to reach or use the storage is a `StoreError`, answered
@@ -36,6 +38,17 @@ public protocol SessionStoring: Sendable {
 extension Store {
     /// This store as `SessionStoring`: each answer awaited until what it rests on is durable.
     public var awaited: AwaitedStore { AwaitedStore(store: self) }
+
+    /// Runs `change` (one of this store's methods, given its completion) and returns its value once
+    /// what it did is durable (or needed no write), for callers that run in a task.
+    public static func durably<Value: Sendable>(
+        _ change: (@escaping Completion) throws(StoreError) -> Value
+    ) async throws(StoreError) -> Value {
+        let completion = FirstOutcome<Result<Void, StoreError>>()
+        let value = try change { completion.finish($0) }
+        try await completion.wait().get()
+        return value
+    }
 }
 
 /// The local store behind `SessionStoring` (a view, not a conformance of `Store` itself, whose
@@ -43,15 +56,8 @@ extension Store {
 public struct AwaitedStore: SessionStoring {
     public let store: Store
 
-    /// `body`'s value once the change it made is durable (or needed no write).
     private func durable<Value: Sendable>(_ body: (@escaping Store.Completion) throws(StoreError) -> Value) async throws(StoreError) -> Value {
-        let (outcomes, continuation) = AsyncStream<Result<Void, StoreError>>.makeStream()
-        let value = try body { outcome in
-            continuation.yield(outcome)
-            continuation.finish()
-        }
-        for await outcome in outcomes { try outcome.get() }
-        return value
+        try await Store.durably(body)
     }
 
     public func createSession(for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?) async throws(StoreError)

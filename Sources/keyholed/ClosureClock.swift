@@ -13,8 +13,8 @@ struct ClosureClock: KeySetClock {
     func now() -> Double { read() }
 
     func sleep(until deadline: Double) async throws {
-        let left = deadline - now()
-        guard left > 0 else { return }
-        try await Task.sleep(for: .nanoseconds(Int64(min(left, 365 * 86_400) * 1e9)))
+        // On real time, for as long as this clock has left to go.
+        let system = SystemKeySetClock()
+        try await system.sleep(until: system.now() + (deadline - now()))
     }
 }

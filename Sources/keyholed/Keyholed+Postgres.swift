@@ -75,8 +75,8 @@ extension Keyholed {
         if host.isEmpty || host.utf8.count > 64 { host = "host" }
         var storeConfiguration = PostgresStore.Configuration()
         storeConfiguration.schema = settings.schema
-        storeConfiguration.timeout = .nanoseconds(settings.timeout.nanoseconds)
-        storeConfiguration.maxStaleness = .nanoseconds(settings.maxStaleness.nanoseconds)
+        storeConfiguration.timeout = Duration(settings.timeout)
+        storeConfiguration.maxStaleness = Duration(settings.maxStaleness)
         storeConfiguration.cacheEntries = settings.cacheEntries
         // Unique among the hosts sharing the schema: the host name and this process.
         storeConfiguration.hostID = "\(host)-\(getpid())"
@@ -97,7 +97,7 @@ extension Keyholed {
             throw ExitCode(error.isSchemaTooNew ? 78 : 1)
         }
         var listenerConfiguration = PostgresListener.Configuration()
-        listenerConfiguration.heartbeatInterval = .nanoseconds(settings.maxStaleness.nanoseconds / 4)
+        listenerConfiguration.heartbeatInterval = Duration(settings.maxStaleness) / 4
         let listener = PostgresListener(store: store, connection: connectionConfiguration, configuration: listenerConfiguration, logger: logger)
         return PostgresStorage(client: client, store: store, listener: listener, pruner: PostgresPruner(store: store, logger: logger))
     }
@@ -106,45 +106,44 @@ extension Keyholed {
     static func postgresConfigurations(
         _ settings: PostgresSettings, password: String?
     ) throws -> (PostgresClient.Configuration, PostgresConnection.Configuration) {
+        var client: PostgresClient.Configuration
+        var connection: PostgresConnection.Configuration
         switch settings.address {
         case .socket(let directory, let port):
             let path = "\(directory)/.s.PGSQL.\(port)"
-            var client = PostgresClient.Configuration(unixSocketPath: path, username: settings.user, password: password, database: settings.database)
-            client.options.maximumConnections = settings.poolSize
-            client.options.connectTimeout = .nanoseconds(settings.timeout.nanoseconds)
-            var connection = PostgresConnection.Configuration(unixSocketPath: path, username: settings.user, password: password, database: settings.database)
-            connection.options.connectTimeout = settings.timeout
-            connection.options.additionalStartupParameters = [("application_name", "keyholed-listener")]
-            return (client, connection)
+            client = PostgresClient.Configuration(unixSocketPath: path, username: settings.user, password: password, database: settings.database)
+            connection = PostgresConnection.Configuration(unixSocketPath: path, username: settings.user, password: password, database: settings.database)
         case .tcp(let host, let port):
-            let (clientTLS, connectionTLS): (PostgresClient.Configuration.TLS, PostgresConnection.Configuration.TLS)
-            switch settings.tls {
-            case .disable:
-                (clientTLS, connectionTLS) = (.disable, .disable)
-            case .prefer:
-                var tls = TLSConfiguration.makeClientConfiguration()
-                tls.certificateVerification = .none
-                (clientTLS, connectionTLS) = (.prefer(tls), .prefer(try NIOSSLContext(configuration: tls)))
-            case .require:
-                // PostgreSQL's own "require": encrypted, the certificate not checked.
-                var tls = TLSConfiguration.makeClientConfiguration()
-                tls.certificateVerification = .none
-                (clientTLS, connectionTLS) = (.require(tls), .require(try NIOSSLContext(configuration: tls)))
-            case .verify(let caFile):
-                var tls = TLSConfiguration.makeClientConfiguration()
-                if let caFile { tls.trustRoots = .file(caFile) }
-                tls.certificateVerification = .fullVerification
-                (clientTLS, connectionTLS) = (.require(tls), .require(try NIOSSLContext(configuration: tls)))
-            }
-            var client = PostgresClient.Configuration(
+            let (clientTLS, connectionTLS) = try Self.tls(settings.tls)
+            client = PostgresClient.Configuration(
                 host: host, port: port, username: settings.user, password: password, database: settings.database, tls: clientTLS)
-            client.options.maximumConnections = settings.poolSize
-            client.options.connectTimeout = .nanoseconds(settings.timeout.nanoseconds)
-            var connection = PostgresConnection.Configuration(
+            connection = PostgresConnection.Configuration(
                 host: host, port: port, username: settings.user, password: password, database: settings.database, tls: connectionTLS)
-            connection.options.connectTimeout = settings.timeout
-            connection.options.additionalStartupParameters = [("application_name", "keyholed-listener")]
-            return (client, connection)
+        }
+        client.options.maximumConnections = settings.poolSize
+        client.options.connectTimeout = Duration(settings.timeout)
+        connection.options.connectTimeout = settings.timeout
+        connection.options.additionalStartupParameters = [("application_name", "keyholed-listener")]
+        return (client, connection)
+    }
+
+    /// `[postgres] tls` as the pool's and the listener's settings.
+    private static func tls(_ mode: PostgresSettings.TLS) throws -> (PostgresClient.Configuration.TLS, PostgresConnection.Configuration.TLS) {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch mode {
+        case .disable:
+            return (.disable, .disable)
+        case .prefer:
+            tls.certificateVerification = .none
+            return (.prefer(tls), .prefer(try NIOSSLContext(configuration: tls)))
+        case .require:
+            // PostgreSQL's own "require": encrypted, the certificate not checked.
+            tls.certificateVerification = .none
+            return (.require(tls), .require(try NIOSSLContext(configuration: tls)))
+        case .verify(let caFile):
+            if let caFile { tls.trustRoots = .file(caFile) }
+            tls.certificateVerification = .fullVerification
+            return (.require(tls), .require(try NIOSSLContext(configuration: tls)))
         }
     }
 }

@@ -58,9 +58,8 @@ extension PostgresSuites {
         static func secondsUntilGone(_ token: String, on host: Host) async throws -> Double {
             let start = ContinuousClock.now
             for _ in 0..<5000 {
-                if try await host.store.session(token: token, now: Int64(Date().timeIntervalSince1970)) == nil {
-                    let elapsed = ContinuousClock.now - start
-                    return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                if try await host.store.session(token: token, now: Self.now) == nil {
+                    return PostgresStore.seconds(ContinuousClock.now - start)
                 }
                 try await Task.sleep(for: .milliseconds(2))
             }
@@ -85,7 +84,7 @@ extension PostgresSuites {
                     }
                     let seconds = try await Self.secondsUntilGone(token, on: b)
                     bounds.append(seconds)
-                    #expect(seconds < Self.seconds(Self.maxStaleness), "\(change): B still served it \(seconds) s later")
+                    #expect(seconds < PostgresStore.seconds(Self.maxStaleness), "\(change): B still served it \(seconds) s later")
                 }
                 // Revoked on the host that has it cached: refused there at once, without waiting for the
             // notification to come back.
@@ -154,10 +153,6 @@ extension PostgresSuites {
                 try await Self.waitUntil("B fresh again") { b.store.cacheStatus.fresh }
                 #expect(try await b.store.session(token: token, now: Self.now) != nil)
             }
-        }
-
-        static func seconds(_ duration: Duration) -> Double {
-            Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
         }
     }
 }

@@ -212,10 +212,6 @@ class FakeApple:
     def url(self):
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def origin(self):
-        return self.url
-
     def handle(self, request, method):
         target = urllib.parse.urlsplit(request.path)
         length = int(request.headers.get("Content-Length") or 0)

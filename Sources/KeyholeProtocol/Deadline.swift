@@ -1,13 +1,13 @@
 import NIOCore
 import Synchronization
 
-/// Runs `body` bounded as a whole by `timeout`: AsyncHTTPClient's deadline covers a response's head
-/// only, and a server trickling its body a byte at a time must not hold a request (and every request
-/// waiting on it) for longer.
+/// Runs `body` bounded as a whole by `timeout`: for calls whose own timeouts do not bound them whole
+/// (AsyncHTTPClient's covers a response's head only, and a server trickling its body a byte at a time
+/// must not hold a request for longer; a PostgreSQL call may wait on a frozen server).
 ///
 /// On timeout or cancellation the answer (`timedOut()`, `cancelled()`) comes at once and `body`'s task
-/// is cancelled; collecting a body does not notice cancellation promptly, so that task may linger until
-/// the server or the read timeout ends it.
+/// is cancelled but not waited for: a call that does not notice cancellation promptly may linger
+/// until its own I/O ends it. (Here, below every target that needs it.)
 package func withDeadline<Value: Sendable, Failure: Error>(
     _ timeout: TimeAmount,
     timedOut: @escaping @Sendable () -> Failure,
