@@ -11,7 +11,7 @@ extension PostgresStore {
 public struct PostgresSessionStoring: SessionStoring {
     public let store: PostgresStore
 
-    private func mapped<Value>(_ body: () async throws(PostgresStoreError) -> Value) async throws(StoreError) -> Value {
+    func mapped<Value>(_ body: () async throws(PostgresStoreError) -> Value) async throws(StoreError) -> Value {
         do {
             return try await body()
         } catch {

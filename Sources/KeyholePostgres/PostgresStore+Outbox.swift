@@ -18,28 +18,89 @@ extension PostgresStore {
 
     /// Adds work that must happen at least once; it stays until a host completes it.
     public func addOutbox(kind: String, payload: [String: JSONValue], now: Int64) async throws(PostgresStoreError) -> OutboxEntry {
-        let outbox = table("outbox"), ids = table("outbox_ids"), logger = self.logger
+        let id = try await transaction("adding outbox work") { connection in
+            try await self.insertOutbox(kind: kind, payload: payload, now: now, on: connection)
+        }
+        return OutboxEntry(id: UInt64(bitPattern: id), kind: kind, createdAt: now, payload: payload)
+    }
+
+    /// Inserts an outbox row in the transaction of `connection`, due at once; its id.
+    func insertOutbox(kind: String, payload: [String: JSONValue], now: Int64, on connection: PostgresConnection) async throws -> Int64 {
         var json = ByteBuffer()
         JSONValue.object(payload).write(to: &json)
-        let bytes = json
-        let id = try await transaction("adding outbox work") { connection -> Int64 in
+        var binds = PostgresBindings()
+        binds.append(kind)
+        binds.append(now)
+        binds.append(json)
+        let rows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    INSERT INTO \(table("outbox")) (id, kind, created_at, payload, next_attempt_at)
+                    VALUES (nextval('\(table("outbox_ids"))'), $1, $2, $3, $2) RETURNING id
+                    """,
+                binds: binds),
+            logger: logger)
+        var id: Int64 = 0
+        for try await value in rows.decode(Int64.self) { id = value }
+        return id
+    }
+
+    /// Every entry of `kind`, oldest first, whoever holds it.
+    public func outbox(kind: String) async throws(PostgresStoreError) -> [OutboxEntry] {
+        let outbox = table("outbox")
+        let rows = try await read("listing outbox work") { client -> [(Int64, Int64, ByteBuffer)] in
+            let rows = try await client.query(
+                PostgresQuery(unsafeSQL: "SELECT id, created_at, payload FROM \(outbox) WHERE kind = $1 ORDER BY created_at, id", binds: {
+                    var binds = PostgresBindings()
+                    binds.append(kind)
+                    return binds
+                }()))
+            var found: [(Int64, Int64, ByteBuffer)] = []
+            for try await row in rows.decode((Int64, Int64, ByteBuffer).self) { found.append(row) }
+            return found
+        }
+        var entries: [OutboxEntry] = []
+        for (id, createdAt, payload) in rows { entries.append(try Self.outboxEntry(id: id, kind: kind, createdAt: createdAt, payload: payload)) }
+        return entries
+    }
+
+    /// Takes entry `id` for this host for `lease` seconds unless another host holds it or a failure
+    /// put it off (this host may take again what it holds: its own tries are kept apart in memory).
+    public func claimOutbox(_ id: UInt64, lease: Int64, now: Int64) async throws(PostgresStoreError) -> OutboxClaim {
+        let outbox = table("outbox"), logger = self.logger, host = configuration.hostID
+        return try await transaction("claiming outbox work") { connection -> OutboxClaim in
             var binds = PostgresBindings()
-            binds.append(kind)
+            binds.append(Int64(bitPattern: id))
+            binds.append(host)
             binds.append(now)
-            binds.append(bytes)
-            let rows = try await connection.query(
+            binds.append(now + lease)
+            let claimed = try await connection.query(
                 PostgresQuery(
                     unsafeSQL: """
-                        INSERT INTO \(outbox) (id, kind, created_at, payload, next_attempt_at) VALUES (nextval('\(ids)'), $1, $2, $3, $2)
+                        UPDATE \(outbox) SET lease_owner = $2, lease_until = $4
+                        WHERE id = $1 AND next_attempt_at <= $3 AND (lease_until IS NULL OR lease_until <= $3 OR lease_owner = $2)
                         RETURNING id
                         """,
                     binds: binds),
                 logger: logger)
-            var id: Int64 = 0
-            for try await value in rows.decode(Int64.self) { id = value }
-            return id
+            for try await _ in claimed { return .claimed }
+            var key = PostgresBindings()
+            key.append(Int64(bitPattern: id))
+            let rows = try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: "SELECT greatest(next_attempt_at, coalesce(lease_until, next_attempt_at)) FROM \(outbox) WHERE id = $1",
+                    binds: key),
+                logger: logger)
+            for try await until in rows.decode(Int64.self) { return .busy(until: until) }
+            return .gone
         }
-        return OutboxEntry(id: UInt64(bitPattern: id), kind: kind, createdAt: now, payload: payload)
+    }
+
+    static func outboxEntry(id: Int64, kind: String, createdAt: Int64, payload: ByteBuffer) throws(PostgresStoreError) -> OutboxEntry {
+        guard case .object(let members)? = try? JSONValue.parse(payload) else {
+            throw .corrupt("outbox entry \(id): its payload is not a JSON object")
+        }
+        return OutboxEntry(id: UInt64(bitPattern: id), kind: kind, createdAt: createdAt, payload: members)
     }
 
     /// Claims up to `limit` entries of `kind` that are due and not leased by a live lease, for
@@ -72,10 +133,7 @@ extension PostgresStore {
         }
         var work: [ClaimedWork] = []
         for (id, createdAt, payload, attempts) in rows.sorted(by: { $0.0 < $1.0 }) {
-            guard case .object(let members)? = try? JSONValue.parse(payload) else {
-                throw .corrupt("outbox entry \(id): its payload is not a JSON object")
-            }
-            work.append(ClaimedWork(entry: OutboxEntry(id: UInt64(bitPattern: id), kind: kind, createdAt: createdAt, payload: members), attempts: Int(attempts)))
+            work.append(ClaimedWork(entry: try Self.outboxEntry(id: id, kind: kind, createdAt: createdAt, payload: payload), attempts: Int(attempts)))
         }
         return work
     }

@@ -37,6 +37,7 @@ struct AppleGrant: Sendable, Equatable {
         apple["refresh_token"] = .string(Base64URL.encode(sealedToken))
         apple["client_id"] = .string(clientID)
         apple["refresh_checked_at"] = .int(checkedAt)
+        apple["refresh_claimed_at"] = nil
         ext["apple"] = .object(apple)
         user.fields["ext"] = .object(ext)
     }
@@ -48,6 +49,7 @@ struct AppleGrant: Sendable, Equatable {
         var apple = ext["apple"]?.objectValue ?? [:]
         apple["refresh_token"] = nil
         apple["refresh_checked_at"] = nil
+        apple["refresh_claimed_at"] = nil
         ext["apple"] = .object(apple)
         user.fields["ext"] = .object(ext)
         user.fields["consent_revoked_at"] = .int(time)
@@ -57,7 +59,24 @@ struct AppleGrant: Sendable, Equatable {
     /// for the old sub and issued to the sending team's client; neither is of use any more).
     static func discard(from user: inout User) {
         guard var ext = user.fields["ext"]?.objectValue, var apple = ext["apple"]?.objectValue else { return }
-        for member in ["refresh_token", "client_id", "refresh_checked_at"] { apple[member] = nil }
+        for member in ["refresh_token", "client_id", "refresh_checked_at", "refresh_claimed_at"] { apple[member] = nil }
+        ext["apple"] = .object(apple)
+        user.fields["ext"] = .object(ext)
+    }
+
+    /// When a host took the check of `user`'s grant (`ext.apple.refresh_claimed_at`): with several
+    /// hosts, the one whose claim is written checks, and the others skip it (until the claim is
+    /// old: a host that died checking).
+    static func checkClaimedAt(_ user: User) -> Int64? {
+        user.fields["ext"]?.objectValue?["apple"]?.objectValue?["refresh_claimed_at"]?.intValue
+    }
+
+    /// Notes in `user`'s record that a host checks their grant from `time`; storing the grant
+    /// after the check (or dropping it) clears it.
+    static func claimCheck(in user: inout User, at time: Int64) {
+        var ext = user.fields["ext"]?.objectValue ?? [:]
+        var apple = ext["apple"]?.objectValue ?? [:]
+        apple["refresh_claimed_at"] = .int(time)
         ext["apple"] = .object(apple)
         user.fields["ext"] = .object(ext)
     }

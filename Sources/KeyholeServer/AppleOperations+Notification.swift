@@ -12,13 +12,13 @@ extension AppleOperations {
     struct Notification: Sendable {
         let configuration: Configuration
         let registry: IssuerRegistry
-        let store: Store
+        let store: any AppleStoring
         let seen: SeenNotifications
         let now: @Sendable () -> Double
         let logger: Logger
 
         /// What the event says.
-        struct Event {
+        struct Event: Sendable {
             var type: String
             var sub: String
             var email: String?
@@ -138,7 +138,7 @@ extension AppleOperations {
             let mark = AppleNotificationMark(issuedAt: issuedAt, jti: jti)
             // Worked out under the store's lock, in the closures below.
             let standing = Mutex(AppleNotificationMark.Standing.new)
-            func admits(_ user: User) -> Bool {
+            @Sendable func admits(_ user: User) -> Bool {
                 let found = AppleNotificationMark.standing(of: jti, issuedAt: issuedAt, family: family, for: user)
                 standing.withLock { $0 = found }
                 return found == .new
@@ -149,8 +149,8 @@ extension AppleOperations {
             switch event.type {
             case "consent-revoked":
                 let revoke = configuration.onRevoked == .revokeSessions
-                let changed = try await StoreCommit.awaiting { done throws(StoreError) in
-                    try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
+                let changed = try await StoreCommit.stored { () async throws(StoreError) in
+                    try await store.modifyUser(principal, now: time, revokeSessions: revoke) { user in
                         guard admits(user) else { return false }
                         // A grant issued (or found valid) after the notification is newer consent: a
                         // late retry or a replay after a restart must not undo it.
@@ -172,8 +172,8 @@ extension AppleOperations {
                 // Apple deleted the account (and its grants): nothing to revoke there. The record is
                 // gone after, so a repeat finds nothing; one made since (the user signed up again)
                 // is newer than the notification and stays.
-                let deleted = try await StoreCommit.awaiting { done throws(StoreError) in
-                    try store.deleteUser(principal, now: time, completion: done, when: { user in user.map(admits) ?? true }) { _ in nil }
+                let deleted = try await StoreCommit.stored { () async throws(StoreError) in
+                    try await store.deleteUser(principal, now: time, when: { user in user.map(admits) ?? true }, outbox: { _ in nil })
                 }
                 if deleted.deleted {
                     StoreOperations.logUserDeleted(
@@ -181,8 +181,8 @@ extension AppleOperations {
                 }
                 return outcome(applied: deleted.deleted)
             default:
-                let changed = try await StoreCommit.awaiting { done throws(StoreError) in
-                    try store.modifyUser(principal, now: time, completion: done) { user in
+                let changed = try await StoreCommit.stored { () async throws(StoreError) in
+                    try await store.modifyUser(principal, now: time, revokeSessions: false) { user in
                         guard admits(user) else { return false }
                         user.fields["email_enabled"] = .bool(event.type == "email-enabled")
                         if let email = event.email { user.fields["email"] = .string(email) }

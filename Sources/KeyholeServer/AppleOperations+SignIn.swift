@@ -10,13 +10,13 @@ extension AppleOperations {
     struct SignIn: Sendable {
         let configuration: Configuration
         let registry: IssuerRegistry
-        let store: Store
+        let store: any AppleStoring
         let sessions: StoreOperations.Configuration
         let now: @Sendable () -> Double
         let logger: Logger
 
         /// What the app passes from Apple's first authorization (web flows get it once).
-        struct GivenUser {
+        struct GivenUser: Sendable {
             var email: String?
             var name: [String: JSONValue] = [:]
             /// The name is kept only by a user with none stored (the web flow's `user` field, which
@@ -93,14 +93,15 @@ extension AppleOperations {
                 _ = try await Transfer(configuration: configuration, store: store, now: now, logger: logger)
                     .move(from: transferSub, to: verified.subject, now: time)
             }
-            let upsert = try await StoreCommit.awaiting { done throws(StoreError) in
-                try store.updateUser(principal, now: time, completion: done) { user in
+            let grant = sealed.map { AppleGrant(sealedToken: $0, clientID: client, checkedAt: time) }
+            let upsert = try await StoreCommit.stored { () async throws(StoreError) in
+                try await store.updateUser(principal, now: time) { user in
                     Self.apply(verified, given: given, to: &user)
-                    if let sealed { AppleGrant(sealedToken: sealed, clientID: client, checkedAt: time).store(in: &user) }
+                    grant?.store(in: &user)
                 }
             }
-            let created = try await StoreCommit.awaiting { done throws(StoreError) in
-                try store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data, completion: done)
+            let created = try await StoreCommit.stored { () async throws(StoreError) in
+                try await store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data)
             }
             SessionMetrics.created.increment()
             var user = upsert.user

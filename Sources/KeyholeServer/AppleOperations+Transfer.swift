@@ -10,7 +10,7 @@ extension AppleOperations {
     /// under the transfer identifier (with its sessions) to that sub.
     struct Transfer: Sendable {
         let configuration: Configuration
-        let store: Store
+        let store: any AppleStoring
         let now: @Sendable () -> Double
         let logger: Logger
 
@@ -22,14 +22,16 @@ extension AppleOperations {
         }
 
         /// The client the request names, else the user's grant's, else the only configured one.
-        func client(_ requested: String?, for principal: Principal?) throws(ProtocolError) -> String {
+        func client(_ requested: String?, for principal: Principal?) async throws(ProtocolError) -> String {
             if let requested {
                 guard configuration.clientIDs.containsExactly(requested) else {
                     throw .badRequest("client_id '\(requested)' is not among [apple] client_ids")
                 }
                 return requested
             }
-            if let principal, let grant = store.user(principal).flatMap(AppleGrant.init) { return grant.clientID }
+            if let principal, let grant = try await StoreCommit.stored({ () async throws(StoreError) in try await store.user(principal) }).flatMap(AppleGrant.init) {
+                return grant.clientID
+            }
             guard configuration.clientIDs.count == 1, let only = configuration.clientIDs.first else {
                 throw .badRequest("several [apple] client_ids: give client_id (the app's primary App ID)")
             }
@@ -48,7 +50,7 @@ extension AppleOperations {
             }
             let exchange = try exchange("apple.transfer.export")
             let principal = Principal(issuer: configuration.issuer, sub: sub)
-            let client = try client(requested, for: principal)
+            let client = try await client(requested, for: principal)
             let transferSub: String
             do {
                 transferSub = try await exchange.client.transferSub(for: sub, target: target, clientID: client)
@@ -57,8 +59,8 @@ extension AppleOperations {
             }
             // Kept with the user (when keyholed has them), for the record; Apple answers the same again.
             let time = Int64(now().rounded(.down))
-            _ = try await StoreCommit.awaiting { done throws(StoreError) in
-                try store.modifyUser(principal, now: time, completion: done) { user in
+            _ = try await StoreCommit.stored { () async throws(StoreError) in
+                try await store.modifyUser(principal, now: time, revokeSessions: false) { user in
                     var ext = user.fields["ext"]?.objectValue ?? [:]
                     var apple = ext["apple"]?.objectValue ?? [:]
                     apple["transfer"] = .object(["transfer_sub": .string(transferSub), "target_team_id": .string(target), "at": .int(time)])
@@ -77,7 +79,7 @@ extension AppleOperations {
             let requested = try arguments.string("client_id", maxBytes: 255)
             try arguments.finish()
             let exchange = try exchange("apple.transfer.import")
-            let client = try client(requested, for: nil)
+            let client = try await client(requested, for: nil)
             let user: AppleClient.TransferredUser
             do {
                 user = try await exchange.client.transferredUser(transferSub, clientID: client)
@@ -87,8 +89,8 @@ extension AppleOperations {
             let time = Int64(now().rounded(.down))
             let moved = try await move(from: transferSub, to: user.sub, now: time)
             if user.email != nil || user.isPrivateEmail != nil {
-                _ = try await StoreCommit.awaiting { done throws(StoreError) in
-                    try store.modifyUser(Principal(issuer: configuration.issuer, sub: user.sub), now: time, completion: done) { record in
+                _ = try await StoreCommit.stored { () async throws(StoreError) in
+                    try await store.modifyUser(Principal(issuer: configuration.issuer, sub: user.sub), now: time, revokeSessions: false) { record in
                         if let email = user.email { record.fields["email"] = .string(email) }
                         if let isPrivate = user.isPrivateEmail { record.fields["is_private_email"] = .bool(isPrivate) }
                         return true
@@ -108,8 +110,8 @@ extension AppleOperations {
         func move(from transferSub: String, to sub: String, now time: Int64) async throws(ProtocolError) -> Int? {
             let from = Principal(issuer: configuration.issuer, sub: transferSub)
             let to = Principal(issuer: configuration.issuer, sub: sub)
-            let moved = try await StoreCommit.awaiting { done throws(StoreError) in
-                try store.moveUser(from, to: to, now: time, completion: done, adjust: AppleGrant.discard)
+            let moved = try await StoreCommit.stored { () async throws(StoreError) in
+                try await store.moveUser(from, to: to, now: time, adjust: AppleGrant.discard)
             }
             if let moved { logger.info("apple.user_transferred", metadata: ["sub": "\(sub)", "sessions": "\(moved.sessions)"]) }
             return moved?.sessions

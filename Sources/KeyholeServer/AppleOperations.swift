@@ -78,7 +78,7 @@ public enum AppleOperations {
     /// The operations. Without `configuration` (no `[apple]` section) they answer `not_configured`;
     /// `revocations` lists what is owed to Apple.
     public static func make(
-        configuration: Configuration?, registry: IssuerRegistry, store: Store, sessions: StoreOperations.Configuration,
+        configuration: Configuration?, registry: IssuerRegistry, store: any AppleStoring, sessions: StoreOperations.Configuration,
         revocations: AppleRevocations? = nil, refreshChecks: AppleRefreshChecks? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
         make(
@@ -89,7 +89,7 @@ public enum AppleOperations {
     /// The operations, reading `settings` and `sessions` as a reload leaves them, once per request.
     /// `web`: the web flow they share with the HTTP listener (a new one when `nil`).
     public static func make(
-        configuration settings: Reloadable<Configuration>?, registry: IssuerRegistry, store: Store,
+        configuration settings: Reloadable<Configuration>?, registry: IssuerRegistry, store: any AppleStoring,
         sessions sessionSettings: Reloadable<StoreOperations.Configuration>, revocations: AppleRevocations? = nil,
         refreshChecks: AppleRefreshChecks? = nil, web: AppleWebSignIn? = nil, now: @escaping @Sendable () -> Double
     ) -> [String: Operation] {
@@ -133,18 +133,23 @@ public enum AppleOperations {
                 case .consentRevoked(let sessions):
                     return ["result": "consent_revoked", "sessions_revoked": .int(Int64(sessions))]
                 case .noToken:
-                    guard store.user(principal) != nil else { throw .userNotFound(principal.description) }
+                    guard try await StoreCommit.stored({ () async throws(StoreError) in try await store.user(principal) }) != nil else {
+                        throw .userNotFound(principal.description)
+                    }
                     return ["result": "no_token"]
                 case .failed(let error):
                     throw error.protocolError
                 case .unreadable:
                     throw .internal("the user's refresh token does not open with the store key: was store_key_file replaced?")
+                case .skipped:
+                    // Only the background walk skips (a check another host took): never asked here.
+                    return ["result": "skipped"]
                 }
             },
-            "apple.pending": .sync { request, _ throws(ProtocolError) in
+            "apple.pending": .async { request, _ throws(ProtocolError) in
                 try Arguments(request).finish()
                 guard settings != nil else { throw .notConfigured("apple.pending needs an [apple] section in keyholed.toml") }
-                let pending = revocations?.pending() ?? []
+                let pending = try await revocations?.pending() ?? []
                 return ["pending": .array(pending), "count": .int(Int64(pending.count))]
             },
             "apple.sign_in": .async { request, context throws(ProtocolError) in
@@ -166,14 +171,11 @@ public enum AppleOperations {
 }
 
 extension AppleOperations {
-    /// Every `apple.*` operation, each answering `not_configured` with `reason`: for a keyholed
-    /// whose store cannot hold what Sign in with Apple keeps (`[storage] backend = "postgres"` in
-    /// this version), so that a client asking learns why rather than `unknown_op`.
-    public static func refused(_ reason: String) -> [String: Operation] {
-        let names = [
-            "apple.sign_in", "apple.notification", "apple.refresh_check", "apple.transfer.export", "apple.transfer.import",
-            "apple.pending", "apple.authorize", "apple.callback",
-        ]
+    /// The `apple.*` operations `names`, each answering `not_configured` with `reason`: for a keyholed
+    /// whose store cannot hold what they keep (the web flow's pending sign-ins with `[storage]
+    /// backend = "postgres"` in this version), so that a client asking learns why rather than
+    /// `unknown_op`.
+    public static func refused(_ names: [String], _ reason: String) -> [String: Operation] {
         return Dictionary(uniqueKeysWithValues: names.map { name in
             (name, Operation.sync { _, _ throws(ProtocolError) in throw .notConfigured(reason) })
         })

@@ -50,6 +50,8 @@ public final class AppleRefreshChecks: Service, Sendable {
         case failed(AppleError)
         /// The token does not open with the store key: nothing changed.
         case unreadable
+        /// Not checked: no longer due, or another host took the check (several hosts).
+        case skipped
     }
 
     private struct State {
@@ -61,7 +63,7 @@ public final class AppleRefreshChecks: Service, Sendable {
     }
 
     let issuer: String
-    private let store: Store
+    private let store: any AppleStoring
     private let exchange: AppleOperations.Exchange
     private let configuration: Configuration
     private let now: @Sendable () -> Double
@@ -71,7 +73,7 @@ public final class AppleRefreshChecks: Service, Sendable {
 
     /// Checks for the users of `issuer` in `store`, through `exchange`'s client and key.
     public init(
-        issuer: String, store: Store, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
+        issuer: String, store: any AppleStoring, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
         now: @escaping @Sendable () -> Double, logger: Logger
     ) {
         self.issuer = issuer
@@ -95,26 +97,46 @@ public final class AppleRefreshChecks: Service, Sendable {
         return overflow ? (checkedAt > 0 ? .max : .min) : sum
     }
 
-    /// The users whose check is due at `time`, most overdue first.
-    func dueUsers(at time: Int64) -> [Principal] {
+    /// The users whose check is due at `time`, most overdue first (`nil`: the store could not be read).
+    func dueUsers(at time: Int64) async -> [Principal]? {
         var due: [(Int64, Principal)] = []
-        var cursor = 0
+        var cursor: UserCursor?
         repeat {
-            let (users, next) = store.users(from: cursor, limit: 4096) { ExactString.equal($0.principal.issuer, issuer) }
+            let users: [User]
+            do {
+                (users, cursor) = try await store.users(of: issuer, from: cursor, limit: 4096)
+            } catch {
+                logger.warning("apple.refresh_checks_unreadable", metadata: ["error": "\(error.message)"])
+                return nil
+            }
             for user in users {
                 guard let grant = AppleGrant(user) else { continue }
                 let when = self.due(user.principal, checkedAt: grant.checkedAt)
                 if when <= time { due.append((when, user.principal)) }
             }
-            cursor = next
-        } while cursor != 0
+        } while cursor != nil
         let skipped = state.withLock { $0.unreadable }
         return due.sorted { $0.0 < $1.0 }.map(\.1).filter { !skipped.contains($0) }
     }
 
-    /// Checks `principal`'s token at Apple now and acts on the answer.
-    func check(_ principal: Principal) async -> Outcome {
-        guard let user = store.user(principal), let grant = AppleGrant(user) else { return .noToken }
+    /// Checks `principal`'s token at Apple now and acts on the answer. `dueAt`: only if the check is
+    /// still due then and no other host took it (the background walk; `apple.refresh_check` checks
+    /// at once).
+    func check(_ principal: Principal, dueAt: Int64? = nil) async -> Outcome {
+        let user: User?
+        do {
+            user = try await store.user(principal)
+        } catch {
+            return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+        }
+        guard let user, let grant = AppleGrant(user) else { return .noToken }
+        if let dueAt {
+            switch await claim(principal, grant: grant, at: dueAt) {
+            case .success(true): break
+            case .success(false): return .skipped
+            case .failure(let error): return .failed(error)
+            }
+        }
         guard let token = grant.open(for: principal, with: exchange.sealingKey) else {
             let first = state.withLock { $0.unreadable.insert(principal).inserted }
             if first {
@@ -137,13 +159,11 @@ public final class AppleRefreshChecks: Service, Sendable {
             state.withLock { $0.checks += 1 }
             do {
                 // Only the grant that was checked: a sign-in meanwhile stored a newer one, checked by issue.
-                _ = try await StoreCommit.awaiting { done throws(StoreError) in
-                    try store.modifyUser(principal, now: time, completion: done) { user in
+                _ = try await store.modifyUser(principal, now: time, revokeSessions: false) { user in
                         guard var current = AppleGrant(user), current.sealedToken == grant.sealedToken else { return false }
                         current.checkedAt = time
                         current.store(in: &user)
                         return true
-                    }
                 }
             } catch {
                 // Unrecorded, the check would be due again at once: the service pauses instead.
@@ -165,13 +185,11 @@ public final class AppleRefreshChecks: Service, Sendable {
         let revoke = configuration.onRevoked == .revokeSessions
         let changed: (user: User, applied: Bool, sessions: Int)?
         do {
-            changed = try await StoreCommit.awaiting { done throws(StoreError) in
-                try store.modifyUser(principal, now: time, revokeSessions: revoke, completion: done) { user in
-                    // A sign-in since stored a new grant (new consent): its sessions stay.
-                    guard AppleGrant(user)?.sealedToken == grant.sealedToken else { return false }
-                    AppleGrant.remove(from: &user, revokedAt: time)
-                    return true
-                }
+            changed = try await store.modifyUser(principal, now: time, revokeSessions: revoke) { user in
+                // A sign-in since stored a new grant (new consent): its sessions stay.
+                guard AppleGrant(user)?.sealedToken == grant.sealedToken else { return false }
+                AppleGrant.remove(from: &user, revokedAt: time)
+                return true
             }
         } catch {
             // Not recorded: the next check finds the same and tries again.
@@ -195,15 +213,37 @@ public final class AppleRefreshChecks: Service, Sendable {
         return .consentRevoked(sessions: sessions)
     }
 
+    /// Takes the check of `principal`'s `grant` for this host, if it is still due at `time` and no
+    /// other host took it less than `pauseAfterFailure` ago: whether this host checks.
+    private func claim(_ principal: Principal, grant: AppleGrant, at time: Int64) async -> Result<Bool, AppleError> {
+        let window = max(configuration.pauseAfterFailure.components.seconds, 60)
+        let due = { @Sendable (checkedAt: Int64) in self.due(principal, checkedAt: checkedAt) }
+        do {
+            let claimed = try await store.modifyUser(principal, now: time, revokeSessions: false) { user in
+                guard let current = AppleGrant(user), current.sealedToken == grant.sealedToken, due(current.checkedAt) <= time else { return false }
+                if let claimedAt = AppleGrant.checkClaimedAt(user), claimedAt > time - window, claimedAt <= time { return false }
+                AppleGrant.claimCheck(in: &user, at: time)
+                return true
+            }
+            return .success(claimed?.applied == true)
+        } catch {
+            logger.warning("apple.refresh_check_not_claimed", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
+            return .failure(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+        }
+    }
+
     /// Checks what falls due, paced to `perMinute`, until graceful shutdown.
     public func run() async {
         await withGracefulShutdownHandler {
             let spacing = Duration.milliseconds(max(1, 60_000 / max(1, configuration.perMinute)))
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 var pause = configuration.scanInterval
-                for principal in dueUsers(at: Int64(now().rounded(.down))) {
+                let time = Int64(now().rounded(.down))
+                for principal in await dueUsers(at: time) ?? [] {
                     guard !Task.isCancelled && !Task.isShuttingDownGracefully else { return }
-                    if case .failed(let error) = await check(principal) {
+                    let outcome = await check(principal, dueAt: time)
+                    if outcome == .skipped { continue }
+                    if case .failed(let error) = outcome {
                         // Apple down or refusing: every other check would fail the same way.
                         pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))
                         break

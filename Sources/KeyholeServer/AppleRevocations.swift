@@ -17,6 +17,13 @@ public final class AppleRevocations: Service, Sendable {
         public var firstRetry: Duration = .seconds(5)
         /// The longest wait between two tries.
         public var longestRetry: Duration = .seconds(3600)
+        /// How long a host holds an entry it is sending (with several hosts on PostgreSQL): longer than
+        /// one call to Apple may take; a host that dies sending loses it after this, and another
+        /// host sends it.
+        public var lease: Int64 = 60
+        /// How often a store shared with other hosts is looked at for work none of them is doing (one
+        /// added by a host that died before sending it): its lease, or its back-off, may have run out.
+        public var sharedRescan: Duration = .seconds(15)
 
         /// The defaults.
         public init() {}
@@ -39,11 +46,14 @@ public final class AppleRevocations: Service, Sendable {
         var inFlight: Set<UInt64> = []
         var revoked = 0
         var failures = 0
+        /// Entries owed as of the last pass, for a store that cannot count without I/O.
+        var pending = 0
     }
 
     /// The issuer whose users are Apple's.
     let issuer: String
-    private let store: Store
+    /// Where the outbox is (what `user.delete` of one of `issuer`'s users adds to).
+    let store: any AppleStoring
     private let exchange: AppleOperations.Exchange
     private let configuration: Configuration
     private let now: @Sendable () -> Double
@@ -53,7 +63,7 @@ public final class AppleRevocations: Service, Sendable {
 
     /// Revocations for the users of `issuer` in `store`, through `exchange`'s client and key.
     public init(
-        issuer: String, store: Store, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
+        issuer: String, store: any AppleStoring, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
         now: @escaping @Sendable () -> Double, logger: Logger
     ) {
         self.issuer = issuer
@@ -80,8 +90,19 @@ public final class AppleRevocations: Service, Sendable {
         let claimed = state.withLock { $0.inFlight.insert(entry.id).inserted }
         guard claimed else { return false }
         defer { _ = state.withLock { $0.inFlight.remove(entry.id) } }
-        // Done by another try since the caller listed it: nothing to send.
-        guard store.outboxEntry(entry.id) != nil else { return true }
+        switch await claim(entry) {
+        case .claimed?: break
+        case .gone?:
+            // Done by another try (or host) since the caller listed it: nothing to send.
+            _ = state.withLock { $0.attempts.removeValue(forKey: entry.id) }
+            return true
+        case .busy(let until)?:
+            // Another host is sending it, or put it off after a failure: looked at again then.
+            state.withLock { state in state.attempts[entry.id, default: Attempts()].next = Double(until) }
+            return false
+        case nil:
+            return false
+        }
         let failure: AppleError
         var unreadable = false
         do {
@@ -111,6 +132,9 @@ public final class AppleRevocations: Service, Sendable {
             state.failures += 1
             return (attempts.count, wait)
         }
+        // Other hosts wait as long (a no-op for the local store, whose back-off is this one).
+        let time = Int64(now().rounded(.down))
+        try? await store.releaseOutbox(entry.id, retryAt: time + wait.components.seconds, now: time)
         let metadata: Logger.Metadata = [
             "id": "\(entry.idText)", "client_id": "\(entry.payload["client_id"]?.stringValue ?? "")",
             "attempts": "\(attempts)", "retry_in_s": "\(wait.components.seconds)", "error": "\(failure.description)",
@@ -118,6 +142,17 @@ public final class AppleRevocations: Service, Sendable {
         // Apple refusing keyholed's own credentials will not mend itself: the operator must act.
         if failure.isRejected || unreadable { logger.error("apple.revoke_refused", metadata: metadata) } else { logger.warning("apple.revoke_failed", metadata: metadata) }
         return false
+    }
+
+    /// Takes `entry` in the store for this host (`nil`: the store could not say; tried again soon).
+    private func claim(_ entry: OutboxEntry) async -> OutboxClaim? {
+        do {
+            return try await store.claimOutbox(entry.id, lease: configuration.lease, now: Int64(now().rounded(.down)))
+        } catch {
+            state.withLock { state in state.attempts[entry.id, default: Attempts()].next = now() + 5 }
+            logger.warning("apple.revoke_not_claimed", metadata: ["id": "\(entry.idText)", "error": "\(error.message)"])
+            return nil
+        }
     }
 
     private struct Unreadable: Error, CustomStringConvertible {
@@ -141,7 +176,7 @@ public final class AppleRevocations: Service, Sendable {
     private func finish(_ entry: OutboxEntry, detail: String) async -> Bool {
         let removed: Bool
         do {
-            removed = try await StoreCommit.awaiting { done throws(StoreError) in try store.completeOutbox(entry.id, completion: done) }
+            removed = try await store.completeOutbox(entry.id)
         } catch {
             logger.warning("apple.revoke_not_recorded", metadata: ["id": "\(entry.idText)", "error": "\(error.message)"])
             return false
@@ -165,7 +200,12 @@ public final class AppleRevocations: Service, Sendable {
         await withGracefulShutdownHandler {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 let next = await retryDue()
-                let wait = next.map { max(0, $0 - now()) } ?? 3600
+                var wait = next.map { max(0, $0 - now()) } ?? 3600
+                // Only the local store's own changes add to its outbox; a shared one, any host's.
+                if store.outboxCountNow(kind: Self.kind) == nil {
+                    let rescan = configuration.sharedRescan.components
+                    wait = min(wait, Double(rescan.seconds) + Double(rescan.attoseconds) / 1e18)
+                }
                 await doorbell.wait(upTo: .milliseconds(Int64(wait * 1000) + 1))
             }
         } onGracefulShutdown: {
@@ -175,14 +215,17 @@ public final class AppleRevocations: Service, Sendable {
 
     /// One pass: tries the entries that are due; returns when the next one will be, if any is left.
     func retryDue() async -> Double? {
-        for entry in store.outbox(kind: Self.kind) {
+        guard let entries = await owed() else { return now() + 5 }
+        for entry in entries {
             guard !Task.isShuttingDownGracefully, !Task.isCancelled else { return nil }
             // An entry in flight (user.delete's own try) is left to its task, which wakes this one if it fails.
             let due = state.withLock { !$0.inFlight.contains(entry.id) && ($0.attempts[entry.id]?.next ?? 0) <= now() }
             if due { _ = await attempt(entry) }
         }
-        let left = Set(store.outbox(kind: Self.kind).map(\.id))
+        guard let owed = await owed() else { return now() + 5 }
+        let left = Set(owed.map(\.id))
         return state.withLock { state in
+            state.pending = left.count
             // Forget entries done elsewhere (another attempt, a restart's replay).
             state.attempts = state.attempts.filter { left.contains($0.key) }
             return left.subtracting(state.inFlight).map { state.attempts[$0]?.next ?? 0 }.min()
@@ -191,9 +234,19 @@ public final class AppleRevocations: Service, Sendable {
 }
 
 extension AppleRevocations {
+    /// Every revocation owed, oldest first; `nil` when the store could not be read (logged).
+    private func owed() async -> [OutboxEntry]? {
+        do {
+            return try await store.outbox(kind: Self.kind)
+        } catch {
+            logger.warning("apple.revocations_unreadable", metadata: ["error": "\(error.message)"])
+            return nil
+        }
+    }
+
     /// `apple.pending`'s list: every revocation still owed, oldest first.
-    func pending() -> [JSONValue] {
-        let entries = store.outbox(kind: Self.kind)
+    func pending() async throws(ProtocolError) -> [JSONValue] {
+        let entries = try await StoreCommit.stored { () async throws(StoreError) in try await store.outbox(kind: Self.kind) }
         let attempts = state.withLock { $0.attempts }
         return entries.map { entry in
             var item: [String: JSONValue] = [
@@ -213,14 +266,15 @@ extension AppleRevocations {
     /// The `revocations` figures of `stats.apple`.
     /// Revocations owed now, sent since start, and attempts that failed since start: for the metrics.
     public var figures: (pending: Int, done: Int, failures: Int) {
-        let pending = store.outbox(kind: Self.kind).count
-        return state.withLock { (pending, $0.revoked, $0.failures) }
+        let known = store.outboxCountNow(kind: Self.kind)
+        return state.withLock { (known ?? $0.pending, $0.revoked, $0.failures) }
     }
 
     var statistics: [String: JSONValue] {
-        let pending = store.outbox(kind: Self.kind).count
+        let known = store.outboxCountNow(kind: Self.kind)
         return state.withLock { state in
-            ["pending": .int(Int64(pending)), "done": .int(Int64(state.revoked)), "failures": .int(Int64(state.failures))]
+            let pending = known ?? state.pending
+            return ["pending": .int(Int64(pending)), "done": .int(Int64(state.revoked)), "failures": .int(Int64(state.failures))]
         }
     }
 }

@@ -9,7 +9,7 @@ import Logging
 public final class AppleWebSignIn: Sendable {
     let settings: Reloadable<AppleOperations.Configuration>?
     let registry: IssuerRegistry
-    let store: Store
+    let store: any AppleStoring
     let sessions: Reloadable<StoreOperations.Configuration>
     let now: @Sendable () -> Double
     let flow: AppleWebFlow
@@ -17,7 +17,7 @@ public final class AppleWebSignIn: Sendable {
     /// The web flow of `[apple]` (`configuration`, `nil` without it: every call is `not_configured`),
     /// signing users in to `store` with `sessions`' defaults; the pending bounds are read now.
     public init(
-        configuration: Reloadable<AppleOperations.Configuration>?, registry: IssuerRegistry, store: Store,
+        configuration: Reloadable<AppleOperations.Configuration>?, registry: IssuerRegistry, store: any AppleStoring,
         sessions: Reloadable<StoreOperations.Configuration>, now: @escaping @Sendable () -> Double
     ) {
         self.settings = configuration
@@ -44,9 +44,7 @@ public final class AppleWebSignIn: Sendable {
     /// durable: the HTTP listener's `/logout`.
     public func signOut(token: String) async throws(ProtocolError) -> Bool {
         let time = Int64(now().rounded(.down))
-        return try await StoreCommit.awaiting { done throws(StoreError) in
-            try store.revokeSession(token: token, now: time, completion: done)
-        }
+        return try await StoreCommit.stored { () async throws(StoreError) in try await store.revokeSession(token: token, now: time) }
     }
 
     /// `apple.callback` for `request`'s arguments.

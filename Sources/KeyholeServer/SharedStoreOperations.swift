@@ -9,19 +9,17 @@ import NIOCore
 /// that a client sees the same protocol from either backend; the local store keeps its synchronous
 /// paths (StoreOperations).
 public enum SharedStoreOperations {
-    /// The operations on `store`; `now` is the wall clock in seconds.
+    /// The operations on `store`; `now` is the wall clock in seconds. With `revocations`, deleting
+    /// one of Apple's users queues the revocation of their grant (in `revocations`' store).
     public static func make(
-        store: any SessionStoring, configuration: Reloadable<StoreOperations.Configuration>, now: @escaping @Sendable () -> Int64
+        store: any SessionStoring, configuration: Reloadable<StoreOperations.Configuration>, revocations: AppleRevocations? = nil,
+        now: @escaping @Sendable () -> Int64
     ) -> [String: Operation] {
         @Sendable func principal(_ arguments: inout Arguments) throws(ProtocolError) -> Principal {
             try StoreOperations.principal(&arguments, issuers: configuration.current.issuers)
         }
         @Sendable func stored<Value>(_ body: () async throws(StoreError) -> Value) async throws(ProtocolError) -> Value {
-            do {
-                return try await body()
-            } catch {
-                throw StoreCommit.protocolError(error)
-            }
+            try await StoreCommit.stored(body)
         }
         return [
             "session.create": .async { request, _ throws(ProtocolError) in
@@ -97,6 +95,15 @@ public enum SharedStoreOperations {
                 let owner = try principal(&arguments)
                 try arguments.finish()
                 let time = now()
+                // One of Apple's users: the revocation of their grant queued in the same transaction.
+                if let revocations, ExactString.equal(owner.issuer, revocations.issuer) {
+                    let answer = try await StoreOperations.deleteAppleUser(owner, now: time, store: revocations.store, revocations: revocations)
+                    if answer["deleted"] == true {
+                        StoreOperations.logUserDeleted(
+                            owner, sessions: answer["sessions_revoked"]?.intValue ?? 0, trigger: "user.delete", logger: requestContext.logger)
+                    }
+                    return answer
+                }
                 let deleted = try await stored { () async throws(StoreError) in try await store.deleteUser(owner, now: time) }
                 if deleted.deleted {
                     StoreOperations.logUserDeleted(owner, sessions: Int64(deleted.sessions), trigger: "user.delete", logger: requestContext.logger)

@@ -14,3 +14,15 @@ extension StoreCommit {
         }
     }
 }
+
+extension StoreCommit {
+    /// Runs `body` (calls to a `SessionStoring` or `AppleStoring`), a store's failure answered as
+    /// every store failure is.
+    static func stored<Value>(_ body: () async throws(StoreError) -> Value) async throws(ProtocolError) -> Value {
+        do {
+            return try await body()
+        } catch {
+            throw protocolError(error)
+        }
+    }
+}

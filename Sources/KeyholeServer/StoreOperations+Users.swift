@@ -35,7 +35,7 @@ extension StoreOperations {
                 let logger = requestContext.logger
                 if let revocations = context.revocations, ExactString.equal(principal.issuer, revocations.issuer) {
                     return .later { () async throws(ProtocolError) in
-                        let answer = try await deleteAppleUser(principal, now: time, store: store, revocations: revocations)
+                        let answer = try await deleteAppleUser(principal, now: time, store: store.awaited, revocations: revocations)
                         if answer["deleted"] == true {
                             logUserDeleted(principal, sessions: answer["sessions_revoked"]?.intValue ?? 0, trigger: "user.delete", logger: logger)
                         }
@@ -58,10 +58,10 @@ extension StoreOperations {
     /// queued in the outbox; then tries it. Apple unreachable does not hold the deletion back: the
     /// revocation stays queued, across restarts, until Apple accepts it.
     static func deleteAppleUser(
-        _ principal: Principal, now time: Int64, store: Store, revocations: AppleRevocations
+        _ principal: Principal, now time: Int64, store: any AppleStoring, revocations: AppleRevocations
     ) async throws(ProtocolError) -> [String: JSONValue] {
-        let deleted = try await StoreCommit.awaiting { done throws(StoreError) in
-            try store.deleteUser(principal, now: time, completion: done, outbox: AppleRevocations.work)
+        let deleted = try await StoreCommit.stored { () async throws(StoreError) in
+            try await store.deleteUser(principal, now: time, when: { _ in true }, outbox: AppleRevocations.work)
         }
         var answer: [String: JSONValue] = ["deleted": .bool(deleted.deleted), "sessions_revoked": .int(Int64(deleted.sessions))]
         if let entry = deleted.outbox {

@@ -155,14 +155,14 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        // What Sign in with Apple keeps, in whichever store keeps users.
+        let appleStore: any AppleStoring = sessionStore?.awaited ?? shared!.store.storing
         // Revocations owed and refresh-token checks: only with code exchange, which stores tokens.
         let background: (revocations: AppleRevocations, refreshChecks: AppleRefreshChecks)? =
-            if let sessionStore, let settings = configuration.apple, let issuer = apple?.configuration.issuer,
-                let exchange = apple?.configuration.exchange
-            {
-                (AppleRevocations(issuer: issuer, store: sessionStore, exchange: exchange, now: clock, logger: logger),
+            if let settings = configuration.apple, let issuer = apple?.configuration.issuer, let exchange = apple?.configuration.exchange {
+                (AppleRevocations(issuer: issuer, store: appleStore, exchange: exchange, now: clock, logger: logger),
                  AppleRefreshChecks(
-                    issuer: issuer, store: sessionStore, exchange: exchange, configuration: settings.refreshChecks, now: clock, logger: logger))
+                    issuer: issuer, store: appleStore, exchange: exchange, configuration: settings.refreshChecks, now: clock, logger: logger))
             } else {
                 nil
             }
@@ -195,20 +195,25 @@ struct Keyholed: AsyncParsableCommand {
         ) { () throws(ConfigError) in try Self.loadConfiguration(overrides) }
         // One web flow for the operations and the HTTP listener's pages: an authorization started one
         // way completes the other, under the same bounds.
-        let webSignIn = sessionStore.map {
-            AppleWebSignIn(configuration: appleSettings, registry: registry, store: $0, sessions: sessionSettings, now: clock)
-        }
-        let storeOperations =
+        let webSignIn = AppleWebSignIn(configuration: appleSettings, registry: registry, store: appleStore, sessions: sessionSettings, now: clock)
+        var storeOperations =
             if let sessionStore {
                 StoreOperations.make(store: sessionStore, configuration: sessionSettings, revocations: revocations, now: seconds)
-                    .merging(AppleOperations.make(
-                        configuration: appleSettings, registry: registry, store: sessionStore,
-                        sessions: sessionSettings, revocations: revocations, refreshChecks: background?.refreshChecks, web: webSignIn,
-                        now: clock)) { $1 }
             } else {
-                SharedStoreOperations.make(store: shared!.store.storing, configuration: sessionSettings, now: seconds)
-                    .merging(AppleOperations.refused("Sign in with Apple needs [storage] backend = \"local\" in this version")) { $1 }
+                SharedStoreOperations.make(store: shared!.store.storing, configuration: sessionSettings, revocations: revocations, now: seconds)
             }
+        storeOperations.merge(
+            AppleOperations.make(
+                configuration: appleSettings, registry: registry, store: appleStore, sessions: sessionSettings, revocations: revocations,
+                refreshChecks: background?.refreshChecks, web: webSignIn, now: clock)
+        ) { $1 }
+        if sessionStore == nil {
+            // Pending web sign-ins are one host's memory: a callback through the load balancer may
+            // reach another host (issue 30).
+            storeOperations.merge(
+                AppleOperations.refused(["apple.authorize", "apple.callback"], "Sign in with Apple on the web needs [storage] backend = \"local\" in this version")
+            ) { $1 }
+        }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
             .merging(storeOperations) { $1 }

@@ -11,9 +11,9 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     var testDescription: String { rawValue }
 
-    /// A fresh store of this kind, as the server sees it (`SessionStoring`) for `body`: an empty state directory, or a new cluster with the
+    /// A fresh store of this kind, as the server sees it (`AppleStoring`, which is `SessionStoring` and more) for `body`: an empty state directory, or a new cluster with the
     /// schema migrated.
-    func with(_ body: @escaping @Sendable (any SessionStoring) async throws -> Void) async throws {
+    func with(_ body: @escaping @Sendable (any AppleStoring) async throws -> Void) async throws {
         switch self {
         case .local:
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kh-contract-\(UUID())").path

@@ -163,7 +163,7 @@ struct PostgresEndToEndTests {
         #expect(await cluster.close() == 0)
     }
 
-    @Test("at start: a schema from a newer keyholed is exit 78; PostgreSQL unreachable is exit 1 within the timeout; [apple] with it is 78")
+    @Test("at start: a schema from a newer keyholed is exit 78; PostgreSQL unreachable is exit 1 within the timeout; Apple's web pages with it are 78")
     func startRefusals() async throws {
         let cluster = try await PostgresCluster.start()
         let (first, _, _) = try Self.start(cluster)
@@ -177,8 +177,12 @@ struct PostgresEndToEndTests {
         let unreachable = try DaemonProcess(config: Self.config(cluster, timeout: "1s"))
         #expect(try unreachable.waitForExit() == 1)
         #expect(ContinuousClock.now - started < .seconds(20), "ten times the 1 s timeout, and slack")
-        let apple = try DaemonProcess(config: "[[issuer]]\nname = \"apple\"\npreset = \"apple\"\naudiences = [\"a.b\"]\n\n[apple]\n\n" + Self.config(cluster))
-        #expect(try apple.waitForExit() == 78)
+        let web = try DaemonProcess(
+            config: "[[issuer]]\nname = \"apple\"\npreset = \"apple\"\naudiences = [\"a.b\"]\n\n[apple]\nteam_id = \"TEAM123456\"\nkey_id = \"KEY1234567\"\n"
+                + "private_key_file = \"/k.p8\"\nstore_key_file = \"/s.key\"\nredirect_uris = { \"a.b\" = \"https://example.com/cb\" }\n"
+                + "[http]\nsocket = \"/tmp/kh-never.sock\"\nweb = true\n" + Self.config(cluster))
+        #expect(try web.waitForExit() == 78)
+        #expect(web.stderr.contains("pending web sign-ins are not kept in PostgreSQL"))
         #expect(await cluster.close() == 0)
     }
 }
