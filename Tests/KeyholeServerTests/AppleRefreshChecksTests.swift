@@ -191,6 +191,38 @@ struct AppleRefreshChecksTests {
         try await harness.close()
     }
 
+    @Test("two hosts walking the same users: the one whose claim is written checks, the other skips; a failed check is not taken again for the claim's window")
+    func claimedByOne() async throws {
+        let harness = try await Harness(now: t0)
+        let hostA = harness.checks(), hostB = harness.checks()
+        _ = try await harness.signIn("001.claim", at: t0)
+        let later = t0 + 2 * 86_400
+        harness.clock.now = Double(later)
+        let principal = Principal(issuer: "apple", sub: "001.claim")
+        let before = harness.apple.tokenRequests.count
+        #expect(await hostA.check(principal, dueAt: later) == .valid)
+        #expect(await hostB.check(principal, dueAt: later) == .skipped, "checked: no longer due")
+        #expect(harness.apple.tokenRequests.count == before + 1)
+        let user = try #require(harness.store.user(principal))
+        #expect(AppleGrant.checkClaimedAt(user) == nil, "the result cleared the claim")
+
+        // Due again; A claims and fails (Apple down): B leaves it alone while the claim is young.
+        let again = later + 2 * 86_400
+        harness.clock.now = Double(again)
+        harness.apple.fail(with: .serviceUnavailable)
+        guard case .failed = await hostA.check(principal, dueAt: again) else {
+            Issue.record("not a failure")
+            return
+        }
+        harness.apple.recover()
+        #expect(await hostB.check(principal, dueAt: again + 60) == .skipped, "claimed by A a minute ago")
+        #expect(harness.apple.tokenRequests.count == before + 2)
+        #expect(await hostB.check(principal, dueAt: again + 901) == .valid, "A's claim is old: A may have died")
+        // Without dueAt (apple.refresh_check), a check is made at once, claimed or not.
+        #expect(await hostA.check(principal) == .valid)
+        try await harness.close()
+    }
+
     @Test("the service checks every due user in turn, most overdue first, and stops when cancelled")
     func service() async throws {
         let harness = try await Harness(now: t0)
