@@ -238,7 +238,10 @@ final class HTTPConnectionHandler: ChannelDuplexHandler {
         }
         switch page {
         case .start:
-            write(WebPages.start(query: query, peer: peerUID, web: web), context: context)
+            // Answered once the pending sign-in is kept (with PostgreSQL, committed there).
+            let query = query.map(String.init)
+            let peer = peerUID
+            later(context: context) { await WebPages.start(query: query?[...], peer: peer, web: web) }
         case .callback:
             // A callback held behind another request: its body went by unread.
             closing = true

@@ -15,7 +15,7 @@ enum WebPages {
     static let bindingPath = "/"
 
     /// `GET /apple/start?return_to=PATH`: `302` to Apple, the binding cookie set.
-    static func start(query: Substring?, peer: UInt32?, web: AppleWebSignIn) -> HTTPAnswer {
+    static func start(query: Substring?, peer: UInt32?, web: AppleWebSignIn) async -> HTTPAnswer {
         var args: [String: JSONValue] = [:]
         if let query, !query.isEmpty {
             guard let fields = decodeForm(query), fields.count == 1, let returnTo = fields.first, returnTo.name.utf8.elementsEqual("return_to".utf8)
@@ -24,7 +24,7 @@ enum WebPages {
         }
         let result: [String: JSONValue]
         do {
-            result = try web.authorize(Request(id: nil, op: "apple.authorize", args: args), peer: peer)
+            result = try await web.authorize(Request(id: nil, op: "apple.authorize", args: args), peer: peer)
         } catch {
             return refused(error)
         }

@@ -15,6 +15,20 @@ public enum SHA256 {
             lhs.words.0 == rhs.words.0 && lhs.words.1 == rhs.words.1 && lhs.words.2 == rhs.words.2
                 && lhs.words.3 == rhs.words.3
         }
+        /// The digest whose 32 bytes these are (as stored); `nil` for any other length.
+        public init?(bytes: some Collection<UInt8>) {
+            guard bytes.count == 32 else { return nil }
+            var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &words) { $0.copyBytes(from: bytes) }
+            self.words = words
+        }
+
+        fileprivate init(words: (UInt64, UInt64, UInt64, UInt64)) {
+            self.words = words
+        }
+
+        /// The 32 bytes, in memory order (to be stored).
+        public var bytes: [UInt8] { withUnsafeBytes(of: words) { Array($0) } }
     }
 
 

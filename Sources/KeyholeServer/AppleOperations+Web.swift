@@ -13,7 +13,7 @@ extension AppleOperations {
         /// The scopes Apple knows, as `scope` may name them.
         static let scopes = ["name email", "email name", "name", "email", ""]
 
-        func run(_ request: Request, peer: UInt32?) throws(ProtocolError) -> [String: JSONValue] {
+        func run(_ request: Request, peer: UInt32?) async throws(ProtocolError) -> [String: JSONValue] {
             var arguments = Arguments(request)
             let clientArgument = try arguments.string("client_id", maxBytes: 255)
             let redirectArgument = try arguments.string("redirect_uri", maxBytes: 2048)
@@ -48,7 +48,7 @@ extension AppleOperations {
             }
             let web = configuration.web
             // A peer of unknown credentials shares one bucket with every other such peer.
-            let started = try flow.start(
+            let started = try await flow.start(
                 clientID: client, redirectURI: redirectURI, returnTo: returnTo, peer: peer ?? UInt32.max,
                 now: Int64(now().rounded(.down)), lifetime: web.lifetime)
             var apple = AppleClient.Configuration()
@@ -127,7 +127,7 @@ extension AppleOperations {
                 throw ProtocolError(code: .stateInvalid, message: "the form has no state: start the sign-in again")
             }
             let record: AppleWebPending.Record
-            switch flow.take(state: state, binding: cookie, now: Int64(signIn.now().rounded(.down))) {
+            switch try await flow.take(state: state, binding: cookie, now: Int64(signIn.now().rounded(.down))) {
             case .success(let taken): record = taken
             case .failure(.notThisBrowser) where cookie.isEmpty:
                 throw ProtocolError(

@@ -96,8 +96,8 @@ public enum AppleOperations {
         let seen = SeenNotifications()
         let web = web ?? AppleWebSignIn(configuration: settings, registry: registry, store: store, sessions: sessionSettings, now: now)
         return [
-            "apple.authorize": .sync { request, context throws(ProtocolError) in
-                try web.authorize(request, peer: context.peerUID)
+            "apple.authorize": .async { request, context throws(ProtocolError) in
+                try await web.authorize(request, peer: context.peerUID)
             },
             "apple.callback": .async { request, context throws(ProtocolError) in
                 try await web.callback(request, logger: context.logger)
@@ -167,17 +167,5 @@ public enum AppleOperations {
     /// The `apple` member of `stats`.
     public static func statistics(revocations: AppleRevocations, refreshChecks: AppleRefreshChecks) -> [String: JSONValue] {
         ["revocations": .object(revocations.statistics), "refresh_checks": .object(refreshChecks.statistics)]
-    }
-}
-
-extension AppleOperations {
-    /// The `apple.*` operations `names`, each answering `not_configured` with `reason`: for a keyholed
-    /// whose store cannot hold what they keep (the web flow's pending sign-ins with `[storage]
-    /// backend = "postgres"` in this version), so that a client asking learns why rather than
-    /// `unknown_op`.
-    public static func refused(_ names: [String], _ reason: String) -> [String: Operation] {
-        return Dictionary(uniqueKeysWithValues: names.map { name in
-            (name, Operation.sync { _, _ throws(ProtocolError) in throw .notConfigured(reason) })
-        })
     }
 }

@@ -52,9 +52,17 @@ struct AppleWebPending {
     /// Keeps `record` under `state`; `false` when the bound in all is reached and the peer has none
     /// of its own to give up (the request is then refused, `overloaded`).
     mutating func insert(state: SHA256.Digest, record: Record) -> Bool {
+        insertReporting(state: state, record: record).kept
+    }
+
+    /// `insert(state:record:)`, saying which state, if any, it pushed out (a store shared with other
+    /// hosts must drop it too).
+    mutating func insertReporting(state: SHA256.Digest, record: Record) -> (kept: Bool, dropped: SHA256.Digest?) {
         let peer = record.peer
+        var dropped: SHA256.Digest?
         if counts[peer, default: 0] >= configuration.perPeer || records.count >= configuration.total {
-            guard dropOldest(of: peer) else { return false }
+            guard let oldest = dropOldest(of: peer) else { return (false, nil) }
+            dropped = oldest
         }
         records[state] = record
         queues[peer, default: CircularBuffer()].append(state)
@@ -63,7 +71,7 @@ struct AppleWebPending {
             queues[peer] = CircularBuffer(queue.filter { records[$0] != nil })
         }
         counts[peer, default: 0] += 1
-        return true
+        return (true, dropped)
     }
 
     /// Takes the record of `state` out, then checks it: a record is used once, even by a callback it
@@ -71,9 +79,21 @@ struct AppleWebPending {
     mutating func take(state: SHA256.Digest, binding: SHA256.Digest, now: Int64) -> Result<Record, Refusal> {
         guard let record = records.removeValue(forKey: state) else { return .failure(.unknown) }
         released(record.peer)
+        return Self.judge(record, binding: binding, now: now)
+    }
+
+    /// Whether `record`, just taken out, may be used by the browser holding `binding` at `now`.
+    static func judge(_ record: Record, binding: SHA256.Digest, now: Int64) -> Result<Record, Refusal> {
         guard now < record.expiresAt else { return .failure(.expired) }
-        guard Self.equalInConstantTime(record.binding, binding) else { return .failure(.notThisBrowser) }
+        guard equalInConstantTime(record.binding, binding) else { return .failure(.notThisBrowser) }
         return .success(record)
+    }
+
+    /// Forgets `state`'s record if this host has it (it was taken on another host): `true` if it did.
+    mutating func forget(state: SHA256.Digest) -> Bool {
+        guard let record = records.removeValue(forKey: state) else { return false }
+        released(record.peer)
+        return true
     }
 
     /// Drops every expired record; returns how many. Each peer's queue is in the order its records
@@ -107,14 +127,14 @@ struct AppleWebPending {
         }
     }
 
-    /// Drops `peer`'s oldest pending record; `false` when it has none.
-    private mutating func dropOldest(of peer: UInt32) -> Bool {
+    /// Drops `peer`'s oldest pending record: its state, or `nil` when it has none.
+    private mutating func dropOldest(of peer: UInt32) -> SHA256.Digest? {
         while let state = queues[peer]?.popFirst() {
             guard records.removeValue(forKey: state) != nil else { continue }
             released(peer)
-            return true
+            return state
         }
-        return false
+        return nil
     }
 
     /// Whether two digests are equal, looking at every byte whatever the first difference.

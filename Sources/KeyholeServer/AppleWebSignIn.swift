@@ -26,18 +26,19 @@ public final class AppleWebSignIn: Sendable {
         self.sessions = sessions
         self.now = now
         let web = configuration?.current.web ?? AppleOperations.Web()
-        flow = AppleWebFlow(configuration: .init(perPeer: web.pendingPerPeer, total: web.pendingMax))
+        // A store shared by several hosts keeps the pending sign-ins too: the callback may reach another host.
+        flow = AppleWebFlow(configuration: .init(perPeer: web.pendingPerPeer, total: web.pendingMax), shared: store as? any PendingSignInStoring)
     }
 
     /// The settings a request is served with: the running `[apple]` section's.
     public var configuration: AppleOperations.Configuration? { settings?.current }
 
     /// `apple.authorize` for `request`'s arguments, asked by a peer of uid `peer`.
-    public func authorize(_ request: Request, peer: UInt32?) throws(ProtocolError) -> [String: JSONValue] {
+    public func authorize(_ request: Request, peer: UInt32?) async throws(ProtocolError) -> [String: JSONValue] {
         guard let configuration = settings?.current else {
             throw .notConfigured("apple.authorize needs an [apple] section in keyholed.toml")
         }
-        return try AppleOperations.WebAuthorization(configuration: configuration, flow: flow, now: now).run(request, peer: peer)
+        return try await AppleOperations.WebAuthorization(configuration: configuration, flow: flow, now: now).run(request, peer: peer)
     }
 
     /// Signs the session of `token` out (`false` when there was no live one), once the change is

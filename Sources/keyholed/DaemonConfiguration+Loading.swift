@@ -150,11 +150,6 @@ extension DaemonConfiguration {
             throw ConfigError(key: "storage.backend", line: file.line(of: "backend", in: "storage"), message: "\"postgres\" needs a [postgres] section")
         case (.local, _?):
             throw ConfigError(key: "postgres", line: file.line(ofTable: "postgres"), message: "is used only with [storage] backend = \"postgres\"")
-        case (.postgres, _?) where configuration.http?.web == true:
-            // Pending web sign-ins live in one host's memory: a callback reaching another host
-            // behind the load balancer would fail (issue 30).
-            throw ConfigError(key: "http.web", line: file.line(of: "web", in: "http"),
-                message: "Sign in with Apple's pages need [storage] backend = \"local\" in this version: pending web sign-ins are not kept in PostgreSQL yet")
         default:
             break
         }

@@ -207,13 +207,6 @@ struct Keyholed: AsyncParsableCommand {
                 configuration: appleSettings, registry: registry, store: appleStore, sessions: sessionSettings, revocations: revocations,
                 refreshChecks: background?.refreshChecks, web: webSignIn, now: clock)
         ) { $1 }
-        if sessionStore == nil {
-            // Pending web sign-ins are one host's memory: a callback through the load balancer may
-            // reach another host (issue 30).
-            storeOperations.merge(
-                AppleOperations.refused(["apple.authorize", "apple.callback"], "Sign in with Apple on the web needs [storage] backend = \"local\" in this version")
-            ) { $1 }
-        }
         let operations = TokenOperations.make(registry: registry, now: clock)
             .merging(KeySetOperations.make(registry: registry)) { $1 }
             .merging(storeOperations) { $1 }

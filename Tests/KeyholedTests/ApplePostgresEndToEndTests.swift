@@ -13,7 +13,7 @@ struct ApplePostgresEndToEndTests {
     /// Two keyholed on `cluster` with one `[apple]` (the same team key and store key, as every host
     /// of a site has).
     static func startTwo(_ apple: FakeApple, _ cluster: PostgresCluster) throws -> [(DaemonProcess, RawConnection)] {
-        let (_, appleConfig) = try SignIn.setUp(apple)
+        let (_, appleConfig) = try SignIn.setUp(apple, extra: "web_return_origins = [\"https://app.example.com\"]\n")
         let config = appleConfig + "\n" + PostgresEndToEndTests.config(cluster)
         return try (0..<2).map { _ in
             let daemon = try DaemonProcess(config: config, directory: try DaemonProcess.makeDirectory())
@@ -119,6 +119,44 @@ struct ApplePostgresEndToEndTests {
         #expect(sent)
         #expect(apple.revoked == [refreshToken], "sent once")
         try b.waitForStderr(containing: "apple.revoked")
+        #expect(try b.terminate() == 0)
+        #expect(await cluster.close() == 0)
+        try await apple.close()
+    }
+
+    @Test("on the web: started on A, Apple's callback taken by B (the pending sign-in is in the database); single use on every host; another browser's refused")
+    func webAcrossHosts() async throws {
+        typealias Web = AppleWebEndToEndTests
+        let apple = try await FakeApple()
+        let cluster = try await PostgresCluster.start()
+        let hosts = try Self.startTwo(apple, cluster)
+        let (a, connectionA) = hosts[0], (b, connectionB) = hosts[1]
+        let sub = "001.pg.web"
+        func form(_ started: Web.Started) -> JSONValue {
+            [
+                "state": .string(started.state),
+                "code": .string(apple.issueCode(sub: sub, clientID: SignIn.web, redirectURI: SignIn.redirect)),
+                "id_token": .string(apple.identityToken(sub: sub, audience: SignIn.web, nonce: started.nonce, email: "w@example.com")),
+            ]
+        }
+        let started = try Web.authorize(connectionA, ["return_to": "/home"])
+        let signedIn = try connectionB.result("apple.callback", ["form": form(started), "cookie": .string(started.cookie)])
+        #expect(signedIn["created"] == true && signedIn["return_to"] == "/home", "\(apple.refusals)")
+        let session = try #require(signedIn["session"]?["session"]?.stringValue)
+        #expect(try connectionA.result("session.get", ["session": .string(session)])["sub"] == .string(sub))
+        // Replayed at either host: the record was taken.
+        for connection in [connectionA, connectionB] {
+            #expect(try connection.errorCode("apple.callback", ["form": form(started), "cookie": .string(started.cookie)]) == "state_invalid")
+        }
+        // Another browser's cookie: refused, and the record is spent for its own browser too.
+        let second = try Web.authorize(connectionB)
+        let other = try Web.authorize(connectionB)
+        #expect(try connectionA.errorCode("apple.callback", ["form": form(second), "cookie": .string(other.cookie)]) == "state_invalid")
+        #expect(try connectionA.errorCode("apple.callback", ["form": form(second), "cookie": .string(second.cookie)]) == "state_invalid")
+        // The database holds digests only: no state, nonce or binding in a dump.
+        let dump = try #require(try await cluster.command("dump")["out"]?.stringValue)
+        for secret in [other.state, other.nonce, other.cookie] { #expect(!dump.contains(secret)) }
+        #expect(try a.terminate() == 0)
         #expect(try b.terminate() == 0)
         #expect(await cluster.close() == 0)
         try await apple.close()

@@ -61,13 +61,6 @@ struct PostgresConfigurationTests {
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\npassword_file = \"pg\"\n", "postgres.password_file"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\npassword_file = \"/a\"\npassword_credential = \"b\"\n", "postgres.password_credential"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\npassword = \"secret\"\n", "postgres.password"),
-        // Sign in with Apple works on PostgreSQL, but not its web pages yet: their pending sign-ins are one host's.
-        (
-            "[[issuer]]\nname = \"apple\"\npreset = \"apple\"\naudiences = [\"com.example.web\"]\n\n[apple]\nteam_id = \"TEAM123456\"\nkey_id = \"KEY1234567\"\n"
-                + "private_key_file = \"/k.p8\"\nstore_key_file = \"/s.key\"\nredirect_uris = { \"com.example.web\" = \"https://example.com/cb\" }\n"
-                + "[http]\nsocket = \"/run/h.sock\"\nweb = true\n" + base + "url = \"/run/postgresql\"\nuser = \"kh\"\n",
-            "http.web"
-        ),
     ]
 
     @Test("refused with the key at fault", arguments: badFiles)
