@@ -163,6 +163,66 @@ struct PostgresEndToEndTests {
         #expect(await cluster.close() == 0)
     }
 
+    @Test("PostgreSQL restarted in immediate mode, then stopped and started, under load: every call answered within the timeout, nothing acknowledged lost, no keyholed restart")
+    func restartedUnderLoad() async throws {
+        let cluster = try await PostgresCluster.start()
+        let (daemon, _, _) = try Self.start(cluster, timeout: "1s", staleness: "1s")
+        let acknowledged = Mutex<[String]>([])
+        let refused = Mutex(0)
+        let slowest = Mutex(Duration.zero)
+        let running = Atomic(true)
+        let path = daemon.socketPath
+        let writers = (0..<4).map { _ in
+            Thread {
+                guard let connection = try? RawConnection(path: path) else { return }
+                while running.load(ordering: .relaxed) {
+                    let started = ContinuousClock.now
+                    guard let answer = try? connection.call("session.create", ["sub": "load"]) else { return }
+                    let took = ContinuousClock.now - started
+                    slowest.withLock { $0 = max($0, took) }
+                    if let token = answer["result"]?["session"]?.stringValue {
+                        acknowledged.withLock { $0.append(token) }
+                    } else {
+                        refused.withLock { $0 += 1 }
+                    }
+                }
+            }
+        }
+        writers.forEach { $0.start() }
+        func waitForMore(_ count: Int) async throws -> Bool {
+            let target = acknowledged.withLock { $0.count } + count
+            let start = ContinuousClock.now
+            while acknowledged.withLock({ $0.count }) < target {
+                guard ContinuousClock.now - start < .seconds(30) else { return false }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            return true
+        }
+        #expect(try await waitForMore(100))
+        for command in ["crash", "stop"] {
+            try await cluster.command(command)
+            let refusedBefore = refused.withLock { $0 }
+            // Refusals while it is down: the writers keep going, each answered within the timeout.
+            while refused.withLock({ $0 }) < refusedBefore + 8 { try await Task.sleep(for: .milliseconds(5)) }
+            try await cluster.command("start")
+            #expect(try await waitForMore(100), "no sessions created after PostgreSQL's \(command) and start")
+        }
+        running.store(false, ordering: .relaxed)
+        for writer in writers { while !writer.isFinished { try await Task.sleep(for: .milliseconds(5)) } }
+        let took = slowest.withLock { $0 }
+        print("restartedUnderLoad: slowest answer \(took), \(acknowledged.withLock { $0.count }) acknowledged, \(refused.withLock { $0 }) refused")
+        #expect(took < .seconds(3), "an answer took \(took) (timeout 1 s)")
+        // Read by a host started after: nothing it could have cached, every row from the database.
+        let (reader, connection, _) = try Self.start(cluster)
+        let tokens = acknowledged.withLock { $0 }
+        var missing = 0
+        for token in tokens where (try? connection.result("session.get", ["session": .string(token)]))?["sub"] != "load" { missing += 1 }
+        #expect(missing == 0, "\(missing) of \(tokens.count) acknowledged sessions lost")
+        #expect(try reader.terminate() == 0)
+        #expect(try daemon.terminate() == 0)
+        #expect(await cluster.close() == 0)
+    }
+
     @Test("at start: a schema from a newer keyholed is exit 78; PostgreSQL unreachable is exit 1 within the timeout")
     func startRefusals() async throws {
         let cluster = try await PostgresCluster.start()
