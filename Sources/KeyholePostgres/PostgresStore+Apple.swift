@@ -188,32 +188,32 @@ extension PostgresStore {
 
     /// Writes `user` over its row.
     func writeUser(_ user: User, on connection: PostgresConnection) async throws {
-        var binds = Self.binds(user.principal)
-        binds.append(user.createdAt)
-        binds.append(user.updatedAt)
-        binds.append(user.lastLoginAt)
-        binds.append(PostgresRows.fields(user))
         try await connection.query(
             PostgresQuery(
                 unsafeSQL: """
                     UPDATE \(table("users")) SET created_at = $3, updated_at = $4, last_login_at = $5, fields = $6, revision = revision + 1
                     WHERE issuer = $1 AND sub = $2
                     """,
-                binds: binds),
+                binds: Self.userBinds(user)),
             logger: logger)
     }
 
     /// Writes `user` as a new row.
     func insertUser(_ user: User, on connection: PostgresConnection) async throws {
-        var binds = Self.binds(user.principal)
+        try await connection.query(
+            PostgresQuery(
+                unsafeSQL: "INSERT INTO \(table("users")) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $4, $5, $6, 0)",
+                binds: Self.userBinds(user)),
+            logger: logger)
+    }
+
+    /// issuer, sub, created_at, updated_at, last_login_at, fields: as `writeUser` and `insertUser` bind them.
+    static func userBinds(_ user: User) -> PostgresBindings {
+        var binds = binds(user.principal)
         binds.append(user.createdAt)
         binds.append(user.updatedAt)
         binds.append(user.lastLoginAt)
         binds.append(PostgresRows.fields(user))
-        try await connection.query(
-            PostgresQuery(
-                unsafeSQL: "INSERT INTO \(table("users")) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $4, $5, $6, 0)",
-                binds: binds),
-            logger: logger)
+        return binds
     }
 }

@@ -55,18 +55,7 @@ extension PostgresStore {
             update(&user)
             guard created || user != before else { return .success((user, false)) }
             user.updatedAt = max(now, user.createdAt)
-            var binds = Self.binds(principal)
-            binds.append(user.updatedAt)
-            binds.append(user.lastLoginAt)
-            binds.append(PostgresRows.fields(user))
-            try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        UPDATE \(users) SET updated_at = $3, last_login_at = $4, fields = $5, revision = revision + 1
-                        WHERE issuer = $1 AND sub = $2
-                        """,
-                    binds: binds),
-                logger: logger)
+            try await self.writeUser(user, on: connection)
             try await self.notify(PostgresRows.userKey(principal), on: connection)
             return .success((user, created))
         }
