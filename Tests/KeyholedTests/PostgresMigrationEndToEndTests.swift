@@ -14,11 +14,12 @@ extension PostgresEndToEndTests {
         /// When the migration runs, and the switched keyholed serves: short sessions have expired.
         static let later = moment + 3600
 
-        /// `keyholed --migrate-to-postgres` on `directory`'s `keyholed.toml` and `state`, at `later`.
-        static func migrate(_ directory: URL, arguments: [String] = []) async throws -> ChildProcess.Result {
+        /// `keyholed --migrate-to-postgres` on `directory`'s `keyholed.toml` and `state` (or `state`),
+        /// at `later`.
+        static func migrate(_ directory: URL, state: String? = nil, arguments: [String] = []) async throws -> ChildProcess.Result {
             try await ChildProcess.runOffPool([
                 DaemonProcess.binary.path, "--config", directory.appendingPathComponent("keyholed.toml").path,
-                "--state-dir", directory.appendingPathComponent("state").path, "--migrate-to-postgres",
+                "--state-dir", state ?? directory.appendingPathComponent("state").path, "--migrate-to-postgres",
                 "--enable-debug-ops", "--fixed-clock", "\(later)",
             ] + arguments)
         }
@@ -37,6 +38,11 @@ extension PostgresEndToEndTests {
             let text = try #require(try await cluster.command("dump")["out"]?.stringValue)
             return text.split(separator: "\n", omittingEmptySubsequences: false)
                 .filter { !$0.hasPrefix("\\restrict ") && !$0.hasPrefix("\\unrestrict ") }.joined(separator: "\n")
+        }
+
+        /// The rows `query` (a `SELECT count(*) …`) counts.
+        static func count(_ cluster: PostgresCluster, _ query: String) async throws -> Int? {
+            Int(try await cluster.sql(query).trimmingCharacters(in: .whitespacesAndNewlines))
         }
 
         /// session.create for each of `arguments`, sent before any answer is read (their commits
@@ -146,7 +152,7 @@ extension PostgresEndToEndTests {
             #expect(await cluster.close() == 0)
         }
 
-        @Test("interrupted: a run killed (kill -9) after a batch, run again, copies the rest; rows deleted from the database are copied again, rows changed there are left as they are")
+        @Test("interrupted: a run killed (kill -9) mid-way and a run the database refused mid-way leave whole batches; run again, it copies the rest; rows deleted from the database are copied again, rows changed there are left as they are")
         func resumes() async throws {
             let cluster = try await PostgresCluster.start()
             let directory = try DaemonProcess.makeDirectory()
@@ -156,21 +162,45 @@ extension PostgresEndToEndTests {
                 tokens = try Self.create(connection, (0..<3000).map { n in ["sub": .string("user\(n % 600)"), "ttl_s": 2_592_000, "idle_s": 604_800] })
             }
             try Self.switchConfiguration(directory, cluster)
-            // Killed once its first batch of sessions is committed (or done already: then nothing is
-            // left to copy, which the counts below allow).
+            // The schema first, from an empty store (nothing to copy), so that a gate can be put on
+            // the sessions table: once a batch of them is in, the next waits there until its backend
+            // is terminated, and the migration cannot finish before the test kills it.
+            let empty = directory.appendingPathComponent("empty").path
+            try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            let nothing = try await Self.migrate(directory, state: empty)
+            #expect(nothing.status == 0 && Self.counts(nothing, "users")! == (0, 0) && Self.counts(nothing, "sessions")! == (0, 0), "\(nothing.stdout)\(nothing.stderr)")
+            func gate(_ action: String) async throws {
+                try await cluster.sql("""
+                    CREATE OR REPLACE FUNCTION public.gate() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN IF (SELECT count(*) FROM keyhole.sessions) >= 1000 THEN \(action); END IF; RETURN NEW; END $$
+                    """)
+            }
+            let terminateWaiting = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+            try await gate("PERFORM pg_sleep(600)")
+            try await cluster.sql("CREATE TRIGGER gate BEFORE INSERT ON keyhole.sessions FOR EACH ROW EXECUTE FUNCTION public.gate()")
+
             let killed = try DaemonProcess(
                 config: PostgresEndToEndTests.config(cluster), arguments: ["--migrate-to-postgres", "--enable-debug-ops", "--fixed-clock", "\(Self.later)"],
                 directory: directory)
             try killed.waitForStderr(containing: "kind=sessions")
             killed.kill()
-            let status = try killed.waitForExit()
-            #expect(status == 137 || status == 0, "\(killed.stderr)")
+            #expect(try killed.waitForExit() == 137, "\(killed.stderr)")
+            try await cluster.sql(terminateWaiting)
+            #expect(try await Self.count(cluster, "SELECT count(*) FROM keyhole.sessions") == 1000)
+            #expect(try await Self.count(cluster, "SELECT count(*) FROM keyhole.users") == 600)
+
+            try await gate("RAISE EXCEPTION 'gate closed'")
+            let refused = try await Self.migrate(directory)
+            #expect(refused.status == 1 && refused.stderr.contains("run the migration again"), "\(refused.stderr)")
+            #expect(try await Self.count(cluster, "SELECT count(*) FROM keyhole.sessions") == 1000)
+            // A backend of the killed run may still have been on its way into the gate a moment ago.
+            try await cluster.sql(terminateWaiting)
+            try await cluster.sql("DROP TRIGGER gate ON keyhole.sessions")
+
             let again = try await Self.migrate(directory)
             #expect(again.status == 0, "\(again.stderr)")
-            let users = try #require(Self.counts(again, "users")), sessions = try #require(Self.counts(again, "sessions"))
-            #expect(users == (0, 600), "\(again.stdout)")
-            #expect(sessions.present >= 1000 && sessions.copied + sessions.present == 3000, "\(again.stdout)")
-            #expect(try await cluster.sql("SELECT count(*) FROM keyhole.sessions").contains("3000"))
+            #expect(Self.counts(again, "users")! == (0, 600) && Self.counts(again, "sessions")! == (2000, 1000), "\(again.stdout)")
+            #expect(try await Self.count(cluster, "SELECT count(*) FROM keyhole.sessions") == 3000)
 
             // Part gone from the database (as if never copied), one user changed there since.
             try await cluster.sql("DELETE FROM keyhole.sessions WHERE id IN (SELECT id FROM keyhole.sessions ORDER BY id LIMIT 700)")
@@ -179,7 +209,7 @@ extension PostgresEndToEndTests {
             let rest = try await Self.migrate(directory)
             #expect(rest.status == 0, "\(rest.stderr)")
             #expect(Self.counts(rest, "users")! == (50, 550) && Self.counts(rest, "sessions")! == (700, 2300), "\(rest.stdout)")
-            #expect(try await cluster.sql("SELECT revision FROM keyhole.users WHERE sub = convert_to('user599', 'UTF8')").contains("42"))
+            #expect(try await Self.count(cluster, "SELECT revision FROM keyhole.users WHERE sub = convert_to('user599', 'UTF8')") == 42)
 
             let shared = try DaemonProcess(
                 config: PostgresEndToEndTests.config(cluster), arguments: ["--enable-debug-ops", "--fixed-clock", "\(Self.later)"],
@@ -205,7 +235,7 @@ extension PostgresEndToEndTests {
             try Self.switchConfiguration(directory, cluster)
             let locked = try await Self.migrate(directory)
             #expect(locked.status == 1 && locked.stderr.contains("stop keyholed"), "\(locked.stderr)")
-            #expect(try await cluster.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'keyhole'").contains("0"), "the schema was made")
+            #expect(try await Self.count(cluster, "SELECT count(*) FROM pg_namespace WHERE nspname = 'keyhole'") == 0, "the schema was made")
             #expect(try RawConnection(path: running.socketPath).result("session.get", ["session": .string(token)])["sub"] == "alice")
             #expect(try running.terminate() == 0)
 
