@@ -66,11 +66,14 @@ extension PostgresSuites {
                     user.fields["email"] = "u3@example.com"
                     user.fields["ext"] = ["sealed": "opaque"]
                 }
+                // A record made by user.update alone: no last login, which stays none.
+                let noLogin = Principal(issuer: "corp", sub: "never")
+                _ = try local.updateUser(noLogin, now: Self.now, completion: { _ in }) { user in user.fields["name"] = "Never" }
                 var importer = StoreImporter(source: local, target: shared, logger: PostgresTestDatabase.logger)
                 importer.batchSize = 4
                 let report = try await importer.run(now: Self.now + 10)
                 #expect(report.sessions == PostgresStore.ImportCount(copied: 25, present: 0) && report.expiredSessions == 1)
-                #expect(report.users == PostgresStore.ImportCount(copied: 11, present: 0), "ten users and the expired session's")
+                #expect(report.users == PostgresStore.ImportCount(copied: 12, present: 0), "ten users, the expired session's and one without a login")
                 for (token, session) in tokens {
                     let found = try #require(try await shared.session(token: token, now: Self.now + 10))
                     var expected = session
@@ -80,6 +83,8 @@ extension PostgresSuites {
                 }
                 #expect(try await shared.session(token: expired.token, now: Self.now + 10) == nil)
                 #expect(try await shared.user(Principal(issuer: "corp", sub: "user3"))?.fields["ext"] == ["sealed": "opaque"])
+                let never = try #require(try await shared.user(noLogin))
+                #expect(never == local.user(noLogin) && never.lastLoginAt == nil && never.fields["name"] == "Never")
             }
         }
     }
