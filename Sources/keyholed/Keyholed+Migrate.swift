@@ -5,12 +5,6 @@ import KeyholeServer
 import KeyholeStore
 import Logging
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 extension Keyholed {
     /// `--migrate-to-postgres` (POSTGRES.md, "From one host to several"): opens the local store in the
     /// state directory as keyholed does (its lock taken: refused while a keyholed runs on it), brings
