@@ -50,6 +50,11 @@ struct Keyholed: AsyncParsableCommand {
     @Flag(help: "Cut the write-ahead log at its first damaged record (keeping a copy of what is cut under <state-dir>/wal/cut-<time>/), say how many records were lost, and exit without serving.")
     var repair = false
 
+    @Flag(
+        name: .customLong("migrate-to-postgres"),
+        help: "Copy the users, sessions and outbox of the local store in the state directory into the configuration's [postgres] (keyholed stopped; run again after an interruption to go on), print what was copied, and exit without serving.")
+    var migrateToPostgres = false
+
     @Flag(name: .customLong("enable-debug-ops"), help: .hidden)
     var enableDebugOps = false
 
@@ -65,6 +70,8 @@ struct Keyholed: AsyncParsableCommand {
             printError("keyholed: configuration error: \(error)")
             throw ExitCode(78)
         }
+        // A one-shot copy of the local store: it serves nothing, so nothing below concerns it.
+        if migrateToPostgres { return try await migrateStore(configuration) }
         // Access control rests on peers' real uids and gids: refuse a user namespace that hides them.
         if let problem = UserNamespace.problem() {
             guard configuration.allowUnmappedPeers else {

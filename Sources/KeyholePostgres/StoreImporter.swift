@@ -1,0 +1,92 @@
+import KeyholeStore
+import Logging
+
+/// Copies a one-host site's local store into PostgreSQL (POSTGRES.md, "From one host to several"):
+/// its users, live sessions (ids, checks and times as they are: nobody is signed out) and outbox,
+/// in batches each its own transaction, with `INSERT … ON CONFLICT DO NOTHING`. Run again after an
+/// interruption, it adds what is missing and changes nothing already copied. Ends with `NOTIFY
+/// <channel>, '*'`, so that no host keeps a view from before the copy.
+///
+/// The caller opens the store (taking its state directory's lock, so that no keyholed writes to it
+/// meanwhile) and brings the schema up to date (`SchemaMigrator`).
+public struct StoreImporter: Sendable {
+    /// What a run found, kind by kind.
+    public struct Report: Sendable, Equatable {
+        public var users = PostgresStore.ImportCount()
+        public var sessions = PostgresStore.ImportCount()
+        public var outbox = PostgresStore.ImportCount()
+        /// Sessions not copied because they had expired.
+        public var expiredSessions = 0
+
+        public init() {}
+
+        /// Rows added in all.
+        public var copied: Int { users.copied + sessions.copied + outbox.copied }
+    }
+
+    public let source: Store
+    public let target: PostgresStore
+    /// Rows per transaction.
+    public var batchSize = 1000
+    /// The bound on each batch's transaction: longer than a request's, as a batch is a thousand rows.
+    public var batchLimit: Duration = .seconds(30)
+    private let logger: Logger
+
+    public init(source: Store, target: PostgresStore, logger: Logger) {
+        self.source = source
+        self.target = target
+        self.logger = logger
+    }
+
+    /// Copies everything, sessions live at `now` only (an expired one would be refused there as
+    /// here, and pruned). Throws at the first batch that fails: what was committed before stays,
+    /// and a run again goes on from there.
+    public func run(now: Int64) async throws(PostgresStoreError) -> Report {
+        var report = Report()
+        // Users first: a session copied without its user's record would answer without the user
+        // until the record follows.
+        var cursor = 0
+        var users: [User] = []
+        repeat {
+            let (found, next) = source.users(from: cursor, limit: batchSize, where: { _ in true })
+            users += found
+            cursor = next
+            while users.count >= batchSize || (cursor == 0 && !users.isEmpty) {
+                let batch = Array(users.prefix(batchSize))
+                users.removeFirst(batch.count)
+                let count = try await target.importUsers(batch, within: batchLimit)
+                report.users = report.users + logged("users", count)
+            }
+        } while cursor != 0
+
+        var sessions: [Store.ExportedSession] = []
+        repeat {
+            let (found, expired, next) = source.exportSessions(from: cursor, limit: batchSize, now: now)
+            sessions += found
+            report.expiredSessions += expired
+            cursor = next
+            while sessions.count >= batchSize || (cursor == 0 && !sessions.isEmpty) {
+                let batch = Array(sessions.prefix(batchSize))
+                sessions.removeFirst(batch.count)
+                let count = try await target.importSessions(batch, within: batchLimit)
+                report.sessions = report.sessions + logged("sessions", count)
+            }
+        } while cursor != 0
+
+        let outbox = source.outbox()
+        for start in stride(from: 0, to: outbox.count, by: batchSize) {
+            let batch = Array(outbox[start..<min(outbox.count, start + batchSize)])
+            let count = try await target.importOutbox(batch, within: batchLimit)
+            report.outbox = report.outbox + logged("outbox", count)
+        }
+
+        try await target.notifyEverything(within: batchLimit)
+        return report
+    }
+
+    /// `count`, logged once its batch is committed: counts only, never a row's contents.
+    private func logged(_ kind: String, _ count: PostgresStore.ImportCount) -> PostgresStore.ImportCount {
+        logger.info("postgres.import_batch", metadata: ["kind": "\(kind)", "copied": "\(count.copied)", "present": "\(count.present)"])
+        return count
+    }
+}
