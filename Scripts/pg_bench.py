@@ -64,11 +64,27 @@ HEADING = "PostgreSQL backend (issue 30)"
 TTL = 30 * 86400  # keyholed's default [sessions] ttl and idle_timeout: what lean-load's creates get
 IDLE = 7 * 86400
 # (keyholed scenario, its peer, the least ratio of keyholed's throughput to the peer's): issue 30's goals 1 to 3.
+# The unprepared peers (pgbench -M extended: parsed and planned on every call, as keyholed's postgres-nio
+# queries are) are no goal: they show what part of a gap is PostgreSQL's parsing and planning.
 PAIRS = [
     ("session.get cache hit", "session.get local backend", 0.9),
     ("session.create", "pgbench create", 0.8),
+    ("session.create", "pgbench create unprepared", None),
     ("session.get cache miss", "pgbench select", 0.8),
+    ("session.get cache miss", "pgbench select unprepared", None),
 ]
+
+
+def round_order(round_number, pairs=PAIRS):
+    """The cases of one round: each keyholed scenario next to its peers, the scenario first in even
+    rounds and last in odd ones, each case once."""
+    groups = {}
+    for scenario, peer, _ in pairs:
+        groups.setdefault(scenario, []).append(peer)
+    order = []
+    for scenario, peers in groups.items():
+        order += [scenario, *peers] if round_number % 2 == 0 else [*peers, scenario]
+    return order
 FANOUT_LIMIT_MS = 50.0
 # Where the CPU of a run is read: after the client's connections and warm-up, and before its end.
 WINDOW_START = 0.6
@@ -201,8 +217,9 @@ def fanout_summary(latencies_ms, timeouts):
             "max_ms": round(max(latencies_ms), 2)}
 
 
-def report(rows, fanout, options, machine):
-    """The section for BENCHMARKS.md and the goals, judged."""
+def report(rows, fanout, options, machine, started=0):
+    """The section for BENCHMARKS.md and the goals, judged; `started`: PostgreSQL processes started
+    within the measured windows, all runs together."""
     def ns(value):
         return "-" if value is None else f"{value:.0f}"
 
@@ -227,7 +244,9 @@ def report(rows, fanout, options, machine):
         "alone. CPU per request (ns, from /proc over the middle of each run; PostgreSQL's is every backend's and "
         "background process's, the exited ones through the postmaster's children's times) shows where it goes. "
         "keyholed's PostgreSQL figure includes what it does besides the request's statement: the heartbeat "
-        "NOTIFY and the batched last-use UPDATE every 0.5 s.", "",
+        "NOTIFY and the batched last-use UPDATE every 0.5 s. "
+        f"PostgreSQL processes started within the measured windows, all runs together: {started} (a pool "
+        "reconnecting under load would show here).", "",
         "| keyholed | peer | keyholed/s | peer/s | ratio | keyholed CPU ns/req | its PostgreSQL ns/req | "
         "peer's PostgreSQL ns/req | client ns/req (keyholed's, peer's) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
@@ -242,6 +261,8 @@ def report(rows, fanout, options, machine):
     goals = []
     lines += ["", f"| goal ({options.connections} connections) | measured | met |", "|---|---|---|"]
     for r in rows:
+        if r["limit"] is None:
+            continue
         text = f"{r['scenario']} throughput at least {r['limit']}x {r['peer']}'s"
         met = r["throughput_ratio"] >= r["limit"]
         goals.append({"goal": text, "measured": r["throughput_ratio"], "met": met})
@@ -273,15 +294,18 @@ def process_cpu_ns(pid):
         return None
 
 
-def postgres_cpu_ns(postmaster):
+def postgres_cpu_ns(postmaster, children=None):
     """Every PostgreSQL process's run time so far: the postmaster's, each live child's, and the
     children that have exited and been waited for (the postmaster's cutime and cstime, in clock
-    ticks): a backend that ends between two readings (pgbench's, at its end) is counted whole."""
+    ticks): a backend that ends between two readings (pgbench's, at its end) is counted whole.
+    The live children's pids are added to `children`."""
     with open(f"/proc/{postmaster}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     total = (int(fields[13]) + int(fields[14])) * 1_000_000_000 // ticks  # cutime, cstime
     total += process_cpu_ns(postmaster) or 0
+    if children is None:
+        children = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -291,6 +315,7 @@ def postgres_cpu_ns(postmaster):
                     continue
         except (OSError, ValueError, IndexError):
             continue
+        children.add(int(entry))
         total += process_cpu_ns(int(entry)) or 0
     return total
 
@@ -304,18 +329,23 @@ class CPUWindow(threading.Thread):
         self.keyholed_pid, self.postmaster, self.client_pid = keyholed_pid, postmaster, client_pid
         self.start_at, self.length = start, length
         self.rates = None
+        # PostgreSQL processes started within the window: a pool that reconnects under load would
+        # show here, and its backends' start-up in PostgreSQL's CPU.
+        self.started = None
 
-    def read(self):
+    def read(self, children):
         return (time.monotonic(), bench_report.cpu_ns(self.keyholed_pid) if self.keyholed_pid else 0,
-                postgres_cpu_ns(self.postmaster), process_cpu_ns(self.client_pid))
+                postgres_cpu_ns(self.postmaster, children), process_cpu_ns(self.client_pid))
 
     def run(self):
         time.sleep(self.start_at)
-        first = self.read()
+        before, after = set(), set()
+        first = self.read(before)
         time.sleep(self.length)
-        last = self.read()
+        last = self.read(after)
         if first[3] is None or last[3] is None:
             return  # the client ended before the window did: the run was too short to measure
+        self.started = len(after - before)
         seconds = last[0] - first[0]
         self.rates = [(b - a) / seconds for a, b in zip(first[1:], last[1:])]  # ns of CPU per second
 
@@ -329,7 +359,7 @@ def measured(argv, keyholed_pid, postmaster, seconds):
     window.join()
     if process.returncode != 0:
         raise SystemExit(f"pg_bench: {' '.join(argv)} failed ({process.returncode}): {err.strip()[-1000:]}")
-    return out, window.rates
+    return out, (window.rates, window.started)
 
 
 def per_request(rates, per_second):
@@ -409,21 +439,22 @@ def wait_fresh(socket, seconds=30):
 def lean_load(socket, seconds, connections, *extra, keyholed_pid, postmaster, warmup=0.5):
     argv = [LEAN_LOAD, "--socket", socket, "--connections", str(connections), "--depth", "1",
             "--seconds", str(seconds), "--warmup", str(warmup), *extra]
-    out, rates = measured(argv, keyholed_pid, postmaster, seconds)
+    out, (rates, started) = measured(argv, keyholed_pid, postmaster, seconds)
     result = json.loads(out)
     if not result.get("answered") or result.get("failed"):
         raise SystemExit(f"pg_bench: {' '.join(argv)}: {result}")
-    return {"per_second": result["per_second"], **per_request(rates, result["per_second"])}
+    return {"per_second": result["per_second"], "postgres_started": started,
+            **per_request(rates, result["per_second"])}
 
 
-def pgbench(options, cluster, script, seconds, *extra):
+def pgbench(options, cluster, script, seconds, *extra, mode="prepared"):
     # pgbench's -T is whole seconds, and it has no warm-up: one more second covers the CPU window's start.
     argv = [os.path.join(options.pg_bin, "pgbench"), "-h", cluster.info["socket_dir"], "-p", str(cluster.info["port"]),
-            "-U", cluster.info["user"], "-n", "-M", "prepared", "-c", str(options.connections), "-j", "1",
+            "-U", cluster.info["user"], "-n", "-M", mode, "-c", str(options.connections), "-j", "1",
             "-T", str(math.ceil(seconds + WINDOW_START)), "-f", script, *extra, cluster.info["database"]]
-    out, rates = measured(argv, None, cluster.postmaster, seconds)
+    out, (rates, started) = measured(argv, None, cluster.postmaster, seconds)
     per_second, _ = parse_pgbench(out)
-    return {"per_second": per_second, **per_request(rates, per_second)}
+    return {"per_second": per_second, "postgres_started": started, **per_request(rates, per_second)}
 
 
 def fill_cache(keyholed, tokens_file, sessions, connections, postmaster):
@@ -491,8 +522,10 @@ def measure(options, directory):
     cluster = Cluster()
     servers = []
     try:
-        # PostgreSQL's own default instead of pg_cluster's 32MB for tests; a restart takes it.
+        # PostgreSQL's own default instead of pg_cluster's 32MB for tests, and room for three keyholeds'
+        # pools and listeners beside pgbench's connections; a restart takes them.
         cluster.sql("ALTER SYSTEM SET shared_buffers = '128MB'")
+        cluster.sql(f"ALTER SYSTEM SET max_connections = {4 * (options.pool_size + 1) + options.connections + 20}")
         cluster.command("stop")
         cluster.command("start")
         options.pg_version = cluster.sql("SHOW server_version").strip().split()[0]
@@ -552,20 +585,22 @@ def measure(options, directory):
                                                   "--key-prefix", prefix(), keyholed_pid=creates.pid,
                                                   postmaster=postmaster),
             "pgbench create": lambda s: pgbench(options, cluster, create_script, s, "-D", f"prefix={prefix()}"),
+            "pgbench create unprepared": lambda s: pgbench(options, cluster, create_script, s, "-D",
+                                                           f"prefix={prefix()}", mode="extended"),
+            "pgbench select unprepared": lambda s: pgbench(options, cluster, select_script, s, mode="extended"),
         }
         samples = []
         for round_number in range(options.rounds):
             # Every round's creates start from the same table: the seeded sessions gone, the users kept.
             cluster.sql('TRUNCATE "creates".sessions')
-            for scenario, peer, _ in PAIRS:
-                order = [scenario, peer] if round_number % 2 == 0 else [peer, scenario]
-                for name in order:
-                    result = cases[name](options.seconds)
-                    result.update({"name": name, "round": round_number})
-                    samples.append(result)
-                    print(f"pg_bench: round {round_number + 1} {name:26} {result['per_second']:>8.0f}/s "
-                          f"keyholed {result['keyholed_ns'] or 0:>6} ns postgres {result['postgres_ns'] or 0:>6} ns "
-                          f"client {result['client_ns'] or 0:>6} ns", file=sys.stderr, flush=True)
+            for name in round_order(round_number):
+                result = cases[name](options.seconds)
+                result.update({"name": name, "round": round_number})
+                samples.append(result)
+                print(f"pg_bench: round {round_number + 1} {name:26} {result['per_second']:>8.0f}/s "
+                      f"keyholed {result['keyholed_ns'] or 0:>6} ns postgres {result['postgres_ns'] or 0:>6} ns "
+                      f"client {result['client_ns'] or 0:>6} ns, {result['postgres_started']} backends started",
+                      file=sys.stderr, flush=True)
         for keyholed in (reads, misses, creates, local):
             keyholed.stop()
         a = start("fanout-a", postgres_config(cluster, "fanout", options.pool_size))
@@ -602,7 +637,7 @@ def main():
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     rows = summarize(samples, options.rounds)
-    section, goals = report(rows, fanned, options, machine)
+    section, goals = report(rows, fanned, options, machine, sum(s.get("postgres_started") or 0 for s in samples))
     print(section)
     bench_report.write(section, HEADING, "postgres",
                        {"rows": rows, "fanout": fanned, "goals": goals, "samples": samples, "machine": machine},

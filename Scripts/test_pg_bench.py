@@ -103,6 +103,15 @@ class SummaryTests(unittest.TestCase):
         row = next(r for r in pg_bench.summarize(samples, 3) if r["scenario"] == "session.create")
         self.assertEqual(row["throughput_ratio"], 1.25)
 
+    def test_each_case_once_a_round_and_keyholed_first_in_turn(self):
+        even, odd = pg_bench.round_order(0), pg_bench.round_order(1)
+        self.assertEqual(sorted(even), sorted(set(even)))
+        self.assertEqual(sorted(even), sorted(odd))
+        self.assertEqual(even[:2], ["session.get cache hit", "session.get local backend"])
+        self.assertEqual(odd[:2], ["session.get local backend", "session.get cache hit"])
+        self.assertEqual(even[2:5], ["session.create", "pgbench create", "pgbench create unprepared"])
+        self.assertEqual(odd[4], "session.create")
+
     def test_a_round_missing_a_side_is_left_out(self):
         samples = [sample("session.get cache hit", 0, 900), sample("session.get local backend", 0, 1000),
                    sample("session.get cache hit", 1, 100)]
@@ -117,7 +126,7 @@ class SummaryTests(unittest.TestCase):
                         sample("session.create", r, 70, keyholed_ns=20000),
                         sample("pgbench create", r, 100),
                         sample("session.get cache miss", r, 80, keyholed_ns=9000),
-                        sample("pgbench select", r, 100)]
+                        sample("pgbench select", r, 100), sample("pgbench select unprepared", r, 85)]
         rows = pg_bench.summarize(samples, 3)
         options = argparse.Namespace(rounds=3, seconds=3.0, sessions=100, connections=16, pool_size=16,
                                      pg_version="15.0")
@@ -127,6 +136,7 @@ class SummaryTests(unittest.TestCase):
         self.assertTrue(verdicts["session.get cache hit throughput at least 0.9x session.get local backend's"])
         self.assertFalse(verdicts["session.create throughput at least 0.8x pgbench create's"])     # 0.7
         self.assertTrue(verdicts["session.get cache miss throughput at least 0.8x pgbench select's"])  # exactly 0.8
+        self.assertEqual(len(goals), 4)  # the unprepared peers are shown, not judged
         self.assertFalse(next(met for goal, met in verdicts.items() if goal.startswith("revoked")))
         self.assertTrue(section.startswith(f"## {pg_bench.HEADING}\n"))
         self.assertIn("| session.get cache hit | session.get local backend | 95 | 100 | 0.95x | 5000 |", section)
