@@ -165,9 +165,12 @@ test-swift: build-debug
 ## options to bench.py (--seconds 5, --rounds 5, --skip-million), CLIENT_BENCH_ARGS to client_bench.py,
 ## HTTP_BENCH_ARGS to http_bench.py (/authz and the metrics: --seconds 3, --rounds 5), LEAN_BENCH_ARGS to
 ## lean_bench.py (keyholed's CPU per request against Redis's with the lean C client, and allocations per
-## request: --seconds 2, --rounds 3).
+## request: --seconds 2, --rounds 3), PG_BENCH_ARGS to pg_bench.py (the PostgreSQL backend against the local
+## one and against pgbench on the same throwaway cluster, and revoked-to-refused across two keyholed:
+## --seconds 3, --rounds 3, --fanout-samples 1000).
 BENCH_ARGS ?=
 CLIENT_BENCH_ARGS ?=
+PG_BENCH_ARGS ?=
 bench: build build-lean deps-clients
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  $(call apt_install,$(BENCH_APT_PACKAGES)); \
@@ -180,6 +183,7 @@ bench: build build-lean deps-clients
 	python3 Scripts/client_bench.py $(CLIENT_BENCH_ARGS)
 	python3 Scripts/http_bench.py $(HTTP_BENCH_ARGS)
 	python3 Scripts/lean_bench.py $(LEAN_BENCH_ARGS)
+	python3 Scripts/pg_bench.py $(PG_BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
 ## runtime linked in, so that it needs only Debian's own packages.
