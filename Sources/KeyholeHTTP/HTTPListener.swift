@@ -263,7 +263,12 @@ extension HTTPListener {
             case .local(let local):
                 store = local
             case .shared(let shared):
-                // Another store answers in a task: a database call is never made on the event loop.
+                switch shared.sessionWithoutWaiting(token: token, now: time) {
+                case .found(let session, let user): return answer(.session(session, user))
+                case .notFound: return answer(.none)
+                case .mustWait: break
+                }
+                // The database: read in a task, never on the event loop.
                 Task {
                     do {
                         let found = try await shared.session(token: token, now: time)

@@ -34,7 +34,7 @@ public struct PostgresListener: Service {
     }
 
     public func run() async throws {
-        try await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             var backoff = configuration.firstBackoff
             var connectionID = 0
             // Logged once per change of state, not once per attempt: nil before the first.

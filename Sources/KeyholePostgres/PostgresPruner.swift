@@ -24,7 +24,7 @@ public struct PostgresPruner: Service {
     }
 
     public func run() async throws {
-        try await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 let jitter = Double.random(in: 0.8...1.2)
                 // Cancelled at shutdown: a normal end, not a failure of the service.

@@ -25,6 +25,10 @@ public struct PostgresSessionStoring: SessionStoring {
         try await mapped { () async throws(PostgresStoreError) in try await store.createSession(for: principal, now: now, ttl: ttl, idle: idle, data: data) }
     }
 
+    public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
+        store.sessionWithoutWaiting(token: token, now: now)
+    }
+
     public func session(token: String, now: Int64) async throws(StoreError) -> (session: Session, user: User?)? {
         try await mapped { () async throws(PostgresStoreError) in try await store.session(token: token, now: now) }
     }

@@ -9,7 +9,7 @@ extension PostgresStore {
     public func createSession(
         for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?
     ) async throws(PostgresStoreError) -> (token: String, session: Session) {
-        let sessions = table("sessions"), users = table("users"), logger = self.logger
+        let logger = self.logger
         let issuer = PostgresRows.bytes(principal.issuer), sub = PostgresRows.bytes(principal.sub)
         // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
         for _ in 0..<3 {
@@ -21,19 +21,7 @@ extension PostgresStore {
             let inserted = try await transaction("creating a session") { connection in
                 // The user's row first (made, or its login stamped): user.delete takes it first
                 // too, so the two go one after the other and no session outlives its user's deletion.
-                var user = PostgresBindings()
-                user.append(issuer)
-                user.append(sub)
-                user.append(now)
-                user.append(PostgresRows.bytes("{}"))
-                try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: """
-                            INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, $3, $4, 1)
-                            ON CONFLICT (issuer, sub) DO UPDATE SET last_login_at = greatest(\(users).last_login_at, EXCLUDED.last_login_at)
-                            """,
-                        binds: user),
-                    logger: logger)
+                for try await _ in try await connection.execute(PostgresStatements.StampLogin(issuer: issuer, sub: sub, now: now), logger: logger) {}
                 var binds = PostgresBindings()
                 binds.append(PostgresRows.bytes(id.bytes))
                 binds.append(PostgresRows.bytes(check.bytes))
@@ -43,14 +31,7 @@ extension PostgresStore {
                 binds.append(now + ttl)
                 binds.append(Int32(clamping: idle))  // the protocol keeps idle_s far below 2^31
                 binds.append(data.map(PostgresRows.bytes))
-                let rows = try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: """
-                            INSERT INTO \(sessions) (id, \(PostgresRows.sessionColumns)) VALUES ($1, $2, $3, $4, $5, $6, $5, $7, $8)
-                            ON CONFLICT (id) DO NOTHING RETURNING id
-                            """,
-                        binds: binds),
-                    logger: logger)
+                let rows = try await connection.execute(PostgresStatements.InsertSession(binds: binds), logger: logger)
                 var created = false
                 for try await _ in rows { created = true }
                 // A repeated id: tried again with another token (the login stamp stays: a sign-in
@@ -67,15 +48,21 @@ extension PostgresStore {
     /// alike, and for a token whose check does not match (compared in constant time). From the
     /// cache while this host's view is fresh, else from the database (and then cached).
     public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
+        switch sessionWithoutWaiting(token: token, now: now) {
+        case .found(let session, let user): return (session, user)
+        case .notFound: return nil
+        case .mustWait: break
+        }
         guard let (id, check) = SessionToken.digest(token) else { return nil }
         let clock = monotonic()
         let lookup = cache.withLock { $0.lookup(id, now: clock) }
         var found: (session: Session, check: SessionCheck, user: User?)
         switch lookup {
         case .hit(let session, let stored, let user):
+            // Cached, but idle by what this host knows, yet before its expiry (else answered above):
+            // another host may have seen it used since (its uses are written within a heartbeat).
+            // Ask the database rather than refuse.
             found = (session, stored, user)
-            // Idle by what this host knows, yet before its expiry: another host may have seen it used
-            // since (its uses are written within a heartbeat). Ask the database rather than refuse.
             if now >= self.latestUse(found.session).endsAt, now < found.session.expiresAt {
                 guard let read = try await readSession(id) else { return nil }
                 found = read
@@ -96,6 +83,23 @@ extension PostgresStore {
         session.lastSeenAt = max(session.lastSeenAt, now)
         cache.withLock { $0.update(session) }
         return (session, found.user)
+    }
+
+    /// The session `token` names from this host's cache, without waiting: found (and marked as used)
+    /// or not found on a hit; `.mustWait` on a miss, with the cache not fresh, or for a session that
+    /// looks idle before its expiry (another host's use may not be written yet).
+    public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
+        guard let (id, check) = SessionToken.digest(token) else { return .notFound }
+        let clock = monotonic()
+        guard case .hit(let cached, let stored, let user) = cache.withLock({ $0.lookup(id, now: clock) }) else { return .mustWait }
+        var session = latestUse(cached)
+        if now >= session.endsAt, now < session.expiresAt { return .mustWait }
+        guard stored.matches(check), now < session.endsAt else { return .notFound }
+        // Used now: recorded here, written with the next heartbeat (at most one statement each).
+        pendingTouches.withLock { pending in pending[id] = max(pending[id] ?? now, now) }
+        session.lastSeenAt = max(session.lastSeenAt, now)
+        cache.withLock { $0.update(session) }
+        return .found(session, user)
     }
 
     /// `session` with its last use this host recorded and has not written yet, if later.
@@ -137,20 +141,11 @@ extension PostgresStore {
 
     /// The session row `id` names with its user, or nil.
     private func readSession(_ id: SessionID) async throws(PostgresStoreError) -> (session: Session, check: SessionCheck, user: User?)? {
-        let sessions = table("sessions"), users = table("users")
+        let logger = self.logger
         let row = try await read("reading a session") { client -> (PostgresRows.SessionRow, PostgresRows.UserRow?)? in
-            let rows = try await client.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        SELECT s.check_bytes, s.issuer, s.sub, s.created_at, s.expires_at, s.last_seen_at, s.idle_seconds, s.data,
-                               u.created_at, u.updated_at, u.last_login_at, u.fields
-                        FROM \(sessions) s LEFT JOIN \(users) u ON u.issuer = s.issuer AND u.sub = s.sub WHERE s.id = $1
-                        """,
-                    binds: Self.binds(id.bytes)))
+            let rows = try await client.execute(PostgresStatements.ReadSession(id: PostgresRows.bytes(id.bytes)), logger: logger)
             var found: (PostgresRows.SessionRow, PostgresRows.UserRow?)?
-            for try await (c, i, s, created, expires, seen, idle, data, userCreated, updated, login, fields) in rows.decode(
-                (ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, Int64, Int32, ByteBuffer?, Int64?, Int64?, Int64?, ByteBuffer?).self)
-            {
+            for try await (c, i, s, created, expires, seen, idle, data, userCreated, updated, login, fields) in rows {
                 let user: PostgresRows.UserRow? =
                     if let userCreated, let updated, let fields { (userCreated, updated, login, fields) } else { nil }
                 found = ((c, i, s, created, expires, seen, idle, data), user)

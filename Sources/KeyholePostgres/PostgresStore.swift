@@ -94,6 +94,27 @@ public final class PostgresStore: Sendable {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
+    /// What every connection of a store's pool sends when it starts: `search_path` set to the
+    /// schema alone, so that the prepared statements (PostgresStatements), whose SQL cannot name a
+    /// configured schema, find its tables.
+    public static func startupParameters(for schema: SchemaName) -> [(String, String)] {
+        [("search_path", schema.quoted)]
+    }
+
+    /// Checks that the pool's connections find this store's tables without a schema (they were
+    /// configured with `startupParameters(for:)`, and nothing in between, a pooler say, dropped it).
+    public func checkSearchPath() async throws(PostgresStoreError) {
+        let found = try await read("checking search_path") { client -> String? in
+            var schema: String?
+            for try await name in try await client.query("SELECT current_schema()").decode(String?.self) { schema = name }
+            return schema
+        }
+        guard found == configuration.schema.name else {
+            throw .refused(
+                "the pool's connections resolve names in schema '\(found ?? "none")', not '\(configuration.schema.name)': their search_path must be the schema (a pooler may drop it)")
+        }
+    }
+
     /// `<schema>.<table>`, quoted, for SQL text.
     func table(_ name: String) -> String { configuration.schema.table(name) }
 

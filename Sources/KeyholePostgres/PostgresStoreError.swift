@@ -36,6 +36,8 @@ public struct PostgresStoreError: Error, Sendable, Equatable, CustomStringConver
     }
     /// A row or table this binary cannot read.
     public static func corrupt(_ message: String) -> PostgresStoreError { PostgresStoreError(.corrupt, message) }
+    /// The database, or what stands between keyholed and it, refuses what keyholed needs.
+    public static func refused(_ message: String) -> PostgresStoreError { PostgresStoreError(.refused, message) }
 
     public var isUnavailable: Bool { code == .unavailable }
     public var isSchemaTooNew: Bool { code == .schemaTooNew }

@@ -33,6 +33,25 @@ public protocol SessionStoring: Sendable {
     /// Deletes `principal`'s record and sessions; whether there was anything, and how many live
     /// sessions went.
     func deleteUser(_ principal: Principal, now: Int64) async throws(StoreError) -> (deleted: Bool, sessions: Int)
+
+    /// `session(token:now:)` when it can be answered without waiting (PostgreSQL's per-host cache,
+    /// while fresh), so that the hot path pays for no task; `.mustWait` otherwise.
+    func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession
+}
+
+extension SessionStoring {
+    /// Never without waiting, unless the store says otherwise.
+    public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession { .mustWait }
+}
+
+/// What `SessionStoring.sessionWithoutWaiting(token:now:)` found.
+public enum ImmediateSession: Sendable {
+    /// The live session and its user's record, marked as used.
+    case found(Session, User?)
+    /// No live session (unknown, revoked or expired alike).
+    case notFound
+    /// Only `session(token:now:)` can tell.
+    case mustWait
 }
 
 extension Store {

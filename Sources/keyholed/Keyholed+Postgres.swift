@@ -88,6 +88,7 @@ extension Keyholed {
             // Ten times a call's bound (at least 5 s): DDL may wait for another host's migration.
             let bound = Duration.nanoseconds(max(5_000_000_000, 10 * settings.timeout.nanoseconds))
             let report = try await migrator.migrate(client, within: bound)
+            try await store.checkSearchPath()
             logger.info("postgres.ready", metadata: [
                 "schema": "\(settings.schema)", "version": "\(report.to)", "migrated": "\(report.applied.map(String.init).joined(separator: ","))",
             ])
@@ -121,6 +122,7 @@ extension Keyholed {
                 host: host, port: port, username: settings.user, password: password, database: settings.database, tls: connectionTLS)
         }
         client.options.maximumConnections = settings.poolSize
+        client.options.additionalStartupParameters = PostgresStore.startupParameters(for: settings.schema)
         client.options.connectTimeout = Duration(settings.timeout)
         connection.options.connectTimeout = settings.timeout
         connection.options.additionalStartupParameters = [("application_name", "keyholed-listener")]

@@ -25,6 +25,24 @@ extension PostgresSuites {
             #expect(await cluster.close() == 0)
         }
 
+        @Test("the hot paths' prepared statements name no schema: a pool without search_path set to it is refused before serving, not misread")
+        func searchPath() async throws {
+            try await Self.withStore { store, _, cluster in
+                try await store.checkSearchPath()
+                // Read and written through the prepared statements, on the pool's connections.
+                let (token, _) = try await store.createSession(for: Principal(issuer: "corp", sub: "sp"), now: Self.now, ttl: 60, idle: 60, data: nil)
+                #expect(try await store.session(token: token, now: Self.now)?.session.principal.sub == "sp")
+                var bare = PostgresTestDatabase.configuration(cluster)
+                // As a pooler or a role's setting might leave it (the default, "$user", public, would
+                // find the schema here: the test role's name is the schema's).
+                bare.options.additionalStartupParameters = [("search_path", "public")]
+                try await PostgresTestDatabase.with(bare) { client in
+                    let error = await #expect(throws: PostgresStoreError.self) { try await PostgresTestDatabase.store(client).checkSearchPath() }
+                    #expect(error?.isRefused == true && error?.message.contains("search_path") == true, "\(String(describing: error))")
+                }
+            }
+        }
+
         @Test("no session token, nor any part of one, is in a dump of the database; its id and check are")
         func dump() async throws {
             try await Self.withStore { store, _, cluster in

@@ -22,6 +22,7 @@ enum PostgresTestDatabase {
             configuration = .init(unixSocketPath: cluster.socketPath, username: cluster.user, password: nil, database: cluster.database)
         }
         configuration.options.connectTimeout = .seconds(10)
+        configuration.options.additionalStartupParameters = PostgresStore.startupParameters(for: .standard)
         return configuration
     }
 
