@@ -50,8 +50,10 @@ extension PostgresStore {
             forget(PostgresRows.userKey(to))
         }
         let outcome = try await transaction("moving a user") { connection -> Result<(User?, Int)?, PostgresStoreError> in
-            // Both rows locked in one order (by sub's bytes), so that two opposite moves cannot deadlock.
-            let first = from.sub.utf8.lexicographicallyPrecedes(to.sub.utf8) ? from : to, second = first == from ? to : from
+            // Both rows locked in one order (by issuer's, then sub's bytes), so that two opposite moves
+            // cannot deadlock.
+            let fromFirst = Array(from.issuer.utf8) + [0] + Array(from.sub.utf8), toFirst = Array(to.issuer.utf8) + [0] + Array(to.sub.utf8)
+            let first = fromFirst.lexicographicallyPrecedes(toFirst) ? from : to, second = first == from ? to : from
             var locked: [Principal: User] = [:]
             for principal in [first, second] {
                 switch try await self.lockedUser(principal, on: connection) {
@@ -66,18 +68,18 @@ extension PostgresStore {
             let moved = try await connection.query(
                 PostgresQuery(
                     unsafeSQL: """
-                        UPDATE \(sessions) SET issuer = $4, sub = $5 WHERE issuer = $1 AND sub = $2
+                        UPDATE \(sessions) SET issuer = $4, sub = $5
+                        WHERE id IN (SELECT id FROM \(sessions) WHERE issuer = $1 AND sub = $2 ORDER BY id FOR UPDATE)
                         RETURNING expires_at > $3 AND last_seen_at + idle_seconds > $3
                         """,
                     binds: binds),
                 logger: logger)
-            var live = 0, any = false
-            for try await isLive in moved.decode(Bool.self) {
-                any = true
-                if isLive { live += 1 }
-            }
+            var live = 0
+            for try await isLive in moved.decode(Bool.self) where isLive { live += 1 }
             guard let user = locked[from] else {
-                guard any else { return .success(nil) }
+                // Neither record nor live session: nothing moved, as the local store answers (expired
+                // rows that went along are the pruner's).
+                guard live > 0 else { return .success(nil) }
                 try await self.notify(PostgresRows.userKey(from), on: connection)
                 return .success((locked[to], live))
             }

@@ -126,8 +126,10 @@ extension PostgresStore {
                 try await client.query(
                     PostgresQuery(
                         unsafeSQL: """
+                            WITH locked AS MATERIALIZED (SELECT id FROM \(sessions) WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE)
                             UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, u.t)
-                            FROM unnest($1::bytea[], $2::bigint[]) AS u(id, t) WHERE \(sessions).id = u.id
+                            FROM unnest($1::bytea[], $2::bigint[]) AS u(id, t)
+                            WHERE \(sessions).id = u.id AND \(sessions).id IN (SELECT id FROM locked)
                             """,
                         binds: binds))
             }
@@ -206,7 +208,10 @@ extension PostgresStore {
     func deleteSessions(of principal: Principal, now: Int64, on connection: PostgresConnection) async throws -> (any: Bool, live: Int) {
         let rows = try await connection.query(
             PostgresQuery(
-                unsafeSQL: "DELETE FROM \(table("sessions")) WHERE issuer = $1 AND sub = $2 RETURNING least(expires_at, last_seen_at + idle_seconds)",
+                unsafeSQL: """
+                    DELETE FROM \(table("sessions")) WHERE id IN (SELECT id FROM \(table("sessions")) WHERE issuer = $1 AND sub = $2 ORDER BY id FOR UPDATE)
+                    RETURNING least(expires_at, last_seen_at + idle_seconds)
+                    """,
                 binds: Self.binds(principal)),
             logger: logger)
         var live = 0, any = false
@@ -283,7 +288,7 @@ extension PostgresStore {
                 (
                     """
                     DELETE FROM \(sessions) WHERE id IN (SELECT id FROM \(sessions)
-                        WHERE expires_at <= $1 OR last_seen_at + idle_seconds + $3 <= $1 LIMIT $2)
+                        WHERE expires_at <= $1 OR last_seen_at + idle_seconds + $3 <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
                     """, idle
                 ),
                 ("DELETE FROM \(seen) WHERE jti IN (SELECT jti FROM \(seen) WHERE expires_at <= $1 LIMIT $2)", expiry),

@@ -95,10 +95,11 @@ public final class PostgresStore: Sendable {
     }
 
     /// What every connection of a store's pool sends when it starts: `search_path` set to the
-    /// schema alone, so that the prepared statements (PostgresStatements), whose SQL cannot name a
-    /// configured schema, find its tables.
+    /// schema, so that the prepared statements (PostgresStatements), whose SQL cannot name a
+    /// configured schema, find its tables; then `pg_temp`, which PostgreSQL would otherwise search
+    /// first (pg_catalog, searched first too, has no table of these names).
     public static func startupParameters(for schema: SchemaName) -> [(String, String)] {
-        [("search_path", schema.quoted)]
+        [("search_path", "\(schema.quoted), pg_temp")]
     }
 
     /// Checks that the pool's connections find this store's tables without a schema (they were

@@ -144,6 +144,8 @@ public enum AppleOperations {
                 case .skipped:
                     // Only the background walk skips (a check another host took): never asked here.
                     return ["result": "skipped"]
+                case .storageFailed(let error):
+                    throw StoreCommit.protocolError(error)
                 }
             },
             "apple.pending": .async { request, _ throws(ProtocolError) in

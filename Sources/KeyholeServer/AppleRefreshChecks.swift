@@ -52,6 +52,8 @@ public final class AppleRefreshChecks: Service, Sendable {
         case unreadable
         /// Not checked: no longer due, or another host took the check (several hosts).
         case skipped
+        /// The store could not be read or written: nothing changed at Apple's end worth keeping.
+        case storageFailed(StoreError)
     }
 
     private struct State {
@@ -119,22 +121,22 @@ public final class AppleRefreshChecks: Service, Sendable {
         return due.sorted { $0.0 < $1.0 }.map(\.1).filter { !skipped.contains($0) }
     }
 
-    /// Checks `principal`'s token at Apple now and acts on the answer. `dueAt`: only if the check is
-    /// still due then and no other host took it (the background walk; `apple.refresh_check` checks
-    /// at once).
-    func check(_ principal: Principal, dueAt: Int64? = nil) async -> Outcome {
+    /// Checks `principal`'s token at Apple now and acts on the answer. `claiming`: only if the check
+    /// is still due and no other host took it (the background walk; `apple.refresh_check` checks at
+    /// once).
+    func check(_ principal: Principal, claiming: Bool = false) async -> Outcome {
         let user: User?
         do {
             user = try await store.user(principal)
         } catch {
-            return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+            return .storageFailed(error)
         }
         guard let user, let grant = AppleGrant(user) else { return .noToken }
-        if let dueAt {
-            switch await claim(principal, grant: grant, at: dueAt) {
+        if claiming {
+            switch await claim(principal, grant: grant) {
             case .success(true): break
             case .success(false): return .skipped
-            case .failure(let error): return .failed(error)
+            case .failure(let error): return .storageFailed(error)
             }
         }
         guard let token = grant.open(for: principal, with: exchange.sealingKey) else {
@@ -168,7 +170,7 @@ public final class AppleRefreshChecks: Service, Sendable {
             } catch {
                 // Unrecorded, the check would be due again at once: the service pauses instead.
                 logger.warning("apple.refresh_check_not_recorded", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
-                return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+                return .storageFailed(error)
             }
             return .valid
         case .failure(let error) where error.isInvalidGrant:
@@ -194,7 +196,7 @@ public final class AppleRefreshChecks: Service, Sendable {
         } catch {
             // Not recorded: the next check finds the same and tries again.
             logger.warning("apple.consent_revoked_not_recorded", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
-            return .failed(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+            return .storageFailed(error)
         }
         guard let changed, changed.applied else {
             state.withLock { $0.checks += 1 }
@@ -213,22 +215,29 @@ public final class AppleRefreshChecks: Service, Sendable {
         return .consentRevoked(sessions: sessions)
     }
 
-    /// Takes the check of `principal`'s `grant` for this host, if it is still due at `time` and no
-    /// other host took it less than `pauseAfterFailure` ago: whether this host checks.
-    private func claim(_ principal: Principal, grant: AppleGrant, at time: Int64) async -> Result<Bool, AppleError> {
+    /// Takes the check of `principal`'s `grant` for this host, if it is still due now and no other
+    /// host took it within `pauseAfterFailure` of now (either way: a host whose clock runs ahead
+    /// holds its claim too): whether this host checks. Stamped with the time of the claim, not of
+    /// the walk that found it due, which may have started long before.
+    private func claim(_ principal: Principal, grant: AppleGrant) async -> Result<Bool, StoreError> {
         let window = max(configuration.pauseAfterFailure.components.seconds, 60)
+        let time = Int64(now().rounded(.down))
         let due = { @Sendable (checkedAt: Int64) in self.due(principal, checkedAt: checkedAt) }
         do {
             let claimed = try await store.modifyUser(principal, now: time, revokeSessions: false) { user in
                 guard let current = AppleGrant(user), current.sealedToken == grant.sealedToken, due(current.checkedAt) <= time else { return false }
-                if let claimedAt = AppleGrant.checkClaimedAt(user), claimedAt > time - window, claimedAt <= time { return false }
+                if let claimedAt = AppleGrant.checkClaimedAt(user) {
+                    // Without a trap for a damaged stamp: a difference that overflows is no claim.
+                    let apart = claimedAt.subtractingReportingOverflow(time)
+                    if !apart.overflow, apart.partialValue.magnitude < UInt64(window) { return false }
+                }
                 AppleGrant.claimCheck(in: &user, at: time)
                 return true
             }
             return .success(claimed?.applied == true)
         } catch {
             logger.warning("apple.refresh_check_not_claimed", metadata: ["sub": "\(principal.sub)", "error": "\(error.message)"])
-            return .failure(.unavailable("storage: \(error.message)", retryAfterMs: 1000))
+            return .failure(error)
         }
     }
 
@@ -238,11 +247,12 @@ public final class AppleRefreshChecks: Service, Sendable {
             let spacing = Duration.milliseconds(max(1, 60_000 / max(1, configuration.perMinute)))
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 var pause = configuration.scanInterval
-                let time = Int64(now().rounded(.down))
-                for principal in await dueUsers(at: time) ?? [] {
+                for principal in await dueUsers(at: Int64(now().rounded(.down))) ?? [] {
                     guard !Task.isCancelled && !Task.isShuttingDownGracefully else { return }
-                    let outcome = await check(principal, dueAt: time)
+                    let outcome = await check(principal, claiming: true)
                     if outcome == .skipped { continue }
+                    // The store failing: the next walk tries again (not Apple's long pause).
+                    if case .storageFailed = outcome { break }
                     if case .failed(let error) = outcome {
                         // Apple down or refusing: every other check would fail the same way.
                         pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))

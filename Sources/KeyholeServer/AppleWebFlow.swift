@@ -27,6 +27,11 @@ final class AppleWebFlow: Sendable {
     private let state: Mutex<(pending: AppleWebPending, sweptAt: Int64)>
     /// Where every host finds the records (PostgreSQL), if anywhere but here.
     let shared: (any PendingSignInStoring)?
+    /// Inserts into `shared` under way: an unauthenticated `/apple/start` costs a database write, so
+    /// a flood of them must not take the pool from sessions.
+    private let inserting = Atomic(0)
+    /// The most inserts under way at once; past it a start is refused `overloaded`.
+    static let maximumInserting = 32
 
     init(configuration: AppleWebPending.Configuration, shared: (any PendingSignInStoring)? = nil) {
         state = Mutex((AppleWebPending(configuration: configuration), 0))
@@ -62,6 +67,12 @@ final class AppleWebFlow: Sendable {
             throw .overloaded("keyholed holds as many pending Sign in with Apple authorizations as it may ([apple] web_pending_max)", retryAfterMs: 1000)
         }
         if let shared {
+            guard inserting.wrappingAdd(1, ordering: .relaxed).newValue <= Self.maximumInserting else {
+                inserting.wrappingSubtract(1, ordering: .relaxed)
+                _ = self.state.withLock { $0.pending.forget(state: stateDigest) }
+                throw .overloaded("too many Sign in with Apple authorizations are being started at once", retryAfterMs: 100)
+            }
+            defer { inserting.wrappingSubtract(1, ordering: .relaxed) }
             let pending = PendingSignIn(
                 stateHash: stateDigest.bytes, bindingHash: bindingDigest.bytes, nonceHash: nonceDigest.bytes, clientID: clientID,
                 redirectURI: redirectURI, returnTo: returnTo, peer: peer, expiresAt: record.expiresAt)

@@ -78,8 +78,9 @@ extension Keyholed {
         storeConfiguration.timeout = Duration(settings.timeout)
         storeConfiguration.maxStaleness = Duration(settings.maxStaleness)
         storeConfiguration.cacheEntries = settings.cacheEntries
-        // Unique among the hosts sharing the schema: the host name and this process.
-        storeConfiguration.hostID = "\(host)-\(getpid())"
+        // Unique among the hosts sharing the schema: the host name, this process, and a random part
+        // (containers share host names and pids; the outbox's leases go by this name).
+        storeConfiguration.hostID = "\(host)-\(getpid())-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
         let store = PostgresStore(client: client, configuration: storeConfiguration, now: clock, logger: logger)
         let migrator = SchemaMigrator(
             schema: settings.schema, appliedBy: "keyholed \(KeyholeVersion.current) on \(host)",

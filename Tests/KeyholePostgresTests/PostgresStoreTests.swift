@@ -40,6 +40,23 @@ extension PostgresSuites {
                     let error = await #expect(throws: PostgresStoreError.self) { try await PostgresTestDatabase.store(client).checkSearchPath() }
                     #expect(error?.isRefused == true && error?.message.contains("search_path") == true, "\(String(describing: error))")
                 }
+                // A schema named unlike the role (whose "$user" would find the default one): the
+                // prepared statements read and write there, and nothing lands in the other.
+                let other = try #require(SchemaName("site_2"))
+                var configured = PostgresTestDatabase.configuration(cluster)
+                configured.options.additionalStartupParameters = PostgresStore.startupParameters(for: other)
+                try await PostgresTestDatabase.with(configured) { client in
+                    _ = try await SchemaMigrator(schema: other, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
+                    var settings = PostgresStore.Configuration()
+                    settings.schema = other
+                    settings.timeout = .seconds(30)
+                    let store2 = PostgresStore(client: client, configuration: settings, now: { Double(Self.now) }, logger: PostgresTestDatabase.logger)
+                    try await store2.checkSearchPath()
+                    let (token, _) = try await store2.createSession(for: Principal(issuer: "corp", sub: "s2"), now: Self.now, ttl: 60, idle: 60, data: nil)
+                    #expect(try await store2.session(token: token, now: Self.now)?.session.principal.sub == "s2")
+                }
+                #expect(try await cluster.sql("SELECT 'n=' || count(*) FROM site_2.sessions").contains("n=1"))
+                #expect(try await cluster.sql("SELECT 'n=' || count(*) FROM keyhole.sessions WHERE sub = 's2'::bytea").contains("n=0"))
             }
         }
 
