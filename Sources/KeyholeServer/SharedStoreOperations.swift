@@ -34,14 +34,17 @@ public enum SharedStoreOperations {
                 SessionMetrics.created.increment()
                 return ["expires_at": .int(created.session.expiresAt), "id": .string(created.session.id.description), "session": .string(created.token)]
             },
-            // Answered on the event loop from the cache while it is fresh; a task only to read the database.
-            "session.get": .deferrable { request, _ throws(ProtocolError) in
+            // Answered on the event loop from the cache while it is fresh, written in place as the
+            // local store writes it; a task only to read the database.
+            "session.get": .writing { request, _, buffer throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let token = try arguments.string("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
                 let time = now()
                 switch store.sessionWithoutWaiting(token: token, now: time) {
-                case .found(let session, let user): return .done(sessionJSON(session, user: user))
+                case .found(let session, let user):
+                    session.writeGetJSON(user: user, to: &buffer)
+                    return nil
                 case .notFound: throw .sessionNotFound()
                 case .mustWait: break
                 }

@@ -19,31 +19,57 @@ extension StoreTables {
         let guess = 448 + (session.data?.count ?? 0) + 2 * (principal.key.issuer.utf8.count + principal.key.sub.utf8.count)
             + (hasFields ? 256 : 0)
         buffer.writeJSON(guess: guess) { out in
-            out.write("{\"created_at\":")
-            out.write(integer: session.createdAt)
-            out.write(",\"data\":")
-            if let data = session.data { data.withUnsafeBytes { out.write(json: $0) } } else { out.write("{}") }
-            out.write(",\"expires_at\":")
-            out.write(integer: session.expiresAt)
-            out.write(",\"id\":\"")
-            session.id.writeText(to: &out)
-            out.write("\",\"idle_timeout_s\":")
-            out.write(integer: Int64(session.idleSeconds))
-            out.write(",\"issuer\":")
-            out.write(string: principal.key.issuer)
-            out.write(",\"last_seen_at\":")
-            out.write(integer: session.lastSeenAt)
-            out.write(",\"sub\":")
-            out.write(string: principal.key.sub)
-            out.write(",\"user\":")
-            if let user = principal.user {
-                User.writePublicJSON(
-                    principal.key, createdAt: user.createdAt, updatedAt: user.updatedAt, lastLoginAt: user.lastLoginAt,
-                    fields: user.fields, to: &out)
-            } else {
-                out.write("null")
-            }
-            out.write(byte: UInt8(ascii: "}"))
+            Session.writeGetJSON(
+                createdAt: session.createdAt, data: session.data, expiresAt: session.expiresAt, id: session.id, idleSeconds: session.idleSeconds,
+                lastSeenAt: session.lastSeenAt, principal: principal.key,
+                user: principal.user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
         }
+    }
+}
+
+extension Session {
+    /// `session.get`'s result (PROTOCOL.md section 6) for this session and its owner's record, at the
+    /// end of `buffer`: the same bytes the local store writes from its tables, for a store that
+    /// hands out `Session` and `User` values (PostgreSQL's cache).
+    public func writeGetJSON(user: User?, to buffer: inout ByteBuffer) {
+        let hasFields = user.map { !$0.fields.isEmpty } ?? false
+        let guess = 448 + (data?.count ?? 0) + 2 * (principal.issuer.utf8.count + principal.sub.utf8.count) + (hasFields ? 256 : 0)
+        buffer.writeJSON(guess: guess) { out in
+            Self.writeGetJSON(
+                createdAt: createdAt, data: data, expiresAt: expiresAt, id: id, idleSeconds: idleSeconds, lastSeenAt: lastSeenAt,
+                principal: principal, user: user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
+        }
+    }
+
+    /// The members of `session.get`'s result, sorted as `JSONValue` writes them, `data` copied as
+    /// stored (`{}` for none), `user` the owner's `User.publicJSON` or `null`.
+    static func writeGetJSON(
+        createdAt: Int64, data: [UInt8]?, expiresAt: Int64, id: SessionID, idleSeconds: UInt32, lastSeenAt: Int64, principal: Principal,
+        user: (createdAt: Int64, updatedAt: Int64, lastLoginAt: Int64?, fields: [String: JSONValue])?, to out: inout JSONOutput
+    ) {
+        out.write("{\"created_at\":")
+        out.write(integer: createdAt)
+        out.write(",\"data\":")
+        if let data { data.withUnsafeBytes { out.write(json: $0) } } else { out.write("{}") }
+        out.write(",\"expires_at\":")
+        out.write(integer: expiresAt)
+        out.write(",\"id\":\"")
+        id.writeText(to: &out)
+        out.write("\",\"idle_timeout_s\":")
+        out.write(integer: Int64(idleSeconds))
+        out.write(",\"issuer\":")
+        out.write(string: principal.issuer)
+        out.write(",\"last_seen_at\":")
+        out.write(integer: lastSeenAt)
+        out.write(",\"sub\":")
+        out.write(string: principal.sub)
+        out.write(",\"user\":")
+        if let user {
+            User.writePublicJSON(
+                principal, createdAt: user.createdAt, updatedAt: user.updatedAt, lastLoginAt: user.lastLoginAt, fields: user.fields, to: &out)
+        } else {
+            out.write("null")
+        }
+        out.write(byte: UInt8(ascii: "}"))
     }
 }
