@@ -1,24 +1,36 @@
 import KeyholeProtocol
 import NIOCore
 
-/// Every database call is bounded (`[postgres] timeout`, POSTGRES.md "PostgreSQL unreachable"), with
-/// the project's `withDeadline`: past its bound the call is `unavailable` and the caller goes on at
-/// once; the call is cancelled but not waited for (one stuck on a frozen server may not notice its
-/// cancellation for long).
+/// Every database call is bounded (`[postgres] timeout`, POSTGRES.md "PostgreSQL unreachable"): past
+/// its bound the call is `unavailable` and the caller goes on at once; the call is cancelled but not
+/// waited for (one stuck on a frozen server may not notice its cancellation for long). As the
+/// project's `withDeadline`, with the timer kept on the shared `DeadlineWheel` rather than a sleeping
+/// task per call.
 enum Deadline {
     static func run<Value: Sendable>(
         within limit: Duration, doing: String, _ body: @escaping @Sendable () async throws -> Value
     ) async throws(PostgresStoreError) -> Value {
-        try await withDeadline(
-            TimeAmount(limit),
-            timedOut: { .unavailable("\(doing): no answer within \(limit)") },
-            cancelled: { .from(CancellationError(), doing: doing) }
-        ) { () async throws(PostgresStoreError) -> Value in
+        // The first outcome wins: the call's, the wheel's or the caller's cancellation.
+        let race = FirstOutcome<Result<Value, PostgresStoreError>>()
+        let finish = race.finish
+        let work = Task {
             do {
-                return try await body()
+                finish(.success(try await body()))
             } catch {
-                throw PostgresStoreError.from(error, doing: doing)
+                finish(.failure(PostgresStoreError.from(error, doing: doing)))
             }
         }
+        let timer = DeadlineWheel.shared.add(deadline: .now + limit) {
+            finish(.failure(.unavailable("\(doing): no answer within \(limit)")))
+            work.cancel()
+        }
+        let result = await withTaskCancellationHandler {
+            await race.wait()
+        } onCancel: {
+            work.cancel()
+            finish(.failure(.from(CancellationError(), doing: doing)))
+        }
+        DeadlineWheel.shared.cancel(timer)
+        return try result.get()
     }
 }

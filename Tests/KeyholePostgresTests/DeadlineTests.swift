@@ -1,3 +1,4 @@
+import KeyholeProtocol
 @testable import KeyholePostgres
 import Synchronization
 import Testing
@@ -43,5 +44,26 @@ struct DeadlineTests {
         let started = ContinuousClock.now
         await #expect(throws: PostgresStoreError.self) { _ = try await task.value }
         #expect(ContinuousClock.now - started < .seconds(60))
+    }
+
+    @Test("the wheel fires what is due, not what was cancelled, and forgets both")
+    func wheel() async throws {
+        let wheel = DeadlineWheel(tick: .milliseconds(5))
+        let fired = Mutex<[Int]>([])
+        let done = FirstOutcome<Void>()
+        _ = wheel.add(deadline: .now + .milliseconds(30)) {
+            fired.withLock { $0.append(1) }
+            done.finish(())
+        }
+        let cancelled = wheel.add(deadline: .now + .milliseconds(10)) { fired.withLock { $0.append(2) } }
+        wheel.cancel(cancelled)
+        await done.wait()
+        #expect(fired.withLock { $0 } == [1])
+        #expect(wheel.count == 0)
+        // Started again after it went idle.
+        let again = FirstOutcome<Void>()
+        _ = wheel.add(deadline: .now) { again.finish(()) }
+        await again.wait()
+        #expect(wheel.count == 0)
     }
 }
