@@ -7,7 +7,8 @@ DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | 
 # prometheus: its promtool checks keyholed's metrics text, and the dashboard's tests run it and
 # prometheus-node-exporter (both services stopped after installing). postgresql: the PostgreSQL
 # store's tests start throwaway clusters of their own (Scripts/pg_cluster.py); Debian's own cluster
-# service is stopped after installing.
+# service is stopped after installing (SystemdPostgresTests runs that cluster, pg_lsclusters and
+# pg_conftool under systemd in a throwaway container, whose changes vanish with it).
 APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace curl gcc prometheus \
   prometheus-node-exporter postgresql
 # Each language client's toolchain, test runner and (for its example app) framework, from Debian.
