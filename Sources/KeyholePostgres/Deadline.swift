@@ -1,5 +1,6 @@
 import KeyholeProtocol
 import NIOCore
+import Synchronization
 
 /// Every database call is bounded (`[postgres] timeout`, POSTGRES.md "PostgreSQL unreachable"): past
 /// its bound the call is `unavailable` and the caller goes on at once; the call is cancelled but not
@@ -32,5 +33,36 @@ enum Deadline {
         }
         DeadlineWheel.shared.cancel(timer)
         return try result.get()
+    }
+
+    /// `run`, with the outcome handed to `completion` (exactly once, from any thread) instead of
+    /// awaited: one task for the call, and nothing waiting for it.
+    static func start<Value: Sendable>(
+        within limit: Duration, doing: String, _ body: @escaping @Sendable () async throws -> Value,
+        _ completion: @escaping @Sendable (Result<Value, PostgresStoreError>) -> Void
+    ) {
+        let once = Atomic(false)
+        let finish: @Sendable (Result<Value, PostgresStoreError>) -> Void = { outcome in
+            guard once.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+            completion(outcome)
+        }
+        let timer = Mutex<UInt64?>(nil)
+        let work = Task {
+            let outcome: Result<Value, PostgresStoreError>
+            do {
+                outcome = .success(try await body())
+            } catch {
+                outcome = .failure(PostgresStoreError.from(error, doing: doing))
+            }
+            finish(outcome)
+            if let id = timer.withLock({ $0 }) { DeadlineWheel.shared.cancel(id) }
+        }
+        let id = DeadlineWheel.shared.add(deadline: .now + limit) {
+            finish(.failure(.unavailable("\(doing): no answer within \(limit)")))
+            work.cancel()
+        }
+        timer.withLock { $0 = id }
+        // The call may have ended before its timer was known: forget the timer now.
+        if once.load(ordering: .acquiring) { DeadlineWheel.shared.cancel(id) }
     }
 }

@@ -25,6 +25,12 @@ public struct PostgresSessionStoring: SessionStoring {
         try await mapped { () async throws(PostgresStoreError) in try await store.createSession(for: principal, now: now, ttl: ttl, idle: idle, data: data) }
     }
 
+    public func session(
+        token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void
+    ) {
+        store.session(token: token, now: now) { outcome in completion(outcome.mapError { StoreError.unavailable($0.message) }) }
+    }
+
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
         store.sessionWithoutWaiting(token: token, now: now)
     }

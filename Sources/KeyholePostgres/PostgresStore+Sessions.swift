@@ -53,6 +53,27 @@ extension PostgresStore {
         case .notFound: return nil
         case .mustWait: break
         }
+        return try await Deadline.run(within: configuration.timeout, doing: "reading a session") {
+            try await self.sessionFromDatabase(token: token, now: now)
+        }
+    }
+
+    /// `session(token:now:)` with the answer handed to `completion` (once, from any thread), for a
+    /// caller that need not wait in a task of its own: one task reads the database, bounded by the
+    /// deadline wheel, rather than a task waiting for another.
+    public func session(
+        token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void
+    ) {
+        switch sessionWithoutWaiting(token: token, now: now) {
+        case .found(let session, let user): return completion(.success((session, user)))
+        case .notFound: return completion(.success(nil))
+        case .mustWait: break
+        }
+        Deadline.start(within: configuration.timeout, doing: "reading a session", { try await self.sessionFromDatabase(token: token, now: now) }, completion)
+    }
+
+    /// The rest of `session(token:now:)` once the cache could not answer, unbounded (its callers bound it).
+    private func sessionFromDatabase(token: String, now: Int64) async throws -> (session: Session, user: User?)? {
         guard let (id, check) = SessionToken.digest(token) else { return nil }
         let clock = monotonic()
         let lookup = cache.withLock { $0.lookup(id, now: clock) }
@@ -142,17 +163,14 @@ extension PostgresStore {
     }
 
     /// The session row `id` names with its user, or nil.
-    private func readSession(_ id: SessionID) async throws(PostgresStoreError) -> (session: Session, check: SessionCheck, user: User?)? {
-        let logger = self.logger
-        let row = try await read("reading a session") { client -> (PostgresRows.SessionRow, PostgresRows.UserRow?)? in
-            let rows = try await client.execute(PostgresStatements.ReadSession(id: PostgresRows.bytes(id.bytes)), logger: logger)
-            var found: (PostgresRows.SessionRow, PostgresRows.UserRow?)?
-            for try await (c, i, s, created, expires, seen, idle, data, userCreated, updated, login, fields) in rows {
-                let user: PostgresRows.UserRow? =
-                    if let userCreated, let updated, let fields { (userCreated, updated, login, fields) } else { nil }
-                found = ((c, i, s, created, expires, seen, idle, data), user)
-            }
-            return found
+    private func readSession(_ id: SessionID) async throws -> (session: Session, check: SessionCheck, user: User?)? {
+        // Unbounded: its caller runs within a deadline.
+        let rows = try await client.execute(PostgresStatements.ReadSession(id: PostgresRows.bytes(id.bytes)), logger: logger)
+        var row: (PostgresRows.SessionRow, PostgresRows.UserRow?)?
+        for try await (c, i, s, created, expires, seen, idle, data, userCreated, updated, login, fields) in rows {
+            let user: PostgresRows.UserRow? =
+                if let userCreated, let updated, let fields { (userCreated, updated, login, fields) } else { nil }
+            row = ((c, i, s, created, expires, seen, idle, data), user)
         }
         guard let (sessionRow, userRow) = row else { return nil }
         let (session, stored) = try PostgresRows.session(id: id, sessionRow).get()

@@ -48,12 +48,21 @@ public enum SharedStoreOperations {
                 case .notFound: throw .sessionNotFound()
                 case .mustWait: break
                 }
-                return .later { () async throws(ProtocolError) in
-                    guard let found = try await stored({ () async throws(StoreError) in try await store.session(token: token, now: time) }) else {
-                        throw .sessionNotFound()
+                // The database: the answer completed by the store's call, with no task waiting for it.
+                let answer = PendingAnswer()
+                store.session(token: token, now: time) { outcome in
+                    switch outcome {
+                    case .success(let found?):
+                        var written = ByteBuffer()
+                        found.session.writeGetJSON(user: found.user, to: &written)
+                        answer.complete(.success(.encoded(written)))
+                    case .success(nil):
+                        answer.complete(.failure(.sessionNotFound()))
+                    case .failure(let error):
+                        answer.complete(.failure(StoreCommit.protocolError(error)))
                     }
-                    return sessionJSON(found.session, user: found.user)
                 }
+                return .pending(answer)
             },
             "session.revoke": .async { request, _ throws(ProtocolError) in
                 let (token, idText) = try StoreOperations.revokeArguments(request)

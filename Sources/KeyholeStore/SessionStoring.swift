@@ -34,6 +34,10 @@ public protocol SessionStoring: Sendable {
     /// sessions went.
     func deleteUser(_ principal: Principal, now: Int64) async throws(StoreError) -> (deleted: Bool, sessions: Int)
 
+    /// `session(token:now:)`, its outcome handed to `completion` (once, from any thread).
+    func session(
+        token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void)
+
     /// `session(token:now:)` when it can be answered without waiting (PostgreSQL's per-host cache,
     /// while fresh), so that the hot path pays for no task; `.mustWait` otherwise.
     func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession
@@ -42,6 +46,20 @@ public protocol SessionStoring: Sendable {
 extension SessionStoring {
     /// Never without waiting, unless the store says otherwise.
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession { .mustWait }
+
+    /// `session(token:now:)`, its outcome handed to `completion` (once, from any thread): in a task
+    /// of its own, unless the store can do with less.
+    public func session(
+        token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void
+    ) {
+        Task {
+            do throws(StoreError) {
+                completion(.success(try await session(token: token, now: now)))
+            } catch {
+                completion(.failure(error))
+            }
+        }
+    }
 }
 
 /// What `SessionStoring.sessionWithoutWaiting(token:now:)` found.

@@ -66,4 +66,29 @@ struct DeadlineTests {
         await again.wait()
         #expect(wheel.count == 0)
     }
+
+    @Test("start: the outcome is handed over once, the call's or the bound's, whichever comes first")
+    func started() async throws {
+        let stuck = FirstOutcome<Result<Int, PostgresStoreError>>()
+        let calls = Atomic(0)
+        Deadline.start(within: .milliseconds(100), doing: "a stuck call", { () async throws -> Int in
+            await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
+            return 0
+        }) { outcome in
+            calls.add(1, ordering: .relaxed)
+            stuck.finish(outcome)
+        }
+        let error = try? await stuck.wait().get()
+        #expect(error == nil)
+        if case .failure(let failure) = await stuck.wait() { #expect(failure.isUnavailable && failure.message.contains("a stuck call")) }
+
+        let quick = FirstOutcome<Result<Int, PostgresStoreError>>()
+        Deadline.start(within: .milliseconds(100), doing: "x", { 7 }) { quick.finish($0) }
+        #expect(try await quick.wait().get() == 7)
+        // The bound passes after the quick call ended: nothing more is handed over.
+        let later = FirstOutcome<Void>()
+        _ = DeadlineWheel.shared.add(deadline: .now + .milliseconds(200)) { later.finish(()) }
+        await later.wait()
+        #expect(calls.load(ordering: .relaxed) == 1)
+    }
 }
