@@ -25,6 +25,15 @@ public struct PostgresSessionStoring: SessionStoring {
         try await mapped { () async throws(PostgresStoreError) in try await store.createSession(for: principal, now: now, ttl: ttl, idle: idle, data: data) }
     }
 
+    public func createSession(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?,
+        completion: @escaping @Sendable (Result<(token: String, session: Session), StoreError>) -> Void
+    ) {
+        store.createSession(for: principal, now: now, ttl: ttl, idle: idle, data: data) { outcome in
+            completion(outcome.mapError { StoreError.unavailable($0.message) })
+        }
+    }
+
     public func session(
         token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void
     ) {

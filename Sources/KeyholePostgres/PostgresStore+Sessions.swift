@@ -9,16 +9,37 @@ extension PostgresStore {
     public func createSession(
         for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?
     ) async throws(PostgresStoreError) -> (token: String, session: Session) {
-        let logger = self.logger
+        try await Deadline.run(within: configuration.timeout, doing: "creating a session") {
+            try await self.createSessionUnbounded(for: principal, now: now, ttl: ttl, idle: idle, data: data)
+        }
+    }
+
+    /// `createSession(for:now:ttl:idle:data:)`, its outcome handed to `completion` (once, from any
+    /// thread): one task for the transaction, bounded by the deadline wheel, and none waiting for it.
+    public func createSession(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?,
+        completion: @escaping @Sendable (Result<(token: String, session: Session), PostgresStoreError>) -> Void
+    ) {
+        Deadline.start(within: configuration.timeout, doing: "creating a session", {
+            try await self.createSessionUnbounded(for: principal, now: now, ttl: ttl, idle: idle, data: data)
+        }, completion)
+    }
+
+    /// The session's transaction (tried again under another token if its id was taken), unbounded:
+    /// its callers bound it.
+    private func createSessionUnbounded(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?
+    ) async throws -> (token: String, session: Session) {
+        let logger = self.logger, client = self.client
         let issuer = PostgresRows.bytes(principal.issuer), sub = PostgresRows.bytes(principal.sub)
         // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
         for _ in 0..<3 {
             guard let (token, id, check) = SessionToken.generate() else {
-                throw .unavailable("the random number generator failed")
+                throw PostgresStoreError.unavailable("the random number generator failed")
             }
             let session = Session(
                 id: id, principal: principal, createdAt: now, expiresAt: now + ttl, lastSeenAt: now, idleSeconds: idle, data: data)
-            let inserted = try await transaction("creating a session") { connection in
+            let inserted = try await client.withTransaction(logger: logger) { connection in
                 // The user's row first (made, or its login stamped): user.delete takes it first
                 // too, so the two go one after the other and no session outlives its user's deletion.
                 for try await _ in try await connection.execute(PostgresStatements.StampLogin(issuer: issuer, sub: sub, now: now), logger: logger) {}
@@ -40,7 +61,7 @@ extension PostgresStore {
             }
             if inserted { return (token, session) }
         }
-        throw .unavailable("could not find an unused session id")
+        throw PostgresStoreError.unavailable("could not find an unused session id")
     }
 
     /// The live session `token` names, and its user's record, marked as used now (written with the

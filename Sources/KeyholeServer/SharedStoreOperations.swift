@@ -22,17 +22,28 @@ public enum SharedStoreOperations {
             try await StoreCommit.stored(body)
         }
         return [
-            "session.create": .async { request, _ throws(ProtocolError) in
+            // Answered once committed, through a pending answer the store's call completes: no task
+            // waits for it.
+            "session.create": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 let owner = try principal(&arguments)
                 let (ttl, idle, data) = try StoreOperations.sessionParameters(&arguments, configuration.current)
                 try arguments.finish()
                 let time = now()
-                let created = try await stored { () async throws(StoreError) in
-                    try await store.createSession(for: owner, now: time, ttl: ttl, idle: UInt32(idle), data: data)
+                let answer = PendingAnswer()
+                store.createSession(for: owner, now: time, ttl: ttl, idle: UInt32(idle), data: data) { outcome in
+                    switch outcome {
+                    case .success(let created):
+                        SessionMetrics.created.increment()
+                        answer.complete(.success(.object([
+                            "expires_at": .int(created.session.expiresAt), "id": .string(created.session.id.description),
+                            "session": .string(created.token),
+                        ])))
+                    case .failure(let error):
+                        answer.complete(.failure(StoreCommit.protocolError(error)))
+                    }
                 }
-                SessionMetrics.created.increment()
-                return ["expires_at": .int(created.session.expiresAt), "id": .string(created.session.id.description), "session": .string(created.token)]
+                return .pending(answer)
             },
             // Answered on the event loop from the cache while it is fresh, written in place as the
             // local store writes it; a task only to read the database.

@@ -34,6 +34,11 @@ public protocol SessionStoring: Sendable {
     /// sessions went.
     func deleteUser(_ principal: Principal, now: Int64) async throws(StoreError) -> (deleted: Bool, sessions: Int)
 
+    /// `createSession(for:now:ttl:idle:data:)`, its outcome handed to `completion` (once, from any thread).
+    func createSession(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?,
+        completion: @escaping @Sendable (Result<(token: String, session: Session), StoreError>) -> Void)
+
     /// `session(token:now:)`, its outcome handed to `completion` (once, from any thread).
     func session(
         token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void)
@@ -46,6 +51,21 @@ public protocol SessionStoring: Sendable {
 extension SessionStoring {
     /// Never without waiting, unless the store says otherwise.
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession { .mustWait }
+
+    /// `createSession(for:now:ttl:idle:data:)`, its outcome handed to `completion` (once, from any
+    /// thread): in a task of its own, unless the store can do with less.
+    public func createSession(
+        for principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?,
+        completion: @escaping @Sendable (Result<(token: String, session: Session), StoreError>) -> Void
+    ) {
+        Task {
+            do throws(StoreError) {
+                completion(.success(try await createSession(for: principal, now: now, ttl: ttl, idle: idle, data: data)))
+            } catch {
+                completion(.failure(error))
+            }
+        }
+    }
 
     /// `session(token:now:)`, its outcome handed to `completion` (once, from any thread): in a task
     /// of its own, unless the store can do with less.
