@@ -75,11 +75,11 @@ PAIRS = [
 ]
 
 
-def round_order(round_number, pairs=PAIRS):
+def round_order(round_number):
     """The cases of one round: each keyholed scenario next to its peers, the scenario first in even
     rounds and last in odd ones, each case once."""
     groups = {}
-    for scenario, peer, _ in pairs:
+    for scenario, peer, _ in PAIRS:
         groups.setdefault(scenario, []).append(peer)
     order = []
     for scenario, peers in groups.items():
@@ -297,7 +297,7 @@ def process_cpu_ns(pid):
         return None
 
 
-def postgres_cpu_ns(postmaster, children=None):
+def postgres_cpu_ns(postmaster, children):
     """Every PostgreSQL process's run time so far: the postmaster's, each live child's, and the
     children that have exited and been waited for (the postmaster's cutime and cstime, in clock
     ticks): a backend that ends between two readings (pgbench's, at its end) is counted whole.
@@ -307,8 +307,6 @@ def postgres_cpu_ns(postmaster, children=None):
     ticks = os.sysconf("SC_CLK_TCK")
     total = (int(fields[13]) + int(fields[14])) * 1_000_000_000 // ticks  # cutime, cstime
     total += process_cpu_ns(postmaster) or 0
-    if children is None:
-        children = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue

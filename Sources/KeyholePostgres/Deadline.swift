@@ -13,34 +13,23 @@ enum Deadline {
     ) async throws(PostgresStoreError) -> Value {
         // The first outcome wins: the call's, the wheel's or the caller's cancellation.
         let race = FirstOutcome<Result<Value, PostgresStoreError>>()
-        let finish = race.finish
-        let work = Task {
-            do {
-                finish(.success(try await body()))
-            } catch {
-                finish(.failure(PostgresStoreError.from(error, doing: doing)))
-            }
-        }
-        let timer = DeadlineWheel.shared.add(deadline: .now + limit) {
-            finish(.failure(.unavailable("\(doing): no answer within \(limit)")))
-            work.cancel()
-        }
+        let work = start(within: limit, doing: doing, body, race.finish)
         let result = await withTaskCancellationHandler {
             await race.wait()
         } onCancel: {
             work.cancel()
-            finish(.failure(.from(CancellationError(), doing: doing)))
+            race.finish(.failure(.from(CancellationError(), doing: doing)))
         }
-        DeadlineWheel.shared.cancel(timer)
         return try result.get()
     }
 
     /// `run`, with the outcome handed to `completion` (exactly once, from any thread) instead of
-    /// awaited: one task for the call, and nothing waiting for it.
+    /// awaited: one task for the call, and nothing waiting for it. Returns the call's task.
+    @discardableResult
     static func start<Value: Sendable>(
         within limit: Duration, doing: String, _ body: @escaping @Sendable () async throws -> Value,
         _ completion: @escaping @Sendable (Result<Value, PostgresStoreError>) -> Void
-    ) {
+    ) -> Task<Void, Never> {
         let once = Atomic(false)
         let finish: @Sendable (Result<Value, PostgresStoreError>) -> Void = { outcome in
             guard once.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
@@ -64,5 +53,6 @@ enum Deadline {
         timer.withLock { $0 = id }
         // The call may have ended before its timer was known: forget the timer now.
         if once.load(ordering: .acquiring) { DeadlineWheel.shared.cancel(id) }
+        return work
     }
 }

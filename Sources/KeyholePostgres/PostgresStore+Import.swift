@@ -105,10 +105,7 @@ extension PostgresStore {
     /// Tells every host's listener to drop everything it caches (`*`): rows appeared that no
     /// notification named.
     public func notifyEverything(within limit: Duration) async throws(PostgresStoreError) {
-        let client = self.client, logger = self.logger
-        try await Deadline.run(within: limit, doing: "notifying every host") {
-            try await client.withTransaction(logger: logger) { connection in try await self.notify("*", on: connection) }
-        }
+        try await transaction("notifying every host", within: limit) { connection in try await self.notify("*", on: connection) }
     }
 
     /// One multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING 1` of `count` rows, its own
@@ -116,14 +113,12 @@ extension PostgresStore {
     private func insert(
         _ count: Int, _ sql: String, _ binds: PostgresBindings, doing: String, within limit: Duration
     ) async throws(PostgresStoreError) -> ImportCount {
-        let client = self.client, logger = self.logger
-        let copied = try await Deadline.run(within: limit, doing: doing) {
-            try await client.withTransaction(logger: logger) { connection in
-                let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
-                var copied = 0
-                for try await _ in rows { copied += 1 }
-                return copied
-            }
+        let logger = self.logger
+        let copied = try await transaction(doing, within: limit) { connection in
+            let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+            var copied = 0
+            for try await _ in rows { copied += 1 }
+            return copied
         }
         return ImportCount(copied: copied, present: count - copied)
     }

@@ -118,13 +118,9 @@ extension PostgresStore {
             guard let read = try await readSession(id) else { return nil }
             found = read
         }
-        var session = latestUse(found.session)
+        let session = latestUse(found.session)
         guard found.check.matches(check), now < session.endsAt else { return nil }
-        // Used now: recorded here, written with the next heartbeat (at most one statement each).
-        pendingTouches.withLock { pending in pending[id] = max(pending[id] ?? now, now) }
-        session.lastSeenAt = max(session.lastSeenAt, now)
-        cache.withLock { $0.update(session) }
-        return (session, found.user)
+        return (markUsed(session, now: now), found.user)
     }
 
     /// The session `token` names from this host's cache, without waiting: found (and marked as used)
@@ -134,14 +130,20 @@ extension PostgresStore {
         guard let (id, check) = SessionToken.digest(token) else { return .notFound }
         let clock = monotonic()
         guard case .hit(let cached, let stored, let user) = cache.withLock({ $0.lookup(id, now: clock) }) else { return .mustWait }
-        var session = latestUse(cached)
+        let session = latestUse(cached)
         if now >= session.endsAt, now < session.expiresAt { return .mustWait }
         guard stored.matches(check), now < session.endsAt else { return .notFound }
-        // Used now: recorded here, written with the next heartbeat (at most one statement each).
-        pendingTouches.withLock { pending in pending[id] = max(pending[id] ?? now, now) }
+        return .found(markUsed(session, now: now), user)
+    }
+
+    /// `session` used at `now`: recorded here, written with the next heartbeat (at most one
+    /// statement each), and so in the cache.
+    private func markUsed(_ session: Session, now: Int64) -> Session {
+        var session = session
+        pendingTouches.withLock { pending in pending[session.id] = max(pending[session.id] ?? now, now) }
         session.lastSeenAt = max(session.lastSeenAt, now)
         cache.withLock { $0.update(session) }
-        return .found(session, user)
+        return session
     }
 
     /// `session` with its last use this host recorded and has not written yet, if later.

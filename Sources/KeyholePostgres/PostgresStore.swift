@@ -71,13 +71,13 @@ public final class PostgresStore: Sendable {
         cache.withLock { $0.heard(key) }
     }
 
-    /// `body` in one transaction, within the timeout: committed when it returns, rolled back when it
-    /// throws.
+    /// `body` in one transaction, within `limit` (the timeout by default): committed when it
+    /// returns, rolled back when it throws.
     func transaction<Value: Sendable>(
-        _ doing: String, _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
+        _ doing: String, within limit: Duration? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> Value
     ) async throws(PostgresStoreError) -> Value {
         let client = self.client, logger = self.logger
-        return try await Deadline.run(within: configuration.timeout, doing: doing) {
+        return try await Deadline.run(within: limit ?? configuration.timeout, doing: doing) {
             try await client.withTransaction(logger: logger) { connection in try await body(connection) }
         }
     }

@@ -45,33 +45,16 @@ public struct StoreImporter: Sendable {
         var report = Report()
         // Users first: a session copied without its user's record would answer without the user
         // until the record follows.
-        var cursor = 0
-        var users: [User] = []
-        repeat {
-            let (found, next) = source.users(from: cursor, limit: batchSize, where: { _ in true })
-            users += found
-            cursor = next
-            while users.count >= batchSize || (cursor == 0 && !users.isEmpty) {
-                let batch = Array(users.prefix(batchSize))
-                users.removeFirst(batch.count)
-                let count = try await target.importUsers(batch, within: batchLimit)
-                report.users = report.users + logged("users", count)
-            }
-        } while cursor != 0
-
-        var sessions: [Store.ExportedSession] = []
-        repeat {
+        try await inBatches(pages: { source.users(from: $0, limit: batchSize, where: { _ in true }) }) { batch throws(PostgresStoreError) in
+            report.users = report.users + logged("users", try await target.importUsers(batch, within: batchLimit))
+        }
+        try await inBatches(pages: { cursor in
             let (found, expired, next) = source.exportSessions(from: cursor, limit: batchSize, now: now)
-            sessions += found
             report.expiredSessions += expired
-            cursor = next
-            while sessions.count >= batchSize || (cursor == 0 && !sessions.isEmpty) {
-                let batch = Array(sessions.prefix(batchSize))
-                sessions.removeFirst(batch.count)
-                let count = try await target.importSessions(batch, within: batchLimit)
-                report.sessions = report.sessions + logged("sessions", count)
-            }
-        } while cursor != 0
+            return (found, next)
+        }) { batch throws(PostgresStoreError) in
+            report.sessions = report.sessions + logged("sessions", try await target.importSessions(batch, within: batchLimit))
+        }
 
         let outbox = source.outbox()
         for start in stride(from: 0, to: outbox.count, by: batchSize) {
@@ -82,6 +65,25 @@ public struct StoreImporter: Sendable {
 
         try await target.notifyEverything(within: batchLimit)
         return report
+    }
+
+    /// Walks the store a page at a time (`pages` from a cursor, 0 at the start and after the last)
+    /// and hands `copy` full batches of `batchSize` rows, then what is left.
+    private func inBatches<Row>(
+        pages: (Int) -> ([Row], Int), _ copy: ([Row]) async throws(PostgresStoreError) -> Void
+    ) async throws(PostgresStoreError) {
+        var cursor = 0
+        var rows: [Row] = []
+        repeat {
+            let (found, next) = pages(cursor)
+            rows += found
+            cursor = next
+            while rows.count >= batchSize || (cursor == 0 && !rows.isEmpty) {
+                let batch = Array(rows.prefix(batchSize))
+                rows.removeFirst(batch.count)
+                try await copy(batch)
+            }
+        } while cursor != 0
     }
 
     /// `count`, logged once its batch is committed: counts only, never a row's contents.

@@ -22,12 +22,7 @@ extension PostgresSuites {
             let (store, _) = try Store.open(stateDirectory: directory, now: Self.now)
             let committer = Task { await StoreCommitter(store: store, logger: PostgresTestDatabase.logger).run() }
             defer { committer.cancel() }
-            let cluster = try await PostgresCluster.start()
-            try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
-                _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-                try await body(store, PostgresTestDatabase.store(client), client)
-            }
-            #expect(await cluster.close() == 0)
+            try await PostgresStoreTests.withStore { shared, client, _ in try await body(store, shared, client) }
         }
 
         @Test("outbox entries keep their 64-bit ids (the bigint of the same bits), kind, time and payload, due at once; a second run adds nothing")

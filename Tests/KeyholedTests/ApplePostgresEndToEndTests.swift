@@ -22,15 +22,6 @@ struct ApplePostgresEndToEndTests {
         }
     }
 
-    /// Polls `condition` for up to `seconds`; whether it came true.
-    static func eventually(seconds: Int, _ condition: () throws -> Bool) rethrows -> Bool {
-        let start = ContinuousClock.now
-        while ContinuousClock.now - start < .seconds(seconds) {
-            if try condition() { return true }
-        }
-        return false
-    }
-
     @Test("signed in with a code on A: the session, the user and the sealed grant serve on B; consent revoked on B ends A's sessions; deleted on A, revoked at Apple once")
     func acrossHosts() async throws {
         let apple = try await FakeApple()
@@ -60,8 +51,9 @@ struct ApplePostgresEndToEndTests {
         let notification = apple.notification(type: "consent-revoked", sub: sub, audience: SignIn.web)
         let applied = try connectionB.result("apple.notification", ["payload": .string(notification)])
         #expect(applied["applied"] == true)
-        let endedOnA = try Self.eventually(seconds: 5) { try connectionA.errorCode("session.get", ["session": .string(session)]) == "session_not_found" }
-        #expect(endedOnA)
+        var polled = ContinuousClock.now
+        let endedOnA = try await PeerLimitsEndToEndTests.eventually { try connectionA.errorCode("session.get", ["session": .string(session)]) == "session_not_found" }
+        #expect(endedOnA && ContinuousClock.now - polled < .seconds(5))
         #expect(try connectionA.result("user.get", ["sub": .string(sub)])["consent_revoked_at"]?.intValue != nil)
         // The same notification again, at A: the record's mark makes it a repeat.
         let again = try connectionA.result("apple.notification", ["payload": .string(notification)])
@@ -78,8 +70,9 @@ struct ApplePostgresEndToEndTests {
         let deleted = try connectionA.result("user.delete", ["sub": .string(sub)])
         #expect(deleted["deleted"] == true && deleted["sessions_revoked"] == 1 && deleted["apple_revocation"] == "done")
         #expect(apple.revoked == [newToken])
-        let endedOnB = try Self.eventually(seconds: 5) { try connectionB.errorCode("session.get", ["session": .string(secondSession)]) == "session_not_found" }
-        #expect(endedOnB)
+        polled = ContinuousClock.now
+        let endedOnB = try await PeerLimitsEndToEndTests.eventually { try connectionB.errorCode("session.get", ["session": .string(secondSession)]) == "session_not_found" }
+        #expect(endedOnB && ContinuousClock.now - polled < .seconds(5))
         #expect(try connectionB.errorCode("user.get", ["sub": .string(sub)]) == "user_not_found")
         #expect(try connectionB.result("apple.pending", [:])["count"] == 0)
 
@@ -114,9 +107,11 @@ struct ApplePostgresEndToEndTests {
         a.kill()
         _ = try a.waitForExit()
         apple.recover()
-        // B looks at the shared outbox every 15 s; A put the entry off by 5 s when Apple failed.
-        let sent = try Self.eventually(seconds: 45) { try connectionB.result("apple.pending", [:])["count"] == 0 }
-        #expect(sent)
+        // B looks at the shared outbox every 15 s; A put the entry off by 5 s when Apple failed (polled
+        // for up to 60 s).
+        let polled = ContinuousClock.now
+        let sent = try await PeerLimitsEndToEndTests.eventually { try connectionB.result("apple.pending", [:])["count"] == 0 }
+        #expect(sent && ContinuousClock.now - polled < .seconds(45))
         #expect(apple.revoked == [refreshToken], "sent once")
         try b.waitForStderr(containing: "apple.revoked")
         #expect(try b.terminate() == 0)

@@ -218,7 +218,12 @@ struct PostgresEndToEndTests {
             #expect(try await waitForMore(100), "no sessions created after PostgreSQL's \(command) and start")
         }
         running.store(false, ordering: .relaxed)
-        for writer in writers { while !writer.isFinished { try await Task.sleep(for: .milliseconds(5)) } }
+        let stopping = ContinuousClock.now
+        while writers.contains(where: { !$0.isFinished }), ContinuousClock.now - stopping < .seconds(30) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let finished = writers.allSatisfy(\.isFinished)
+        #expect(finished, "a writer still waits for an answer")
         let took = slowest.withLock { $0 }
         print("restartedUnderLoad: slowest answer \(took), \(acknowledged.withLock { $0.count }) acknowledged, \(refused.withLock { $0 }) refused")
         // The timeout (1 s) bounds each database call; the slack is for a loaded machine.
