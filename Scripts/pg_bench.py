@@ -440,12 +440,23 @@ def wait_fresh(socket, seconds=30):
 def lean_load(socket, seconds, connections, *extra, keyholed_pid, postmaster, warmup=0.5):
     argv = [LEAN_LOAD, "--socket", socket, "--connections", str(connections), "--depth", "1",
             "--seconds", str(seconds), "--warmup", str(warmup), *extra]
+    before = stats_store(socket)
     out, (rates, started) = measured(argv, keyholed_pid, postmaster, seconds)
     result = json.loads(out)
     if not result.get("answered") or result.get("failed"):
         raise SystemExit(f"pg_bench: {' '.join(argv)}: {result}")
-    return {"per_second": result["per_second"], "postgres_started": started,
+    return {"per_second": result["per_second"], "postgres_started": started, "mean_batch": mean_batch(before, stats_store(socket)),
             **per_request(rates, result["per_second"])}
+
+
+def mean_batch(before, after):
+    """The calls per batch keyholed sent to PostgreSQL between two `stats` (reads' or creates',
+    whichever it sent): None for the local backend, or when it sent none."""
+    for calls, batches in (("reads", "read_batches"), ("creates", "create_batches")):
+        sent = after.get(batches, 0) - before.get(batches, 0)
+        if sent > 0:
+            return round((after[calls] - before[calls]) / sent, 2)
+    return None
 
 
 def pgbench(options, cluster, script, seconds, *extra, mode="prepared"):
@@ -600,7 +611,8 @@ def measure(options, directory):
                 samples.append(result)
                 print(f"pg_bench: round {round_number + 1} {name:26} {result['per_second']:>8.0f}/s "
                       f"keyholed {result['keyholed_ns'] or 0:>6} ns postgres {result['postgres_ns'] or 0:>6} ns "
-                      f"client {result['client_ns'] or 0:>6} ns, {result['postgres_started']} backends started",
+                      f"client {result['client_ns'] or 0:>6} ns, {result['postgres_started']} backends started, "
+                      f"mean batch {result.get('mean_batch')}",
                       file=sys.stderr, flush=True)
         for keyholed in (reads, misses, creates, local):
             keyholed.stop()

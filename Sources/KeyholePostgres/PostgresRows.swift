@@ -28,6 +28,15 @@ enum PostgresRows {
         return Principal(issuer: issuer, sub: sub)
     }
 
+    /// Whether `a`'s user row is locked before `b`'s (by issuer's bytes, then sub's): every
+    /// transaction that locks several users' rows takes them in this order, so that two cannot
+    /// deadlock.
+    static func locksBefore(_ a: Principal, _ b: Principal) -> Bool {
+        let (aIssuer, bIssuer) = (a.issuer.utf8, b.issuer.utf8)
+        if !aIssuer.elementsEqual(bIssuer) { return aIssuer.lexicographicallyPrecedes(bIssuer) }
+        return a.sub.utf8.lexicographicallyPrecedes(b.sub.utf8)
+    }
+
     /// The session and its check from a row, or why it cannot be read.
     static func session(id: SessionID, _ row: SessionRow) -> Result<(Session, SessionCheck), PostgresStoreError> {
         let (check, issuer, sub, createdAt, expiresAt, lastSeenAt, idleSeconds, data) = row

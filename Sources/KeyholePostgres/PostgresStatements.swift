@@ -1,74 +1,59 @@
 import NIOCore
 import PostgresNIO
 
-/// The statements of the hot paths (`session.get` on a cache miss, `session.create`), prepared once
-/// on each pooled connection (postgres-nio keeps them by name) so that PostgreSQL parses and plans
-/// them once, not on every call: most of a short statement's cost on the server.
+/// The statements of the hot paths, run in batches (`StatementBatcher`): `session.get`'s cache
+/// misses and `session.create`s. Each is prepared once on each of its batch connections, so that
+/// PostgreSQL parses it once, and it is planned once (`plan_cache_mode = force_generic_plan`).
 ///
 /// A prepared statement's SQL is fixed for the process, and the schema is configuration, so these
-/// name their tables without a schema: every connection of the store's pool sets `search_path` to
-/// the schema when it starts (`PostgresStore.startupParameters(for:)`), and keyholed checks it does
-/// (`PostgresStore.checkSearchPath()`) before serving.
+/// name their tables without a schema: every batch connection sets `search_path` to the schema when
+/// it starts (`PostgresStore.startupParameters(for:)`) and checks `current_schema()` before
+/// preparing (`BatchConnection`).
 enum PostgresStatements {
-    /// A session and its user's record by the session's id.
-    struct ReadSession: PostgresPreparedStatement {
-        static let name = "keyhole_read_session_v1"
-        static let sql = """
-            SELECT s.check_bytes, s.issuer, s.sub, s.created_at, s.expires_at, s.last_seen_at, s.idle_seconds, s.data,
-                   u.created_at, u.updated_at, u.last_login_at, u.fields
-            FROM sessions s LEFT JOIN users u ON u.issuer = s.issuer AND u.sub = s.sub WHERE s.id = $1
-            """
-        typealias Row = (ByteBuffer, ByteBuffer, ByteBuffer, Int64, Int64, Int64, Int32, ByteBuffer?, Int64?, Int64?, Int64?, ByteBuffer?)
+    /// Sessions and their users' records by the sessions' ids ($1, bytea[]). One row per session
+    /// found.
+    static let readSessions = """
+        SELECT s.id, s.check_bytes, s.issuer, s.sub, s.created_at, s.expires_at, s.last_seen_at, s.idle_seconds, s.data,
+               u.created_at, u.updated_at, u.last_login_at, u.fields
+        FROM sessions s LEFT JOIN users u ON u.issuer = s.issuer AND u.sub = s.sub WHERE s.id = ANY($1::bytea[])
+        """
 
-        var id: ByteBuffer
-
-        func makeBindings() -> PostgresBindings {
-            var binds = PostgresBindings()
-            binds.append(id)
-            return binds
-        }
-
-        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
-    }
-
-    /// A sign-in's user row: made, or its login stamped (never moved back).
-    struct StampLogin: PostgresPreparedStatement {
-        static let name = "keyhole_stamp_login_v1"
-        static let sql = """
-            INSERT INTO users (issuer, sub, created_at, updated_at, last_login_at, fields, revision) VALUES ($1, $2, $3, $3, $3, $4, 1)
+    /// Sign-ins' users made or their logins stamped (never moved back): $1 issuers, $2 subs, $3
+    /// times, one row per user (PostgreSQL refuses to change a row twice in one statement), in the
+    /// order given, which is the order their locks are taken in (`PostgresRows.locksBefore`); then,
+    /// in the same statement and so the same transaction, new sessions: $4 ids, $5 checks, $6
+    /// issuers, $7 subs, $8 creation times, $9 expiries, $10 idle timeouts, $11 data, $12 whether
+    /// each has data (NULL otherwise: postgres-nio sends no array of optionals). The ids of the
+    /// sessions inserted come back (an id already there inserts nothing).
+    static let createSessions = """
+        WITH stamped AS (
+            INSERT INTO users (issuer, sub, created_at, updated_at, last_login_at, fields, revision)
+            SELECT u.issuer, u.sub, u.t, u.t, u.t, '\\x7b7d'::bytea, 1
+            FROM unnest($1::bytea[], $2::bytea[], $3::bigint[]) WITH ORDINALITY AS u(issuer, sub, t, n) ORDER BY u.n
             ON CONFLICT (issuer, sub) DO UPDATE SET last_login_at = greatest(users.last_login_at, EXCLUDED.last_login_at)
-            """
-        typealias Row = ()
+            RETURNING 1)
+        INSERT INTO sessions (id, check_bytes, issuer, sub, created_at, expires_at, last_seen_at, idle_seconds, data)
+        SELECT u.id, u.c, u.i, u.s, u.t, u.e, u.t, u.idle, CASE WHEN u.has THEN u.d END
+        FROM unnest($4::bytea[], $5::bytea[], $6::bytea[], $7::bytea[], $8::bigint[], $9::bigint[], $10::integer[], $11::bytea[], $12::boolean[])
+            AS u(id, c, i, s, t, e, idle, d, has)
+        ON CONFLICT (id) DO NOTHING RETURNING id
+        """
 
-        var issuer: ByteBuffer
-        var sub: ByteBuffer
-        var now: Int64
-
-        func makeBindings() -> PostgresBindings {
-            var binds = PostgresBindings()
-            binds.append(issuer)
-            binds.append(sub)
-            binds.append(now)
-            binds.append(PostgresRows.bytes("{}"))
-            return binds
+    /// The cells of a row these statements return, each read as binary: postgres-nio (1.33) asks
+    /// for binary results on its EventLoopFuture interface's prepared statements but labels their
+    /// columns with the format of the statement's description, text.
+    static func cells(_ row: PostgresRow) -> [PostgresCell] {
+        row.map { cell in
+            var cell = cell
+            cell.format = .binary
+            return cell
         }
-
-        func decodeRow(_ row: PostgresRow) throws -> Row {}
     }
 
-    /// A new session; a row back if it was inserted (an id already there inserts nothing).
-    struct InsertSession: PostgresPreparedStatement {
-        static let name = "keyhole_insert_session_v1"
-        static let sql = """
-            INSERT INTO sessions (id, check_bytes, issuer, sub, created_at, expires_at, last_seen_at, idle_seconds, data)
-            VALUES ($1, $2, $3, $4, $5, $6, $5, $7, $8) ON CONFLICT (id) DO NOTHING RETURNING 1
-            """
-        typealias Row = Int32
-
-        var binds: PostgresBindings
-
-        func makeBindings() -> PostgresBindings { binds }
-
-        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Int32.self) }
+    /// `value` as a bind of a statement run through postgres-nio's EventLoopFuture interface.
+    static func bind<Value: PostgresNonThrowingEncodable>(_ value: Value) -> PostgresData {
+        var buffer = ByteBuffer()
+        value.encode(into: &buffer, context: .default)
+        return PostgresData(type: Value.psqlType, formatCode: Value.psqlFormat, value: buffer)
     }
 }

@@ -50,10 +50,8 @@ extension PostgresStore {
             forget(PostgresRows.userKey(to))
         }
         let outcome = try await transaction("moving a user") { connection -> Result<(User?, Int)?, PostgresStoreError> in
-            // Both rows locked in one order (by issuer's, then sub's bytes), so that two opposite moves
-            // cannot deadlock.
-            let fromFirst = Array(from.issuer.utf8) + [0] + Array(from.sub.utf8), toFirst = Array(to.issuer.utf8) + [0] + Array(to.sub.utf8)
-            let first = fromFirst.lexicographicallyPrecedes(toFirst) ? from : to, second = first == from ? to : from
+            // Both rows locked in one order, so that two opposite moves (or a batch of creates) cannot deadlock.
+            let first = PostgresRows.locksBefore(from, to) ? from : to, second = first == from ? to : from
             var locked: [Principal: User] = [:]
             for principal in [first, second] {
                 switch try await self.lockedUser(principal, on: connection) {

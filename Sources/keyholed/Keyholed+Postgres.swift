@@ -30,6 +30,11 @@ struct PostgresStorage: Sendable {
         var members: [String: JSONValue] = [
             "backend": "postgres", "cache_fresh": .bool(cache.fresh), "cache_entries": .int(Int64(cache.entries)),
         ]
+        let batches = store.batchCounts
+        members["read_batches"] = .int(Int64(batches.readBatches))
+        members["reads"] = .int(Int64(batches.reads))
+        members["create_batches"] = .int(Int64(batches.createBatches))
+        members["creates"] = .int(Int64(batches.creates))
         if let staleness = cache.staleness { members["staleness_ms"] = .int(Int64((staleness * 1000).rounded())) }
         return ["store": .object(members)]
     }
@@ -78,10 +83,13 @@ extension Keyholed {
         storeConfiguration.timeout = Duration(settings.timeout)
         storeConfiguration.maxStaleness = Duration(settings.maxStaleness)
         storeConfiguration.cacheEntries = settings.cacheEntries
+        storeConfiguration.batchConnections = Self.batchConnections(poolSize: settings.poolSize)
         // Unique among the hosts sharing the schema: the host name, this process, and a random part
         // (containers share host names and pids; the outbox's leases go by this name).
         storeConfiguration.hostID = "\(host)-\(getpid())-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
-        let store = PostgresStore(client: client, configuration: storeConfiguration, now: clock, logger: logger)
+        var batches = connectionConfiguration
+        batches.options.additionalStartupParameters = []
+        let store = PostgresStore(client: client, batches: batches, configuration: storeConfiguration, now: clock, logger: logger)
         let migrator = SchemaMigrator(
             schema: settings.schema, appliedBy: "keyholed \(KeyholeVersion.current) on \(host)",
             now: { Int64(clock().rounded(.down)) }, logger: logger)
@@ -104,6 +112,9 @@ extension Keyholed {
         return PostgresStorage(client: client, store: store, listener: listener, pruner: PostgresPruner(store: store, logger: logger))
     }
 
+    /// Connections for each kind of batch (cache misses, creates): a quarter of `pool_size`, at least one.
+    static func batchConnections(poolSize: Int) -> Int { max(1, poolSize / 4) }
+
     /// The pool's and the listener's settings from `[postgres]`.
     static func postgresConfigurations(
         _ settings: PostgresSettings, password: String?
@@ -122,7 +133,8 @@ extension Keyholed {
             connection = PostgresConnection.Configuration(
                 host: host, port: port, username: settings.user, password: password, database: settings.database, tls: connectionTLS)
         }
-        client.options.maximumConnections = settings.poolSize
+        // The batches' connections come out of pool_size (POSTGRES.md, "Cost per request").
+        client.options.maximumConnections = max(1, settings.poolSize - 2 * batchConnections(poolSize: settings.poolSize))
         client.options.additionalStartupParameters = PostgresStore.startupParameters(for: settings.schema)
         client.options.connectTimeout = Duration(settings.timeout)
         connection.options.connectTimeout = settings.timeout

@@ -315,6 +315,7 @@ struct Keyholed: AsyncParsableCommand {
             failure = error
         }
         if let http = apple?.http { try? await http.shutdown() }
+        await shared?.store.shutDown()
         if let error = failure as? ServerError {
             logger.critical("keyholed.listen_failed", metadata: ["error": "\(error)"])
             // Under the packaged units the HTTP socket is systemd's (keyholed-http.socket): one that

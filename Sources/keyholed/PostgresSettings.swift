@@ -74,7 +74,7 @@ struct PostgresSettings: Equatable {
             }
             settings.schema = schema
         }
-        if let size = try section.integer("pool_size", in: 1...256) { settings.poolSize = size }
+        if let size = try section.integer("pool_size", in: 3...256) { settings.poolSize = size }
         if let entries = try section.integer("cache_entries", in: 0...10_000_000) { settings.cacheEntries = entries }
         if let timeout = try section.duration("timeout", in: .milliseconds(100)...(.seconds(60))) { settings.timeout = timeout }
         if let staleness = try section.duration("max_staleness", in: .milliseconds(200)...(.seconds(60))) { settings.maxStaleness = staleness }

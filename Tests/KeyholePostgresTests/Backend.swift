@@ -27,7 +27,8 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             let cluster = try await PostgresCluster.start()
             try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
                 _ = try await SchemaMigrator(schema: .standard, appliedBy: "contract", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-                try await body(PostgresTestDatabase.store(client).storing)
+                let store = PostgresTestDatabase.store(client, cluster)
+                try await PostgresTestDatabase.shuttingDown([store]) { try await body(store.storing) }
             }
             _ = await cluster.close()
         }

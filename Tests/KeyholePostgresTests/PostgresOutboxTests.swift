@@ -15,7 +15,8 @@ extension PostgresSuites {
         static func withHosts(_ body: @escaping @Sendable (PostgresStore, PostgresStore) async throws -> Void) async throws {
             let cluster = try await PostgresCluster.start()
             try await PostgresTestDatabase.withTwo(cluster) { clientA, clientB in
-                try await body(PostgresTestDatabase.store(clientA, host: "a"), PostgresTestDatabase.store(clientB, host: "b"))
+                let (a, b) = (PostgresTestDatabase.store(clientA, cluster, host: "a"), PostgresTestDatabase.store(clientB, cluster, host: "b"))
+                try await PostgresTestDatabase.shuttingDown([a, b]) { try await body(a, b) }
             }
             #expect(await cluster.close() == 0)
         }

@@ -20,7 +20,8 @@ extension PostgresSuites {
             let cluster = try await PostgresCluster.start()
             try await PostgresTestDatabase.with(PostgresTestDatabase.configuration(cluster)) { client in
                 _ = try await SchemaMigrator(schema: .standard, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-                try await body(PostgresTestDatabase.store(client), client, cluster)
+                let store = PostgresTestDatabase.store(client, cluster)
+                try await PostgresTestDatabase.shuttingDown([store]) { try await body(store, client, cluster) }
             }
             #expect(await cluster.close() == 0)
         }
@@ -37,7 +38,9 @@ extension PostgresSuites {
                 // find the schema here: the test role's name is the schema's).
                 bare.options.additionalStartupParameters = [("search_path", "public")]
                 try await PostgresTestDatabase.with(bare) { client in
-                    let error = await #expect(throws: PostgresStoreError.self) { try await PostgresTestDatabase.store(client).checkSearchPath() }
+                    let bare = PostgresTestDatabase.store(client, cluster)
+                    let error = await #expect(throws: PostgresStoreError.self) { try await bare.checkSearchPath() }
+                    await bare.shutDown()
                     #expect(error?.isRefused == true && error?.message.contains("search_path") == true, "\(String(describing: error))")
                 }
                 // A schema named unlike the role (whose "$user" would find the default one): the
@@ -47,13 +50,12 @@ extension PostgresSuites {
                 configured.options.additionalStartupParameters = PostgresStore.startupParameters(for: other)
                 try await PostgresTestDatabase.with(configured) { client in
                     _ = try await SchemaMigrator(schema: other, appliedBy: "test", now: { 0 }, logger: PostgresTestDatabase.logger).migrate(client)
-                    var settings = PostgresStore.Configuration()
-                    settings.schema = other
-                    settings.timeout = .seconds(30)
-                    let store2 = PostgresStore(client: client, configuration: settings, now: { Double(Self.now) }, logger: PostgresTestDatabase.logger)
-                    try await store2.checkSearchPath()
-                    let (token, _) = try await store2.createSession(for: Principal(issuer: "corp", sub: "s2"), now: Self.now, ttl: 60, idle: 60, data: nil)
-                    #expect(try await store2.session(token: token, now: Self.now)?.session.principal.sub == "s2")
+                    let store2 = PostgresTestDatabase.store(client, cluster, schema: other)
+                    try await PostgresTestDatabase.shuttingDown([store2]) {
+                        try await store2.checkSearchPath()
+                        let (token, _) = try await store2.createSession(for: Principal(issuer: "corp", sub: "s2"), now: Self.now, ttl: 60, idle: 60, data: nil)
+                        #expect(try await store2.session(token: token, now: Self.now)?.session.principal.sub == "s2")
+                    }
                 }
                 #expect(try await cluster.sql("SELECT 'n=' || count(*) FROM site_2.sessions").contains("n=1"))
                 #expect(try await cluster.sql("SELECT 'n=' || count(*) FROM keyhole.sessions WHERE sub = 's2'::bytea").contains("n=0"))

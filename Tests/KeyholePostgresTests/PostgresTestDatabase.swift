@@ -26,6 +26,27 @@ enum PostgresTestDatabase {
         return configuration
     }
 
+    /// A connection to `cluster` over its Unix socket as `keyhole`: a store's batch connections.
+    static func connection(_ cluster: PostgresCluster) -> PostgresConnection.Configuration {
+        var configuration = PostgresConnection.Configuration(
+            unixSocketPath: cluster.socketPath, username: cluster.user, password: nil, database: cluster.database)
+        configuration.options.connectTimeout = .seconds(10)
+        return configuration
+    }
+
+    /// `body`, then `stores` shut down, whether it threw or not (a store released with a batch
+    /// connection open trips postgres-nio's assertion).
+    static func shuttingDown<T>(_ stores: [PostgresStore], _ body: () async throws -> T) async throws -> T {
+        do {
+            let value = try await body()
+            for store in stores { await store.shutDown() }
+            return value
+        } catch {
+            for store in stores { await store.shutDown() }
+            throw error
+        }
+    }
+
     /// Two clients on `cluster` (two hosts' pools), the schema migrated, for `body`.
     static func withTwo(_ cluster: PostgresCluster, _ body: @escaping @Sendable (PostgresClient, PostgresClient) async throws -> Void) async throws {
         let pool = configuration(cluster)
@@ -37,14 +58,17 @@ enum PostgresTestDatabase {
 
     /// A store for `client` as host `name`. Its calls' bound is long: the whole suite runs at once
     /// on two cores, and a test that is not about the bound must not fail on the machine's load.
+    /// Its batches go on connections of their own to `cluster`, closed when the cluster stops.
     static func store(
-        _ client: PostgresClient, host name: String = "host", maxStaleness: Duration = .seconds(2), timeout: Duration = .seconds(30)
+        _ client: PostgresClient, _ cluster: PostgresCluster, host name: String = "host", maxStaleness: Duration = .seconds(2),
+        timeout: Duration = .seconds(30), schema: SchemaName = .standard
     ) -> PostgresStore {
         var configuration = PostgresStore.Configuration()
         configuration.hostID = name
         configuration.maxStaleness = maxStaleness
         configuration.timeout = timeout
-        return PostgresStore(client: client, configuration: configuration, now: clock, logger: logger)
+        configuration.schema = schema
+        return PostgresStore(client: client, batches: connection(cluster), configuration: configuration, now: clock, logger: logger)
     }
 
     static func with<T: Sendable>(

@@ -27,8 +27,9 @@ extension PostgresSuites {
             let cluster = try await PostgresCluster.start()
             try await PostgresTestDatabase.withTwo(cluster) { clientA, clientB in
                 let hosts = [("a", clientA), ("b", clientB)].map { name, client in
-                    Host(store: PostgresTestDatabase.store(client, host: name, maxStaleness: maxStaleness, timeout: .seconds(5)), name: name)
+                    Host(store: PostgresTestDatabase.store(client, cluster, host: name, maxStaleness: maxStaleness, timeout: .seconds(5)), name: name)
                 }
+                try await PostgresTestDatabase.shuttingDown(hosts.map(\.store)) {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for host in hosts {
                         var connection = PostgresConnection.Configuration(
@@ -40,6 +41,7 @@ extension PostgresSuites {
                     defer { group.cancelAll() }
                     for host in hosts { try await waitUntil("host \(host.name)'s cache is fresh") { host.store.cacheStatus.fresh } }
                     try await body(hosts[0], hosts[1], cluster)
+                }
                 }
             }
             #expect(await cluster.close() == 0)

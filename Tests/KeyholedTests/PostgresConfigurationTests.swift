@@ -55,6 +55,7 @@ struct PostgresConfigurationTests {
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\nschema = \"Keyhole\"\n", "postgres.schema"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\nschema = \"pg_keyhole\"\n", "postgres.schema"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\npool_size = 0\n", "postgres.pool_size"),
+        (base + "url = \"/run/postgresql\"\nuser = \"kh\"\npool_size = 2\n", "postgres.pool_size"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\ntls = \"verify-full\"\n", "postgres.tls"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\ntimeout = \"90s\"\n", "postgres.timeout"),
         (base + "url = \"/run/postgresql\"\nuser = \"kh\"\nmax_staleness = \"100ms\"\n", "postgres.max_staleness"),

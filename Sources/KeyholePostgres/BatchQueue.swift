@@ -1,0 +1,60 @@
+import NIOCore
+
+/// Which calls of one kind go to the database together, and on which of the kind's connections
+/// (POSTGRES.md, "Cost per request"): a call goes at once when a connection is free, else it waits;
+/// a connection whose batch ended takes the next one, every waiting call up to `maxBatch`. No I/O
+/// and no clock: `StatementBatcher` drives it under its lock.
+struct BatchQueue<Entry> {
+    /// Calls in one batch at most.
+    let maxBatch: Int
+    let slots: Int
+    /// Calls waiting that open another connection while one has a batch out.
+    let spill: Int
+    private var waiting = CircularBuffer<Entry>()
+    /// The connections with no batch, the last freed on top (its connection is the likeliest to be
+    /// warm).
+    private var free: [Int]
+
+    init(slots: Int, maxBatch: Int, spill: Int) {
+        precondition(slots > 0 && maxBatch > 0 && spill > 0, "a batch queue needs room for one batch of one call")
+        self.slots = slots
+        self.maxBatch = maxBatch
+        self.spill = spill
+        free = Array((0..<slots).reversed())
+    }
+
+    /// Calls waiting for a batch.
+    var waitingCount: Int { waiting.count }
+
+    /// Batches out now.
+    var inFlight: Int { slots - free.count }
+
+    /// Adds a call: the batch to send now (with it) and the connection to send it on, or `nil` (the
+    /// call waits). A batch goes on another connection only when none has one out, or when a
+    /// `spill` of calls waits: so a lone call goes at once, and under load batches grow with it
+    /// rather than spreading thin over every connection (each batch costs a round of thread
+    /// wake-ups in keyholed and a statement in PostgreSQL, whatever its size).
+    mutating func enqueue(_ entry: Entry) -> (slot: Int, batch: [Entry])? {
+        waiting.append(entry)
+        guard free.count == slots || waiting.count >= spill, let slot = free.popLast() else { return nil }
+        return (slot, take())
+    }
+
+    /// The batch on `slot` ended: the next batch to send on it, or `nil` (nothing waits; it is free).
+    mutating func finished(slot: Int) -> [Entry]? {
+        precondition(slot >= 0 && slot < slots && !free.contains(slot), "a batch ended on a connection that had none")
+        guard !waiting.isEmpty else {
+            free.append(slot)
+            return nil
+        }
+        return take()
+    }
+
+    private mutating func take() -> [Entry] {
+        let count = min(waiting.count, maxBatch)
+        var batch: [Entry] = []
+        batch.reserveCapacity(count)
+        for _ in 0..<count { batch.append(waiting.removeFirst()) }
+        return batch
+    }
+}

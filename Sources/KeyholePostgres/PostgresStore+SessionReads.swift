@@ -1,0 +1,141 @@
+import KeyholeStore
+import NIOCore
+import PostgresNIO
+
+/// A session the cache could not answer for, waiting for its batch (`SessionReads`).
+struct SessionRead: Sendable {
+    let id: SessionID
+    let check: SessionCheck
+    let now: Int64
+    /// A miss's ticket, to fill the cache with the row; `nil`: the answer is not cached (the view is
+    /// not fresh, or a cached session that looked idle is read again).
+    let ticket: SessionCacheState.FillTicket?
+}
+
+typealias PendingRead = PendingCall<SessionRead, (session: Session, user: User?)?>
+
+extension PostgresStore {
+    /// The live session `token` names, and its user's record, marked as used now (written with the
+    /// next heartbeat, `writeTouches`); `nil` for an unknown, revoked or expired session
+    /// alike, and for a token whose check does not match (compared in constant time). From the
+    /// cache while this host's view is fresh, else from the database (and then cached).
+    public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
+        try await withCheckedContinuation { waiting in session(token: token, now: now) { waiting.resume(returning: $0) } }.get()
+    }
+
+    /// `session(token:now:)` with the answer handed to `completion` (once, from any thread), for a
+    /// caller that need not wait in a task of its own: a cache miss goes to the database with the
+    /// next batch of them (`StatementBatcher`), bounded by the timeout from now.
+    public func session(
+        token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void
+    ) {
+        guard let (id, check) = SessionToken.digest(token) else { return completion(.success(nil)) }
+        let ticket: SessionCacheState.FillTicket?
+        switch cache.withLock({ $0.lookup(id, now: monotonic()) }) {
+        case .hit(let cached, let stored, let user):
+            let session = latestUse(cached)
+            // Cached, but idle by what this host knows, yet before its expiry: another host may have
+            // seen it used since (its uses are written within a heartbeat). Ask the database rather
+            // than refuse.
+            guard now >= session.endsAt, now < session.expiresAt else {
+                guard stored.matches(check), now < session.endsAt else { return completion(.success(nil)) }
+                return completion(.success((markUsed(session, now: now), user)))
+            }
+            ticket = nil
+        case .miss(let miss): ticket = miss
+        case .bypass: ticket = nil
+        }
+        let call = PendingRead(
+            SessionRead(id: id, check: check, now: now, ticket: ticket), within: configuration.timeout, doing: "reading a session",
+            completion: completion)
+        reads.submit(call, to: SessionReads(store: self))
+    }
+
+    /// The session `token` names from this host's cache, without waiting: found (and marked as used)
+    /// or not found on a hit; `.mustWait` on a miss, with the cache not fresh, or for a session that
+    /// looks idle before its expiry (another host's use may not be written yet).
+    public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
+        guard let (id, check) = SessionToken.digest(token) else { return .notFound }
+        let clock = monotonic()
+        guard case .hit(let cached, let stored, let user) = cache.withLock({ $0.lookup(id, now: clock) }) else { return .mustWait }
+        let session = latestUse(cached)
+        if now >= session.endsAt, now < session.expiresAt { return .mustWait }
+        guard stored.matches(check), now < session.endsAt else { return .notFound }
+        return .found(markUsed(session, now: now), user)
+    }
+
+    /// A read's answer from its row (`nil`: none): the cache filled on a miss, the token's check
+    /// compared in constant time, the session marked as used.
+    func answer(_ read: SessionRead, from row: Result<(Session, SessionCheck, User?), PostgresStoreError>?) -> Result<
+        (session: Session, user: User?)?, PostgresStoreError
+    > {
+        guard let row else { return .success(nil) }
+        return row.map { found in
+            let (session, stored, user) = found
+            if let ticket = read.ticket {
+                let userKey = PostgresRows.userKey(session.principal), clock = monotonic()
+                cache.withLock { _ = $0.fill(ticket, session: session, check: stored, user: user, userKey: userKey, now: clock) }
+            }
+            let latest = latestUse(session)
+            guard stored.matches(read.check), read.now < latest.endsAt else { return nil }
+            return (markUsed(latest, now: read.now), user)
+        }
+    }
+
+    /// The sessions and users in a batch's rows, by session id; a row keyholed cannot read is its
+    /// session's failure alone.
+    static func sessions(from rows: [PostgresRow]) throws -> [SessionID: Result<(Session, SessionCheck, User?), PostgresStoreError>] {
+        var found: [SessionID: Result<(Session, SessionCheck, User?), PostgresStoreError>] = [:]
+        found.reserveCapacity(rows.count)
+        for row in rows {
+            let cells = PostgresStatements.cells(row)
+            guard cells.count == 13 else { throw PostgresStoreError.corrupt("a session read of \(cells.count) columns, not 13") }
+            guard let id = SessionID(bytes: try cells[0].decode(ByteBuffer.self).readableBytesView) else { continue }  // asked for by a 16-byte id: not one of them
+            let sessionRow: PostgresRows.SessionRow = (
+                try cells[1].decode(ByteBuffer.self), try cells[2].decode(ByteBuffer.self), try cells[3].decode(ByteBuffer.self),
+                try cells[4].decode(Int64.self), try cells[5].decode(Int64.self), try cells[6].decode(Int64.self), try cells[7].decode(Int32.self),
+                try cells[8].decode(ByteBuffer?.self)
+            )
+            let userCreated = try cells[9].decode(Int64?.self), updated = try cells[10].decode(Int64?.self)
+            let login = try cells[11].decode(Int64?.self), fields = try cells[12].decode(ByteBuffer?.self)
+            found[id] = PostgresRows.session(id: id, sessionRow).flatMap { read in
+                let (session, check) = read
+                guard let userCreated, let updated, let fields else { return .success((session, check, nil)) }
+                return PostgresRows.user(session.principal, (userCreated, updated, login, fields)).map { (session, check, $0) }
+            }
+        }
+        return found
+    }
+
+    /// `session` used at `now`: recorded here, written with the next heartbeat (at most one
+    /// statement each), and so in the cache.
+    func markUsed(_ session: Session, now: Int64) -> Session {
+        var session = session
+        pendingTouches.withLock { pending in pending[session.id] = max(pending[session.id] ?? now, now) }
+        session.lastSeenAt = max(session.lastSeenAt, now)
+        cache.withLock { $0.update(session) }
+        return session
+    }
+
+    /// `session` with its last use this host recorded and has not written yet, if later.
+    func latestUse(_ session: Session) -> Session {
+        var session = session
+        if let pending = pendingTouches.withLock({ $0[session.id] }) { session.lastSeenAt = max(session.lastSeenAt, pending) }
+        return session
+    }
+}
+
+/// Runs a batch of reads: one statement for all of them, then each call answered from its row.
+struct SessionReads: BatchRunner {
+    static let sql = PostgresStatements.readSessions
+    let store: PostgresStore
+
+    func run(_ batch: [PendingRead], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
+        let store = self.store
+        let ids = PostgresStatements.bind(batch.map { PostgresRows.bytes($0.request.id.bytes) })
+        return statement.execute([ids]).flatMapThrowing { rows in
+            let found = try PostgresStore.sessions(from: rows)
+            for call in batch { call.answer(store.answer(call.request, from: found[call.request.id])) }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import NIOCore
+import PostgresNIO
+import Synchronization
+
+/// What `StatementBatcher` sends: one statement, prepared once per connection, run for a batch of
+/// calls, each answered from the rows. On the connection's event loop, without tasks.
+protocol BatchRunner: Sendable {
+    associatedtype Entry: BatchEntry
+    /// The statement, naming no schema (the connection's `search_path` is the schema).
+    static var sql: String { get }
+    /// Runs `batch` through `statement`, answering each call; a failure of the whole batch is the
+    /// returned future's (the batcher then answers every call with it).
+    func run(_ batch: [Entry], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<Void>
+}
+
+/// A call waiting in a batch.
+protocol BatchEntry: Sendable {
+    /// Whether the call has its answer already (its bound passed while it waited): left out of the
+    /// batch it would have gone in.
+    var isAnswered: Bool { get }
+    /// Answers the call with `error`, unless it has its answer already.
+    func fail(_ error: PostgresStoreError)
+}
+
+/// Calls of one kind gathered into batches (`BatchQueue`) on connections of their own
+/// (`BatchConnection`, POSTGRES.md "Cost per request"). A batch runs on its connection's event loop,
+/// and that connection takes the next batch as soon as this one is answered, on the same loop.
+final class StatementBatcher<Runner: BatchRunner>: Sendable {
+    typealias Entry = Runner.Entry
+
+    private let queue: Mutex<BatchQueue<Entry>>
+    private let connections: [BatchConnection]
+    /// A batch's bound: past it, its connection is closed.
+    private let bound: TimeAmount
+    private let doing: String
+    private let batchesSent = Atomic<Int>(0)
+    private let callsSent = Atomic<Int>(0)
+
+    init(connections: [BatchConnection], maxBatch: Int, spill: Int, bound: Duration, doing: String) {
+        precondition(!connections.isEmpty, "a batcher needs a connection")
+        self.connections = connections
+        self.bound = .nanoseconds(Int64(clamping: bound.components.seconds * 1_000_000_000 + bound.components.attoseconds / 1_000_000_000))
+        self.doing = doing
+        queue = Mutex(BatchQueue(slots: connections.count, maxBatch: maxBatch, spill: spill))
+    }
+
+    /// Calls waiting and batches out: for the tests.
+    var counts: (waiting: Int, inFlight: Int) { queue.withLock { ($0.waitingCount, $0.inFlight) } }
+
+    /// Batches and calls sent since the start (their ratio is the mean batch): for `stats`.
+    var sent: (batches: Int, calls: Int) { (batchesSent.load(ordering: .relaxed), callsSent.load(ordering: .relaxed)) }
+
+    /// Sends `entry` with the next batch (at once if a connection is free), which `runner` runs.
+    /// (The runner is handed in rather than kept: it refers to the store that keeps this.)
+    func submit(_ entry: Entry, to runner: Runner) {
+        guard let (slot, batch) = queue.withLock({ $0.enqueue(entry) }) else { return }
+        let connection = connections[slot]
+        connection.eventLoop.execute { self.run(batch, on: slot, runner) }
+    }
+
+    /// Closes every connection; calls submitted afterwards fail at once.
+    func shutDown() async {
+        for connection in connections { try? await connection.shutDown().get() }
+    }
+
+    /// Runs `batch` on connection `slot`, then whatever waits. On that connection's event loop.
+    private func run(_ batch: [Entry], on slot: Int, _ runner: Runner) {
+        let connection = connections[slot]
+        var live = batch.filter { !$0.isAnswered }
+        while live.isEmpty {
+            guard let next = queue.withLock({ $0.finished(slot: slot) }) else { return }
+            live = next.filter { !$0.isAnswered }
+        }
+        let batch = live
+        batchesSent.add(1, ordering: .relaxed)
+        callsSent.add(batch.count, ordering: .relaxed)
+        let overrun = connection.eventLoop.scheduleTask(in: bound) { connection.abandon() }
+        let doing = self.doing, eventLoop = connection.eventLoop
+        connection.statement().flatMap { statement in
+            runner.run(batch, through: statement, on: eventLoop)
+        }.whenComplete { result in
+            overrun.cancel()
+            if case .failure(let error) = result {
+                let failure = PostgresStoreError.from(error, doing: doing)
+                for call in batch { call.fail(failure) }
+            }
+            if let next = self.queue.withLock({ $0.finished(slot: slot) }) { self.run(next, on: slot, runner) }
+        }
+    }
+}
