@@ -17,10 +17,12 @@ connections to PostgreSQL as pgbench opens):
 - for goal 4, "fanout-a" and "fanout-b" on schema `fanout`, started after the rounds.
 
 Clients: lean-load (Scripts/lean/lean_load.c) for every keyholed; pgbench (`-M prepared -c 16 -j 1
--n`, a script file) for PostgreSQL alone. pgbench's scripts are the statements keyholed sends
-(PostgresStore+Sessions.swift): the cache miss's SELECT ... LEFT JOIN users ... WHERE s.id = $1, and
-session.create's transaction whole: BEGIN, the user's upsert (INSERT ... ON CONFLICT DO UPDATE SET
-last_login_at), the session's INSERT ... ON CONFLICT (id) DO NOTHING RETURNING id, COMMIT. Each
+-n`, a script file) for PostgreSQL alone. pgbench's scripts are keyholed's SQL for one call at a time,
+as an app doing its own would send it: the cache miss's SELECT ... LEFT JOIN users ... WHERE s.id = $1,
+and session.create's transaction whole: BEGIN, the user's upsert (INSERT ... ON CONFLICT DO UPDATE SET
+last_login_at), the session's INSERT ... ON CONFLICT (id) DO NOTHING RETURNING id, COMMIT. keyholed
+sends the same rows in batches (PostgresStatements.swift: many ids in one SELECT; many users' upserts
+and sessions' inserts in one statement, one commit); the mean batch, from `stats`, is reported. Each
 round runs every pair once, in turn keyholed first and its peer first; a ratio is keyholed's
 throughput over its peer's within a round, the report gives the median over rounds. Nothing is
 pinned: on this two-core machine keyholed, PostgreSQL and the client share both cores, so CPU per
@@ -203,7 +205,7 @@ def summarize(samples, rounds):
         row = {"scenario": scenario, "peer": peer, "limit": limit, "rounds": len(pairs),
                "throughput_ratio": round(statistics.median(k["per_second"] / p["per_second"] for k, p in pairs), 2)}
         for side, name in ((0, "keyholed"), (1, "peer")):
-            for key in ("per_second", "keyholed_ns", "postgres_ns", "client_ns"):
+            for key in ("per_second", "keyholed_ns", "postgres_ns", "client_ns", "mean_batch"):
                 row[f"{name}_{key}"] = med(pairs, side, key)
         rows.append(row)
     return rows
@@ -232,10 +234,14 @@ def report(rows, fanout, options, machine, started=0):
         f"`[storage] backend = \"postgres\"`, `[postgres] url` the socket directory, pool_size {options.pool_size}, "
         "max_staleness 2s, a schema per scenario; its peer for the cache hit is a release keyholed on the local "
         "backend with fsync \"always\". keyholed is driven by lean-load (one C thread on epoll), PostgreSQL alone by "
-        f"pgbench (`-M prepared -c {options.connections} -j 1 -n`) running keyholed's own statements: the cache "
-        "miss's SELECT ... LEFT JOIN users ... WHERE s.id = $1, and session.create's whole transaction (BEGIN, "
-        "the user's INSERT ... ON CONFLICT DO UPDATE SET last_login_at, the session's INSERT ... ON CONFLICT (id) "
-        "DO NOTHING RETURNING id, COMMIT: pgbench's script includes the user's upsert, as keyholed's create does). "
+        f"pgbench (`-M prepared -c {options.connections} -j 1 -n`) running keyholed's SQL one call at a time, as an "
+        "app doing its own would: the cache miss's SELECT ... LEFT JOIN users ... WHERE s.id = $1, and "
+        "session.create's whole transaction (BEGIN, the user's INSERT ... ON CONFLICT DO UPDATE SET last_login_at, "
+        "the session's INSERT ... ON CONFLICT (id) DO NOTHING RETURNING id, COMMIT: pgbench's script includes the "
+        "user's upsert, as keyholed's create does). keyholed sends the same rows in batches on connections of their "
+        "own (Sources/KeyholePostgres/POSTGRES.md, \"Cost per request\": misses as one SELECT ... WHERE s.id = "
+        "ANY($1), creates as one statement and one commit for many); the mean batch is keyholed's calls per "
+        "statement over the run, from `stats`. "
         "The unprepared peers run the same scripts with `-M extended`: unnamed statements, parsed and planned on "
         "every call, as keyholed's queries through postgres-nio are; they are shown, not judged. "
         f"{options.connections} connections, depth 1; reads over {options.sessions} sessions each side; "
@@ -251,8 +257,8 @@ def report(rows, fanout, options, machine, started=0):
         f"PostgreSQL processes started within the measured windows, all runs together: {started} (a pool "
         "reconnecting under load would show here).", "",
         "| keyholed | peer | keyholed/s | peer/s | ratio | keyholed CPU ns/req | its PostgreSQL ns/req | "
-        "peer's PostgreSQL ns/req | client ns/req (keyholed's, peer's) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "peer's PostgreSQL ns/req | client ns/req (keyholed's, peer's) | mean batch |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         lines.append(f"| {r['scenario']} | {r['peer']} | {r['keyholed_per_second']:.0f} | {r['peer_per_second']:.0f} | "
@@ -260,7 +266,8 @@ def report(rows, fanout, options, machine, started=0):
                      f"{ns(r['keyholed_postgres_ns'])} | "
                      f"{ns(r['peer_postgres_ns'] if r['peer'].startswith('pgbench') else r['peer_keyholed_ns'])}"
                      f"{'' if r['peer'].startswith('pgbench') else ' (local keyholed)'} | "
-                     f"{ns(r['keyholed_client_ns'])}, {ns(r['peer_client_ns'])} |")
+                     f"{ns(r['keyholed_client_ns'])}, {ns(r['peer_client_ns'])} | "
+                     f"{'-' if r.get('keyholed_mean_batch') is None else format(r['keyholed_mean_batch'], '.1f')} |")
     goals = []
     lines += ["", f"| goal ({options.connections} connections) | measured | met |", "|---|---|---|"]
     for r in rows:

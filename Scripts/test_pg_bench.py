@@ -15,9 +15,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pg_bench  # noqa: E402
 
 
-def sample(name, round_number, per_second, keyholed_ns=None, postgres_ns=1000, client_ns=100):
+def sample(name, round_number, per_second, keyholed_ns=None, postgres_ns=1000, client_ns=100, mean_batch=None):
     return {"name": name, "round": round_number, "per_second": per_second, "keyholed_ns": keyholed_ns,
-            "postgres_ns": postgres_ns, "client_ns": client_ns}
+            "postgres_ns": postgres_ns, "client_ns": client_ns, "mean_batch": mean_batch}
 
 
 class TokenTests(unittest.TestCase):
@@ -125,7 +125,7 @@ class SummaryTests(unittest.TestCase):
                         sample("session.get local backend", r, 100, keyholed_ns=4000),
                         sample("session.create", r, 70, keyholed_ns=20000),
                         sample("pgbench create", r, 100),
-                        sample("session.get cache miss", r, 80, keyholed_ns=9000),
+                        sample("session.get cache miss", r, 80, keyholed_ns=9000, mean_batch=7 + r),
                         sample("pgbench select", r, 100), sample("pgbench select unprepared", r, 85)]
         rows = pg_bench.summarize(samples, 3)
         options = argparse.Namespace(rounds=3, seconds=3.0, sessions=100, connections=16, pool_size=16,
@@ -140,6 +140,8 @@ class SummaryTests(unittest.TestCase):
         self.assertFalse(next(met for goal, met in verdicts.items() if goal.startswith("revoked")))
         self.assertTrue(section.startswith(f"## {pg_bench.HEADING}\n"))
         self.assertIn("| session.get cache hit | session.get local backend | 95 | 100 | 0.95x | 5000 |", section)
+        self.assertTrue(next(line for line in section.splitlines() if line.startswith("| session.get cache miss | pgbench select |"))
+                        .endswith("| 8.0 |"), "the mean batch is the median of the rounds'")
         fanout = pg_bench.fanout_summary([1.0] * 100, 1)  # fast, but one never refused: not met
         _, goals = pg_bench.report(rows, fanout, options, "2 cores")
         self.assertFalse(goals[-1]["met"])

@@ -1,9 +1,9 @@
 import NIOCore
 
 /// Which calls of one kind go to the database together, and on which of the kind's connections
-/// (POSTGRES.md, "Cost per request"): a call goes at once when a connection is free, else it waits;
-/// a connection whose batch ended takes the next one, every waiting call up to `maxBatch`. No I/O
-/// and no clock: `StatementBatcher` drives it under its lock.
+/// (POSTGRES.md, "Cost per request"): a call starts a free connection (or waits), and a connection
+/// started or whose batch ended takes every waiting call, up to `maxBatch`. No I/O and no clock:
+/// `StatementBatcher` drives it under its lock.
 struct BatchQueue<Entry> {
     /// Calls in one batch at most.
     let maxBatch: Int
@@ -29,20 +29,22 @@ struct BatchQueue<Entry> {
     /// Batches out now.
     var inFlight: Int { slots - free.count }
 
-    /// Adds a call: the batch to send now (with it) and the connection to send it on, or `nil` (the
-    /// call waits). A batch goes on another connection only when none has one out, or when a
-    /// `spill` of calls waits: so a lone call goes at once, and under load batches grow with it
-    /// rather than spreading thin over every connection (each batch costs a round of thread
-    /// wake-ups in keyholed and a statement in PostgreSQL, whatever its size).
-    mutating func enqueue(_ entry: Entry) -> (slot: Int, batch: [Entry])? {
+    /// Adds a call: the connection to start now, or `nil` (the call waits for one that is out). A
+    /// connection is started only when none has a batch out, or when a `spill` of calls waits: so
+    /// a lone call goes at once, and under load batches grow with it rather than spreading thin
+    /// over every connection (each batch costs a round of thread wake-ups in keyholed and a
+    /// statement in PostgreSQL, whatever its size).
+    mutating func enqueue(_ entry: Entry) -> Int? {
         waiting.append(entry)
-        guard free.count == slots || waiting.count >= spill, let slot = free.popLast() else { return nil }
-        return (slot, take())
+        guard free.count == slots || waiting.count >= spill else { return nil }
+        return free.popLast()
     }
 
-    /// The batch on `slot` ended: the next batch to send on it, or `nil` (nothing waits; it is free).
-    mutating func finished(slot: Int) -> [Entry]? {
-        precondition(slot >= 0 && slot < slots && !free.contains(slot), "a batch ended on a connection that had none")
+    /// The batch to send on `slot`, a connection started or whose batch ended: every call waiting
+    /// then, up to `maxBatch` (so the calls that came while the connection was being started go
+    /// with it too); `nil` when none waits, and the connection is free again.
+    mutating func next(slot: Int) -> [Entry]? {
+        precondition(slot >= 0 && slot < slots && !free.contains(slot), "a batch asked for on a connection that was not started")
         guard !waiting.isEmpty else {
             free.append(slot)
             return nil

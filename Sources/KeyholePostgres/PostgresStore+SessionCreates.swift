@@ -89,7 +89,8 @@ struct SessionCreates: BatchRunner {
         return statement.execute(Self.binds(round)).flatMap { rows in
             var inserted = Set<SessionID>()
             for row in rows {
-                if let bytes = try? PostgresStatements.cells(row).first?.decode(ByteBuffer.self), let id = SessionID(bytes: bytes.readableBytesView) {
+                var cells = PostgresStatements.Cells(row)
+                if let bytes = try? cells.bytes(), let id = SessionID(bytes: bytes.readableBytesView) {
                     inserted.insert(id)
                 }
             }

@@ -33,7 +33,7 @@ extension PostgresStore {
         let ticket: SessionCacheState.FillTicket?
         switch cache.withLock({ $0.lookup(id, now: monotonic()) }) {
         case .hit(let cached, let stored, let user):
-            let session = latestUse(cached)
+            let session = latestUse(cached, now: now)
             // Cached, but idle by what this host knows, yet before its expiry: another host may have
             // seen it used since (its uses are written within a heartbeat). Ask the database rather
             // than refuse.
@@ -58,7 +58,7 @@ extension PostgresStore {
         guard let (id, check) = SessionToken.digest(token) else { return .notFound }
         let clock = monotonic()
         guard case .hit(let cached, let stored, let user) = cache.withLock({ $0.lookup(id, now: clock) }) else { return .mustWait }
-        let session = latestUse(cached)
+        let session = latestUse(cached, now: now)
         if now >= session.endsAt, now < session.expiresAt { return .mustWait }
         guard stored.matches(check), now < session.endsAt else { return .notFound }
         return .found(markUsed(session, now: now), user)
@@ -76,7 +76,7 @@ extension PostgresStore {
                 let userKey = PostgresRows.userKey(session.principal), clock = monotonic()
                 cache.withLock { _ = $0.fill(ticket, session: session, check: stored, user: user, userKey: userKey, now: clock) }
             }
-            let latest = latestUse(session)
+            let latest = latestUse(session, now: read.now)
             guard stored.matches(read.check), read.now < latest.endsAt else { return nil }
             return (markUsed(latest, now: read.now), user)
         }
@@ -88,16 +88,15 @@ extension PostgresStore {
         var found: [SessionID: Result<(Session, SessionCheck, User?), PostgresStoreError>] = [:]
         found.reserveCapacity(rows.count)
         for row in rows {
-            let cells = PostgresStatements.cells(row)
-            guard cells.count == 13 else { throw PostgresStoreError.corrupt("a session read of \(cells.count) columns, not 13") }
-            guard let id = SessionID(bytes: try cells[0].decode(ByteBuffer.self).readableBytesView) else { continue }  // asked for by a 16-byte id: not one of them
+            typealias Cells = PostgresStatements.Cells
+            var cells = Cells(row)
+            guard let id = SessionID(bytes: try Cells.required(cells.bytes()).readableBytesView) else { continue }  // asked for by a 16-byte id: not one of them
             let sessionRow: PostgresRows.SessionRow = (
-                try cells[1].decode(ByteBuffer.self), try cells[2].decode(ByteBuffer.self), try cells[3].decode(ByteBuffer.self),
-                try cells[4].decode(Int64.self), try cells[5].decode(Int64.self), try cells[6].decode(Int64.self), try cells[7].decode(Int32.self),
-                try cells[8].decode(ByteBuffer?.self)
+                try Cells.required(cells.bytes()), try Cells.required(cells.bytes()), try Cells.required(cells.bytes()),
+                try Cells.required(cells.int64()), try Cells.required(cells.int64()), try Cells.required(cells.int64()),
+                try Cells.required(cells.int32()), try cells.bytes()
             )
-            let userCreated = try cells[9].decode(Int64?.self), updated = try cells[10].decode(Int64?.self)
-            let login = try cells[11].decode(Int64?.self), fields = try cells[12].decode(ByteBuffer?.self)
+            let userCreated = try cells.int64(), updated = try cells.int64(), login = try cells.int64(), fields = try cells.bytes()
             found[id] = PostgresRows.session(id: id, sessionRow).flatMap { read in
                 let (session, check) = read
                 guard let userCreated, let updated, let fields else { return .success((session, check, nil)) }
@@ -108,8 +107,11 @@ extension PostgresStore {
     }
 
     /// `session` used at `now`: recorded here, written with the next heartbeat (at most one
-    /// statement each), and so in the cache.
+    /// statement each), and so in the cache. Nothing to record for a session whose last use is
+    /// `now` already (its row's, or one recorded here): most uses of a busy session, which then
+    /// take no lock here and write nothing there.
     func markUsed(_ session: Session, now: Int64) -> Session {
+        guard now > session.lastSeenAt else { return session }
         var session = session
         pendingTouches.withLock { pending in pending[session.id] = max(pending[session.id] ?? now, now) }
         session.lastSeenAt = max(session.lastSeenAt, now)
@@ -117,8 +119,11 @@ extension PostgresStore {
         return session
     }
 
-    /// `session` with its last use this host recorded and has not written yet, if later.
-    func latestUse(_ session: Session) -> Session {
+    /// `session` with its last use this host recorded and has not written yet, if later; as it is
+    /// when it was last used `now` or later already (a later unwritten use would move its idle
+    /// deadline further past `now`, and a session is judged at `now`).
+    func latestUse(_ session: Session, now: Int64) -> Session {
+        guard session.lastSeenAt < now else { return session }
         var session = session
         if let pending = pendingTouches.withLock({ $0[session.id] }) { session.lastSeenAt = max(session.lastSeenAt, pending) }
         return session

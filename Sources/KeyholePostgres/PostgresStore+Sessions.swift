@@ -20,7 +20,9 @@ extension PostgresStore {
                 try await client.query(
                     PostgresQuery(
                         unsafeSQL: """
-                            WITH locked AS MATERIALIZED (SELECT id FROM \(sessions) WHERE id = ANY($1::bytea[]) ORDER BY id FOR UPDATE)
+                            WITH locked AS MATERIALIZED (
+                                SELECT s.id FROM \(sessions) s JOIN unnest($1::bytea[], $2::bigint[]) AS u(id, t) ON s.id = u.id
+                                WHERE s.last_seen_at < u.t ORDER BY s.id FOR UPDATE OF s)
                             UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, u.t)
                             FROM unnest($1::bytea[], $2::bigint[]) AS u(id, t)
                             WHERE \(sessions).id = u.id AND \(sessions).id IN (SELECT id FROM locked)

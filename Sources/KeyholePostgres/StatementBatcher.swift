@@ -53,9 +53,10 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
     /// Sends `entry` with the next batch (at once if a connection is free), which `runner` runs.
     /// (The runner is handed in rather than kept: it refers to the store that keeps this.)
     func submit(_ entry: Entry, to runner: Runner) {
-        guard let (slot, batch) = queue.withLock({ $0.enqueue(entry) }) else { return }
-        let connection = connections[slot]
-        connection.eventLoop.execute { self.run(batch, on: slot, runner) }
+        guard let slot = queue.withLock({ $0.enqueue(entry) }) else { return }
+        // The batch is taken on the connection's event loop, not here: the calls that come while
+        // it wakes go with this one.
+        connections[slot].eventLoop.execute { self.runNext(on: slot, runner) }
     }
 
     /// Closes every connection; calls submitted afterwards fail at once.
@@ -63,12 +64,13 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
         for connection in connections { try? await connection.shutDown().get() }
     }
 
-    /// Runs `batch` on connection `slot`, then whatever waits. On that connection's event loop.
-    private func run(_ batch: [Entry], on slot: Int, _ runner: Runner) {
+    /// Runs the calls waiting on connection `slot`, then whatever waits after them. On that
+    /// connection's event loop.
+    private func runNext(on slot: Int, _ runner: Runner) {
         let connection = connections[slot]
-        var live = batch.filter { !$0.isAnswered }
+        var live: [Entry] = []
         while live.isEmpty {
-            guard let next = queue.withLock({ $0.finished(slot: slot) }) else { return }
+            guard let next = queue.withLock({ $0.next(slot: slot) }) else { return }
             live = next.filter { !$0.isAnswered }
         }
         let batch = live
@@ -84,7 +86,7 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
                 let failure = PostgresStoreError.from(error, doing: doing)
                 for call in batch { call.fail(failure) }
             }
-            if let next = self.queue.withLock({ $0.finished(slot: slot) }) { self.run(next, on: slot, runner) }
+            self.runNext(on: slot, runner)
         }
     }
 }
