@@ -113,7 +113,9 @@ extension PostgresStore {
     func markUsed(_ session: Session, now: Int64) -> Session {
         guard now > session.lastSeenAt else { return session }
         var session = session
-        pendingTouches.withLock { pending in pending[session.id] = max(pending[session.id] ?? now, now) }
+        // With no use pending, the session's last use is its row's as this host knows it.
+        let use = PendingUse(used: now, rowSeen: session.lastSeenAt, idle: Int64(session.idleSeconds))
+        pendingTouches.withLock { pending in pending[session.id] = pending[session.id].map { $0.merged(use) } ?? use }
         session.lastSeenAt = max(session.lastSeenAt, now)
         cache.withLock { $0.update(session) }
         return session
@@ -125,7 +127,7 @@ extension PostgresStore {
     func latestUse(_ session: Session, now: Int64) -> Session {
         guard session.lastSeenAt < now else { return session }
         var session = session
-        if let pending = pendingTouches.withLock({ $0[session.id] }) { session.lastSeenAt = max(session.lastSeenAt, pending) }
+        if let pending = pendingTouches.withLock({ $0[session.id] }) { session.lastSeenAt = max(session.lastSeenAt, pending.used) }
         return session
     }
 }

@@ -3,12 +3,27 @@ import NIOCore
 import PostgresNIO
 
 extension PostgresStore {
-    /// Writes the uses recorded since the last call, in one statement (never moving a last use
-    /// back). What fails to be written is kept for the next call.
-    func writeTouches() async {
-        let batch = pendingTouches.withLock { pending -> [SessionID: Int64] in
-            defer { pending.removeAll(keepingCapacity: true) }
-            return pending
+    /// A use's 60 s after the row's last use: due whatever the row's deadline (the local store's
+    /// touch interval, and what a host that dies may lose).
+    static let touchInterval: Int64 = 60
+
+    /// How near the row's idle deadline a use is due (POSTGRES.md, "Reads"): a heartbeat (within
+    /// `max_staleness`), the statement's bound, and 10 s for hosts' clocks.
+    var touchMargin: Int64 { Int64((Self.seconds(configuration.maxStaleness) + Self.seconds(configuration.timeout)).rounded(.up)) + 10 }
+
+    /// Writes the uses recorded that are due (`all`: every one), in one statement, never moving a
+    /// last use back. What fails to be written is kept for the next call.
+    func writeTouches(all: Bool = false) async {
+        let now = Int64(self.now().rounded(.down)), margin = touchMargin
+        let batch = pendingTouches.withLock { pending -> [SessionID: PendingUse] in
+            guard !all else {
+                defer { pending.removeAll(keepingCapacity: true) }
+                return pending
+            }
+            var due: [SessionID: PendingUse] = [:]
+            for (id, use) in pending where use.isDue(now: now, margin: margin) { due[id] = use }
+            for id in due.keys { pending[id] = nil }
+            return due
         }
         guard !batch.isEmpty else { return }
         let sessions = table("sessions")
@@ -16,7 +31,7 @@ extension PostgresStore {
             _ = try await read("writing sessions' last uses") { client in
                 var binds = PostgresBindings()
                 binds.append(batch.keys.map { PostgresRows.bytes($0.bytes) })
-                binds.append(batch.keys.map { batch[$0]! })
+                binds.append(batch.keys.map { batch[$0]!.used })
                 try await client.query(
                     PostgresQuery(
                         unsafeSQL: """
@@ -31,7 +46,7 @@ extension PostgresStore {
             }
         } catch {
             pendingTouches.withLock { pending in
-                for (id, time) in batch { pending[id] = max(pending[id] ?? time, time) }
+                for (id, use) in batch { pending[id] = pending[id].map { $0.merged(use) } ?? use }
             }
             logger.debug("postgres.touches_failed", metadata: ["error": "\(error)"])
         }

@@ -45,8 +45,9 @@ public final class PostgresStore: Sendable {
     /// Heartbeat numbers, never reused in this process: one sent on a connection that has since gone
     /// may still arrive on the next, and must not pass for that one's.
     let heartbeats = Atomic<UInt64>(0)
-    /// Uses of sessions not yet written (id → latest use), written together once per heartbeat.
-    let pendingTouches = Mutex<[SessionID: Int64]>([:])
+    /// Uses of sessions not yet written, written with the heartbeat that finds them due
+    /// (`writeTouches`).
+    let pendingTouches = Mutex<[SessionID: PendingUse]>([:])
     /// Cache misses and session.creates waiting for, or in, their batches.
     let reads: StatementBatcher<SessionReads>
     let creates: StatementBatcher<SessionCreates>
@@ -97,9 +98,11 @@ public final class PostgresStore: Sendable {
     static let readSpill = 16
     static let createSpill = 8
 
-    /// Closes the batches' connections: a cache miss or a create asked for afterwards is
-    /// `unavailable`. (The pool is its client's, closed by ending its `run()`.)
+    /// Writes every use not written yet, then closes the batches' connections: a cache miss or a
+    /// create asked for afterwards is `unavailable`. (The pool is its client's, closed by ending its
+    /// `run()`, after this.)
     public func shutDown() async {
+        await writeTouches(all: true)
         await reads.shutDown()
         await creates.shutDown()
     }

@@ -61,14 +61,14 @@ enum PostgresTestDatabase {
     /// Its batches go on connections of their own to `cluster`, closed when the cluster stops.
     static func store(
         _ client: PostgresClient, _ cluster: PostgresCluster, host name: String = "host", maxStaleness: Duration = .seconds(2),
-        timeout: Duration = .seconds(30), schema: SchemaName = .standard
+        timeout: Duration = .seconds(30), schema: SchemaName = .standard, now: @escaping @Sendable () -> Double = clock
     ) -> PostgresStore {
         var configuration = PostgresStore.Configuration()
         configuration.hostID = name
         configuration.maxStaleness = maxStaleness
         configuration.timeout = timeout
         configuration.schema = schema
-        return PostgresStore(client: client, batches: connection(cluster), configuration: configuration, now: clock, logger: logger)
+        return PostgresStore(client: client, batches: connection(cluster), configuration: configuration, now: now, logger: logger)
     }
 
     static func with<T: Sendable>(
