@@ -34,10 +34,31 @@ struct BatchQueue<Entry> {
     /// a lone call goes at once, and under load batches grow with it rather than spreading thin
     /// over every connection (each batch costs a round of thread wake-ups in keyholed and a
     /// statement in PostgreSQL, whatever its size).
-    mutating func enqueue(_ entry: Entry) -> Int? {
+    mutating func enqueue(_ entry: Entry) -> Enqueued {
+        guard waiting.count < Self.waitingLimit else { return .full }
         waiting.append(entry)
-        guard free.count == slots || waiting.count >= spill else { return nil }
-        return free.popLast()
+        guard free.count == slots || waiting.count >= spill, let slot = free.popLast() else { return .waiting }
+        return .start(slot)
+    }
+
+    /// What `enqueue` did with a call.
+    enum Enqueued: Equatable {
+        /// Start this connection: it takes the call with its batch.
+        case start(Int)
+        /// The call waits for a connection that has a batch out.
+        case waiting
+        /// Not taken: `waitingLimit` calls wait already.
+        case full
+    }
+
+    /// Calls waiting at most: past it a call is refused at once rather than kept (while PostgreSQL
+    /// is slow or gone, and the calls waiting are answered by their bounds, memory must not grow
+    /// with the request rate).
+    static var waitingLimit: Int { 4096 }
+
+    /// Drops the waiting calls `answered` says have their answer already.
+    mutating func dropWaiting(where answered: (Entry) -> Bool) {
+        waiting.removeAll(where: answered)
     }
 
     /// The batch to send on `slot`, a connection started or whose batch ended: every call waiting

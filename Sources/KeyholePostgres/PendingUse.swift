@@ -10,9 +10,12 @@ struct PendingUse: Equatable {
 
     /// Whether the use must be written with this heartbeat: the row's idle deadline is within
     /// `margin` of `now` (another host could soon find the session idle by the row), or the use is
-    /// `PostgresStore.touchInterval` past the row's (what a host that dies may lose).
+    /// `PostgresStore.touchInterval` past the row's (what a host that dies may lose), or it was
+    /// that long ago (so that no use waits longer, and the uses pending are at most a touch
+    /// interval's worth, whatever the idle timeouts).
     func isDue(now: Int64, margin: Int64) -> Bool {
-        used - rowSeen >= PostgresStore.touchInterval || rowSeen + idle - now <= margin
+        let interval = PostgresStore.touchInterval
+        return used - rowSeen >= interval || now - used >= interval || rowSeen + idle - now <= margin
     }
 
     /// This and `other`, uses of the same session: the latest use, and the earliest row seen (so

@@ -75,6 +75,15 @@ struct SessionCreates: BatchRunner {
         return attempt(round, tokens: tokens, left: 3, through: statement, on: eventLoop)
     }
 
+    /// Whether `error` is PostgreSQL's breaking of a deadlock. A batch holds several users' rows,
+    /// taken in lock order; but `moveUser` makes its receiving user's row only after it locked the
+    /// other, so it and a batch holding both can each wait for the other. PostgreSQL ends one;
+    /// when that is the batch (nothing of it committed), it is sent again, once.
+    static func isDeadlock(_ error: any Error) -> Bool {
+        if case .server(let info) = error as? PostgresError { return info.fields[.sqlState] == "40P01" }
+        return false
+    }
+
     /// One statement for `round`; the calls whose id was taken go again, `left - 1` more times.
     private func attempt(
         _ round: [Attempt], tokens: SessionTokens, left: Int, through statement: PreparedQuery, on eventLoop: any EventLoop
@@ -86,7 +95,10 @@ struct SessionCreates: BatchRunner {
             for attempt in round { attempt.call.fail(.unavailable("could not find an unused session id")) }
             return eventLoop.makeSucceededVoidFuture()
         }
-        return statement.execute(Self.binds(round)).flatMap { rows in
+        return statement.execute(Self.binds(round)).flatMapError { error in
+            guard Self.isDeadlock(error) else { return eventLoop.makeFailedFuture(error) }
+            return statement.execute(Self.binds(round))
+        }.flatMap { rows in
             var inserted = Set<SessionID>()
             for row in rows {
                 var cells = PostgresStatements.Cells(row)

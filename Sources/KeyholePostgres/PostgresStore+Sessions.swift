@@ -8,11 +8,17 @@ extension PostgresStore {
     static let touchInterval: Int64 = 60
 
     /// How near the row's idle deadline a use is due (POSTGRES.md, "Reads"): a heartbeat (within
-    /// `max_staleness`), the statement's bound, and 10 s for hosts' clocks.
-    var touchMargin: Int64 { Int64((Self.seconds(configuration.maxStaleness) + Self.seconds(configuration.timeout)).rounded(.up)) + 10 }
+    /// `max_staleness`), two statements' bounds (the heartbeat's, then the write's), a second for
+    /// times kept in whole seconds, and 10 s for hosts' clocks.
+    var touchMargin: Int64 {
+        Int64((Self.seconds(configuration.maxStaleness) + 2 * Self.seconds(configuration.timeout)).rounded(.up)) + 11
+    }
 
-    /// Writes the uses recorded that are due (`all`: every one), in one statement, never moving a
-    /// last use back. What fails to be written is kept for the next call.
+    /// Uses written per statement at most: a shutdown's, or a backlog's, in several.
+    static let touchesPerStatement = 5000
+
+    /// Writes the uses recorded that are due (`all`: every one), never moving a last use back, in
+    /// statements of at most `touchesPerStatement`. What fails to be written is kept for the next call.
     func writeTouches(all: Bool = false) async {
         let now = Int64(self.now().rounded(.down)), margin = touchMargin
         let batch = pendingTouches.withLock { pending -> [SessionID: PendingUse] in
@@ -26,29 +32,39 @@ extension PostgresStore {
             return due
         }
         guard !batch.isEmpty else { return }
+        let uses = Array(batch)
+        for start in stride(from: 0, to: uses.count, by: Self.touchesPerStatement) {
+            let chunk = uses[start..<min(start + Self.touchesPerStatement, uses.count)]
+            do {
+                try await writeUses(chunk)
+            } catch {
+                pendingTouches.withLock { pending in
+                    for (id, use) in chunk { pending[id] = pending[id].map { $0.merged(use) } ?? use }
+                }
+                logger.debug("postgres.touches_failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// One statement writing `uses`, never moving a last use back; rows locked in id order first,
+    /// as every statement locking several sessions' rows takes them.
+    private func writeUses(_ uses: ArraySlice<(key: SessionID, value: PendingUse)>) async throws(PostgresStoreError) {
         let sessions = table("sessions")
-        do {
-            _ = try await read("writing sessions' last uses") { client in
-                var binds = PostgresBindings()
-                binds.append(batch.keys.map { PostgresRows.bytes($0.bytes) })
-                binds.append(batch.keys.map { batch[$0]!.used })
-                try await client.query(
-                    PostgresQuery(
-                        unsafeSQL: """
-                            WITH locked AS MATERIALIZED (
-                                SELECT s.id FROM \(sessions) s JOIN unnest($1::bytea[], $2::bigint[]) AS u(id, t) ON s.id = u.id
-                                WHERE s.last_seen_at < u.t ORDER BY s.id FOR UPDATE OF s)
-                            UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, u.t)
-                            FROM unnest($1::bytea[], $2::bigint[]) AS u(id, t)
-                            WHERE \(sessions).id = u.id AND \(sessions).id IN (SELECT id FROM locked)
-                            """,
-                        binds: binds))
-            }
-        } catch {
-            pendingTouches.withLock { pending in
-                for (id, use) in batch { pending[id] = pending[id].map { $0.merged(use) } ?? use }
-            }
-            logger.debug("postgres.touches_failed", metadata: ["error": "\(error)"])
+        _ = try await read("writing sessions' last uses") { client in
+            var binds = PostgresBindings()
+            binds.append(uses.map { PostgresRows.bytes($0.key.bytes) })
+            binds.append(uses.map { $0.value.used })
+            try await client.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        WITH locked AS MATERIALIZED (
+                            SELECT s.id FROM \(sessions) s JOIN unnest($1::bytea[], $2::bigint[]) AS u(id, t) ON s.id = u.id
+                            WHERE s.last_seen_at < u.t ORDER BY s.id FOR UPDATE OF s)
+                        UPDATE \(sessions) SET last_seen_at = greatest(last_seen_at, u.t)
+                        FROM unnest($1::bytea[], $2::bigint[]) AS u(id, t)
+                        WHERE \(sessions).id = u.id AND \(sessions).id IN (SELECT id FROM locked)
+                        """,
+                    binds: binds))
         }
     }
 

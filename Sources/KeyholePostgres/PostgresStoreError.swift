@@ -65,6 +65,11 @@ public struct PostgresStoreError: Error, Sendable, Equatable, CustomStringConver
             // Connection-level: closed, refused, TLS, authentication before any server message.
             return .unavailable("\(doing): \(psql.code)")
         }
+        // The EventLoopFuture interface's (the batches', `BatchConnection`) form of the same.
+        if case .server(let info) = error as? PostgresError {
+            let state = info.fields[.sqlState] ?? "?"
+            return PostgresStoreError(.refused, "\(doing): PostgreSQL refused it (\(state)): \(info.fields[.message] ?? "")", sqlState: state)
+        }
         return .unavailable("\(doing): \(error)")
     }
 }

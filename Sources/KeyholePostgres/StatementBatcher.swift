@@ -53,7 +53,22 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
     /// Sends `entry` with the next batch (at once if a connection is free), which `runner` runs.
     /// (The runner is handed in rather than kept: it refers to the store that keeps this.)
     func submit(_ entry: Entry, to runner: Runner) {
-        guard let slot = queue.withLock({ $0.enqueue(entry) }) else { return }
+        let started = queue.withLock { queue -> BatchQueue<Entry>.Enqueued in
+            switch queue.enqueue(entry) {
+            case .full:
+                // Calls answered already (their bound passed while PostgreSQL was slow or gone)
+                // make room first.
+                queue.dropWaiting { $0.isAnswered }
+                return queue.enqueue(entry)
+            case let enqueued: return enqueued
+            }
+        }
+        let slot: Int
+        switch started {
+        case .full: return entry.fail(.unavailable("\(doing): \(BatchQueue<Entry>.waitingLimit) calls wait for PostgreSQL already"))
+        case .waiting: return
+        case .start(let started): slot = started
+        }
         // The batch is taken on the connection's event loop, not here: the calls that come while
         // it wakes go with this one.
         connections[slot].eventLoop.execute { self.runNext(on: slot, runner) }
@@ -76,11 +91,18 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
         let batch = live
         batchesSent.add(1, ordering: .relaxed)
         callsSent.add(batch.count, ordering: .relaxed)
-        let overrun = connection.eventLoop.scheduleTask(in: bound) { connection.abandon() }
         let doing = self.doing, eventLoop = connection.eventLoop
+        // The batch ends at its bound whatever it waits for (making the connection included): its
+        // connection is given up, and the next batch goes on a new one.
+        let ended = eventLoop.makePromise(of: Void.self)
+        let overrun = eventLoop.scheduleTask(in: bound) {
+            connection.abandon()
+            ended.fail(PostgresStoreError.unavailable("\(doing): no answer within \(self.bound)"))
+        }
         connection.statement().flatMap { statement in
             runner.run(batch, through: statement, on: eventLoop)
-        }.whenComplete { result in
+        }.cascade(to: ended)
+        ended.futureResult.whenComplete { result in
             overrun.cancel()
             if case .failure(let error) = result {
                 let failure = PostgresStoreError.from(error, doing: doing)

@@ -8,14 +8,16 @@ import Testing
 /// When a session's use is written to its row (POSTGRES.md, "Reads": `last_seen_at`).
 @Suite("pending uses")
 struct PendingUseTests {
-    @Test("due when the row's idle deadline is near, or 60 s past the row's last use; not before")
+    @Test("due when the row's idle deadline is near, or 60 s past the row's last use, or 60 s after the use; not before")
     func due() {
         let use = PendingUse(used: 1005, rowSeen: 1000, idle: 600)
         #expect(!use.isDue(now: 1005, margin: 14), "a use 5 s after the row's, its deadline 595 s off")
-        #expect(use.isDue(now: 1586, margin: 14), "the row's deadline 14 s off")
-        #expect(!use.isDue(now: 1585, margin: 14))
+        #expect(!use.isDue(now: 1064, margin: 14))
+        #expect(use.isDue(now: 1065, margin: 14), "60 s after the use: no use waits longer")
+        let short = PendingUse(used: 1005, rowSeen: 1000, idle: 40)
+        #expect(!short.isDue(now: 1025, margin: 14))
+        #expect(short.isDue(now: 1026, margin: 14), "the row's deadline (1040) 14 s off")
         #expect(PendingUse(used: 1060, rowSeen: 1000, idle: 600).isDue(now: 1060, margin: 14), "60 s past the row's")
-        #expect(PendingUse(used: 1010, rowSeen: 1000, idle: 20).isDue(now: 1010, margin: 14), "a short idle timeout: due at once")
         let merged = use.merged(PendingUse(used: 1003, rowSeen: 990, idle: 600))
         #expect(merged == PendingUse(used: 1005, rowSeen: 990, idle: 600), "the latest use, the earliest row: never written later than either asks")
     }
@@ -44,17 +46,22 @@ extension PostgresSuites {
                     clock.withLock { $0 = start + 5 }
                     await store.writeTouches()
                     #expect(try await lastSeen(long.session) == "\(t)\n", "a use 5 s after the row's, its deadline far, was written on the next heartbeat")
-                    #expect(try await lastSeen(short.session) == "\(t + 5)\n", "the row's deadline (t + 15) within the margin (14 s here): due")
-                    // Judged on this host by its own unwritten use: live past the row's deadline.
-                    #expect(try await store.session(token: long.token, now: t + 70) != nil)
-                    clock.withLock { $0 = start + 70 }
+                    #expect(try await lastSeen(short.session) == "\(t + 5)\n", "the row's deadline (t + 15) within the margin (17 s here): due")
+                    #expect(try await store.session(token: long.token, now: t + 59) != nil)
+                    clock.withLock { $0 = start + 59 }
                     await store.writeTouches()
-                    #expect(try await lastSeen(long.session) == "\(t + 70)\n", "60 s past the row's: due")
-                    #expect(try await store.session(token: long.token, now: t + 75) != nil)
+                    #expect(try await lastSeen(long.session) == "\(t)\n")
+                    // Past the row's deadline (t + 600): live by this host's unwritten use (t + 59) alone.
+                    #expect(try await store.session(token: long.token, now: t + 620) != nil)
+                    clock.withLock { $0 = start + 620 }
                     await store.writeTouches()
-                    #expect(try await lastSeen(long.session) == "\(t + 70)\n")
+                    #expect(try await lastSeen(long.session) == "\(t + 620)\n", "60 s past the row's: due")
+                    #expect(try await store.session(token: long.token, now: t + 625) != nil)
+                    clock.withLock { $0 = start + 625 }
+                    await store.writeTouches()
+                    #expect(try await lastSeen(long.session) == "\(t + 620)\n")
                 }
-                #expect(try await lastSeen(long.session) == "\(t + 75)\n", "written at shutdown")
+                #expect(try await lastSeen(long.session) == "\(t + 625)\n", "written at shutdown")
             }
             #expect(await cluster.close() == 0)
         }
