@@ -42,8 +42,8 @@ enum PostgresStatements {
     /// The cells of a row these statements return, read in order. As binary, by hand: postgres-nio
     /// (1.33) asks for binary results on its EventLoopFuture interface's prepared statements but
     /// labels their columns with the statement's described format, text; and a bytea or an
-    /// integer needs no more (measured: decoding through postgres-nio was a quarter of a batch's
-    /// answer).
+    /// integer needs no more (measured: decoding through postgres-nio was two fifths of the work
+    /// of answering a batch).
     struct Cells {
         private var cells: PostgresRow.Iterator
 

@@ -44,9 +44,6 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
         queue = Mutex(BatchQueue(slots: connections.count, maxBatch: maxBatch, spill: spill))
     }
 
-    /// Calls waiting and batches out: for the tests.
-    var counts: (waiting: Int, inFlight: Int) { queue.withLock { ($0.waitingCount, $0.inFlight) } }
-
     /// Batches and calls sent since the start (their ratio is the mean batch): for `stats`.
     var sent: (batches: Int, calls: Int) { (batchesSent.load(ordering: .relaxed), callsSent.load(ordering: .relaxed)) }
 

@@ -157,7 +157,7 @@ extension PostgresSuites {
             }
         }
 
-    @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
+        @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
         func corruptRows() async throws {
             try await Self.withStore { store, _, cluster in
                 let alice = Principal(issuer: "corp", sub: "alice")
@@ -166,10 +166,10 @@ extension PostgresSuites {
                 let error = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
                 #expect(error?.isCorrupt == true)
                 // A time no keyholed writes, where a sum would overflow: refused, not a trap.
-            try await cluster.sql("UPDATE keyhole.sessions SET sub = 'alice'::bytea, last_seen_at = 9223372036854775000")
-            let overflow = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
-            #expect(overflow?.isCorrupt == true)
-            try await cluster.sql("UPDATE keyhole.users SET fields = 'not json'::bytea")
+                try await cluster.sql("UPDATE keyhole.sessions SET sub = 'alice'::bytea, last_seen_at = 9223372036854775000")
+                let overflow = await #expect(throws: PostgresStoreError.self) { _ = try await store.session(token: token, now: Self.now) }
+                #expect(overflow?.isCorrupt == true)
+                try await cluster.sql("UPDATE keyhole.users SET fields = 'not json'::bytea")
                 let userError = await #expect(throws: PostgresStoreError.self) { _ = try await store.user(alice) }
                 #expect(userError?.isCorrupt == true)
             }

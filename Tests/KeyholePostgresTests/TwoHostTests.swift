@@ -30,18 +30,18 @@ extension PostgresSuites {
                     Host(store: PostgresTestDatabase.store(client, cluster, host: name, maxStaleness: maxStaleness, timeout: .seconds(5)), name: name)
                 }
                 try await PostgresTestDatabase.shuttingDown(hosts.map(\.store)) {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for host in hosts {
-                        var connection = PostgresConnection.Configuration(
-                            unixSocketPath: cluster.socketPath, username: cluster.user, password: nil, database: cluster.database)
-                        connection.options.additionalStartupParameters = [("application_name", "keyhole-listener-\(host.name)")]
-                        let listener = PostgresListener(store: host.store, connection: connection, logger: PostgresTestDatabase.logger)
-                        group.addTask { try await listener.run() }
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        for host in hosts {
+                            var connection = PostgresConnection.Configuration(
+                                unixSocketPath: cluster.socketPath, username: cluster.user, password: nil, database: cluster.database)
+                            connection.options.additionalStartupParameters = [("application_name", "keyhole-listener-\(host.name)")]
+                            let listener = PostgresListener(store: host.store, connection: connection, logger: PostgresTestDatabase.logger)
+                            group.addTask { try await listener.run() }
+                        }
+                        defer { group.cancelAll() }
+                        for host in hosts { try await waitUntil("host \(host.name)'s cache is fresh") { host.store.cacheStatus.fresh } }
+                        try await body(hosts[0], hosts[1], cluster)
                     }
-                    defer { group.cancelAll() }
-                    for host in hosts { try await waitUntil("host \(host.name)'s cache is fresh") { host.store.cacheStatus.fresh } }
-                    try await body(hosts[0], hosts[1], cluster)
-                }
                 }
             }
             #expect(await cluster.close() == 0)
@@ -89,31 +89,31 @@ extension PostgresSuites {
                     #expect(seconds < PostgresStore.seconds(Self.maxStaleness), "\(change): B still served it \(seconds) s later")
                 }
                 // Revoked on the host that has it cached: refused there at once, without waiting for the
-            // notification to come back.
-            let (own, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
-            _ = try await b.store.session(token: own, now: Self.now)
-            #expect(try await b.store.revokeSession(token: own, now: Self.now))
-            #expect(try await b.store.session(token: own, now: Self.now) == nil)
-            // What the notification gives in practice (the bound is max_staleness): reported, not asserted.
+                // notification to come back.
+                let (own, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
+                _ = try await b.store.session(token: own, now: Self.now)
+                #expect(try await b.store.revokeSession(token: own, now: Self.now))
+                #expect(try await b.store.session(token: own, now: Self.now) == nil)
+                // What the notification gives in practice (the bound is max_staleness): reported, not asserted.
                 print("revoked on A to refused on B, seconds: \(bounds)")
             }
         }
 
         @Test("used on A, the session's idle deadline moves for B too: B, whose cached copy looks idle, asks the database before refusing")
-    func idleAcrossHosts() async throws {
-        try await Self.withHosts { a, b, _ in
-            let start = Self.now
-            let (token, _) = try await a.store.createSession(for: Self.alice, now: start, ttl: 86_400, idle: 600, data: nil)
-            #expect(try await b.store.session(token: token, now: start + 10) != nil)  // cached on B, last use start + 10
-            #expect(try await a.store.session(token: token, now: start + 500) != nil)  // used on A
-            await a.store.writeTouches()  // as A's next heartbeat does
-            // Past B's idea of the deadline (start + 610), within A's use's (start + 1100).
-            #expect(try await b.store.session(token: token, now: start + 1000) != nil)
-            #expect(try await b.store.session(token: token, now: start + 1700) == nil, "idle for 600 s after its last use anywhere")
+        func idleAcrossHosts() async throws {
+            try await Self.withHosts { a, b, _ in
+                let start = Self.now
+                let (token, _) = try await a.store.createSession(for: Self.alice, now: start, ttl: 86_400, idle: 600, data: nil)
+                #expect(try await b.store.session(token: token, now: start + 10) != nil)  // cached on B, last use start + 10
+                #expect(try await a.store.session(token: token, now: start + 500) != nil)  // used on A
+                await a.store.writeTouches()  // as A's next heartbeat does
+                // Past B's idea of the deadline (start + 610), within A's use's (start + 1100).
+                #expect(try await b.store.session(token: token, now: start + 1000) != nil)
+                #expect(try await b.store.session(token: token, now: start + 1700) == nil, "idle for 600 s after its last use anywhere")
+            }
         }
-    }
 
-    @Test("B's listening connection killed: its cache goes unused at once, A's revoke meanwhile is never served by B, B recovers by itself")
+        @Test("B's listening connection killed: its cache goes unused at once, A's revoke meanwhile is never served by B, B recovers by itself")
         func listenerKilled() async throws {
             try await Self.withHosts { a, b, cluster in
                 let (token, _) = try await a.store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 3600, data: nil)
