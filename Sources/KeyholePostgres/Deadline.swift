@@ -30,29 +30,19 @@ enum Deadline {
         within limit: Duration, doing: String, _ body: @escaping @Sendable () async throws -> Value,
         _ completion: @escaping @Sendable (Result<Value, PostgresStoreError>) -> Void
     ) -> Task<Void, Never> {
-        let once = Atomic(false)
-        let finish: @Sendable (Result<Value, PostgresStoreError>) -> Void = { outcome in
-            guard once.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-            completion(outcome)
-        }
-        let timer = Mutex<UInt64?>(nil)
-        let work = Task {
-            let outcome: Result<Value, PostgresStoreError>
+        // The bound and the once-only answer are a `PendingCall`'s; its expiry also cancels the work.
+        let work = Mutex<Task<Void, Never>?>(nil)
+        let call = PendingCall<Void, Value>((), within: limit, doing: doing, completion: completion) { work.withLock { $0 }?.cancel() }
+        let task = Task {
             do {
-                outcome = .success(try await body())
+                call.answer(.success(try await body()))
             } catch {
-                outcome = .failure(PostgresStoreError.from(error, doing: doing))
+                call.answer(.failure(PostgresStoreError.from(error, doing: doing)))
             }
-            finish(outcome)
-            if let id = timer.withLock({ $0 }) { DeadlineWheel.shared.cancel(id) }
         }
-        let id = DeadlineWheel.shared.add(deadline: .now + limit) {
-            finish(.failure(.unavailable("\(doing): no answer within \(limit)")))
-            work.cancel()
-        }
-        timer.withLock { $0 = id }
-        // The call may have ended before its timer was known: forget the timer now.
-        if once.load(ordering: .acquiring) { DeadlineWheel.shared.cancel(id) }
-        return work
+        work.withLock { $0 = task }
+        // The bound may have passed before the task was known: cancel it now (harmless once it ended).
+        if call.isAnswered { task.cancel() }
+        return task
     }
 }

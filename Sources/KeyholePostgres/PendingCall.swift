@@ -11,14 +11,17 @@ final class PendingCall<Request: Sendable, Value: Sendable>: BatchEntry {
     /// The wheel's entry for the bound (0: not known yet).
     private let timer = Atomic<UInt64>(0)
 
+    /// `expired`, if any, runs when the bound passes (after the call is answered `unavailable`,
+    /// unless it had its answer already).
     init(
         _ request: Request, within limit: Duration, doing: String,
-        completion: @escaping @Sendable (Result<Value, PostgresStoreError>) -> Void
+        completion: @escaping @Sendable (Result<Value, PostgresStoreError>) -> Void, expired: (@Sendable () -> Void)? = nil
     ) {
         self.request = request
         self.completion = completion
         let id = DeadlineWheel.shared.add(deadline: .now + limit) { [self] in
             answer(.failure(.unavailable("\(doing): no answer within \(limit)")))
+            expired?()
         }
         timer.store(id, ordering: .releasing)
         // Answered before its timer was known: forget the timer now.

@@ -1,3 +1,5 @@
+import KeyholeStore
+
 /// A use of a session this host served and has not written to its row yet (POSTGRES.md, "Reads":
 /// `last_seen_at`).
 struct PendingUse: Equatable {
@@ -22,5 +24,12 @@ struct PendingUse: Equatable {
     /// the write is never later than either asks).
     func merged(_ other: PendingUse) -> PendingUse {
         PendingUse(used: max(used, other.used), rowSeen: min(rowSeen, other.rowSeen), idle: min(idle, other.idle))
+    }
+}
+
+extension [SessionID: PendingUse] {
+    /// Records `use` of session `id`, merged with one recorded already.
+    mutating func record(_ use: PendingUse, for id: SessionID) {
+        self[id] = self[id].map { $0.merged(use) } ?? use
     }
 }

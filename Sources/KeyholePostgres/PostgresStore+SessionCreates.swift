@@ -35,7 +35,7 @@ extension PostgresStore {
         let call = PendingCreate(
             SessionCreate(principal: principal, now: now, ttl: ttl, idle: idle, data: data), within: configuration.timeout,
             doing: "creating a session", completion: completion)
-        creates.submit(call, to: SessionCreates(store: self))
+        creates.submit(call, to: SessionCreates())
     }
 }
 
@@ -58,7 +58,6 @@ private struct SessionTokens {
 /// another token, in a further statement.
 struct SessionCreates: BatchRunner {
     static let sql = PostgresStatements.createSessions
-    let store: PostgresStore
 
     private typealias Attempt = (call: PendingCreate, token: String, id: SessionID, check: SessionCheck)
 

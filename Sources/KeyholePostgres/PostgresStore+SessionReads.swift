@@ -15,8 +15,8 @@ struct SessionRead: Sendable {
 typealias PendingRead = PendingCall<SessionRead, (session: Session, user: User?)?>
 
 extension PostgresStore {
-    /// The live session `token` names, and its user's record, marked as used now (written with the
-    /// next heartbeat, `writeTouches`); `nil` for an unknown, revoked or expired session
+    /// The live session `token` names, and its user's record, marked as used now (written when due,
+    /// `writeTouches`); `nil` for an unknown, revoked or expired session
     /// alike, and for a token whose check does not match (compared in constant time). From the
     /// cache while this host's view is fresh, else from the database (and then cached).
     public func session(token: String, now: Int64) async throws(PostgresStoreError) -> (session: Session, user: User?)? {
@@ -29,39 +29,53 @@ extension PostgresStore {
     public func session(
         token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void
     ) {
-        guard let (id, check) = SessionToken.digest(token) else { return completion(.success(nil)) }
-        let ticket: SessionCacheState.FillTicket?
-        switch cache.withLock({ $0.lookup(id, now: monotonic()) }) {
-        case .hit(let cached, let stored, let user):
-            let session = latestUse(cached, now: now)
-            // Cached, but idle by what this host knows, yet before its expiry: another host may have
-            // seen it used since (its uses are written within a heartbeat). Ask the database rather
-            // than refuse.
-            guard now >= session.endsAt, now < session.expiresAt else {
-                guard stored.matches(check), now < session.endsAt else { return completion(.success(nil)) }
-                return completion(.success((markUsed(session, now: now), user)))
-            }
-            ticket = nil
-        case .miss(let miss): ticket = miss
-        case .bypass: ticket = nil
+        switch cached(token: token, now: now) {
+        case .answered(let found): completion(.success(found))
+        case .read(let read):
+            let call = PendingRead(read, within: configuration.timeout, doing: "reading a session", completion: completion)
+            reads.submit(call, to: SessionReads(store: self))
         }
-        let call = PendingRead(
-            SessionRead(id: id, check: check, now: now, ticket: ticket), within: configuration.timeout, doing: "reading a session",
-            completion: completion)
-        reads.submit(call, to: SessionReads(store: self))
     }
 
     /// The session `token` names from this host's cache, without waiting: found (and marked as used)
     /// or not found on a hit; `.mustWait` on a miss, with the cache not fresh, or for a session that
     /// looks idle before its expiry (another host's use may not be written yet).
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
-        guard let (id, check) = SessionToken.digest(token) else { return .notFound }
-        let clock = monotonic()
-        guard case .hit(let cached, let stored, let user) = cache.withLock({ $0.lookup(id, now: clock) }) else { return .mustWait }
-        let session = latestUse(cached, now: now)
-        if now >= session.endsAt, now < session.expiresAt { return .mustWait }
-        guard stored.matches(check), now < session.endsAt else { return .notFound }
-        return .found(markUsed(session, now: now), user)
+        switch cached(token: token, now: now) {
+        case .answered(let found?): .found(found.session, found.user)
+        case .answered(nil): .notFound
+        case .read: .mustWait
+        }
+    }
+
+    /// What this host's cache can say of `token` at `now`.
+    private enum Cached {
+        /// The answer (a hit, or no session).
+        case answered((session: Session, user: User?)?)
+        /// The database must be asked.
+        case read(SessionRead)
+    }
+
+    private func cached(token: String, now: Int64) -> Cached {
+        guard let (id, check) = SessionToken.digest(token) else { return .answered(nil) }
+        switch cache.withLock({ $0.lookup(id, now: monotonic()) }) {
+        case .hit(let cached, let stored, let user):
+            let session = latestUse(cached, now: now)
+            // Cached, but idle by what this host knows, yet before its expiry: another host may have
+            // used it since (its use is written before the row's deadline). Ask the database rather
+            // than refuse.
+            if now >= session.endsAt, now < session.expiresAt { return .read(SessionRead(id: id, check: check, now: now, ticket: nil)) }
+            return .answered(used(session, stored: stored, user: user, check: check, now: now))
+        case .miss(let ticket): return .read(SessionRead(id: id, check: check, now: now, ticket: ticket))
+        case .bypass: return .read(SessionRead(id: id, check: check, now: now, ticket: nil))
+        }
+    }
+
+    /// `session` (its latest use known here) and its user for a token whose check is `check`:
+    /// marked as used at `now` when it is live and the checks match (in constant time), else nil.
+    private func used(_ session: Session, stored: SessionCheck, user: User?, check: SessionCheck, now: Int64) -> (session: Session, user: User?)? {
+        guard stored.matches(check), now < session.endsAt else { return nil }
+        return (markUsed(session, now: now), user)
     }
 
     /// A read's answer from its row (`nil`: none): the cache filled on a miss, the token's check
@@ -76,9 +90,7 @@ extension PostgresStore {
                 let userKey = PostgresRows.userKey(session.principal), clock = monotonic()
                 cache.withLock { _ = $0.fill(ticket, session: session, check: stored, user: user, userKey: userKey, now: clock) }
             }
-            let latest = latestUse(session, now: read.now)
-            guard stored.matches(read.check), read.now < latest.endsAt else { return nil }
-            return (markUsed(latest, now: read.now), user)
+            return used(latestUse(session, now: read.now), stored: stored, user: user, check: read.check, now: read.now)
         }
     }
 
@@ -106,8 +118,8 @@ extension PostgresStore {
         return found
     }
 
-    /// `session` used at `now`: recorded here, written with the next heartbeat (at most one
-    /// statement each), and so in the cache. Nothing to record for a session whose last use is
+    /// `session` used at `now`: recorded here, written when due (`writeTouches`), and so in the
+    /// cache. Nothing to record for a session whose last use is
     /// `now` already (its row's, or one recorded here): most uses of a busy session, which then
     /// take no lock here and write nothing there.
     func markUsed(_ session: Session, now: Int64) -> Session {
@@ -115,7 +127,7 @@ extension PostgresStore {
         var session = session
         // With no use pending, the session's last use is its row's as this host knows it.
         let use = PendingUse(used: now, rowSeen: session.lastSeenAt, idle: Int64(session.idleSeconds))
-        pendingTouches.withLock { pending in pending[session.id] = pending[session.id].map { $0.merged(use) } ?? use }
+        pendingTouches.withLock { $0.record(use, for: session.id) }
         session.lastSeenAt = max(session.lastSeenAt, now)
         cache.withLock { $0.update(session) }
         return session

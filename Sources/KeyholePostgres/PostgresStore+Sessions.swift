@@ -39,7 +39,7 @@ extension PostgresStore {
                 try await writeUses(chunk)
             } catch {
                 pendingTouches.withLock { pending in
-                    for (id, use) in chunk { pending[id] = pending[id].map { $0.merged(use) } ?? use }
+                    for (id, use) in chunk { pending.record(use, for: id) }
                 }
                 logger.debug("postgres.touches_failed", metadata: ["error": "\(error)"])
             }
@@ -176,7 +176,7 @@ extension PostgresStore {
 
 extension PostgresStore {
     /// A session idle past its timeout is removed only this long after: another host's use of it may
-    /// not be written yet (uses are written with each heartbeat, well within this).
+    /// not be written yet (a use is written before its row's idle deadline passes; this is margin to spare).
     public static let idleGrace: Int64 = 300
 
     /// Removes up to `limit` expired rows of each kind: sessions past their expiry (or idle past

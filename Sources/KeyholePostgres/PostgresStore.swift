@@ -10,7 +10,7 @@ import Synchronization
 /// are stored and compared as bytes, and a session token is never stored (its id and check are).
 ///
 /// `session(token:now:)` is served from a per-host cache while `PostgresListener` keeps this host's
-/// view provably fresh (POSTGRES.md, "Reads"); sessions' uses are written with each heartbeat.
+/// view provably fresh (POSTGRES.md, "Reads"); sessions' uses are written when due (`writeTouches`).
 public final class PostgresStore: Sendable {
     /// How the store behaves; the connection itself is the `PostgresClient`'s.
     public struct Configuration: Sendable {

@@ -39,7 +39,7 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
     init(connections: [BatchConnection], maxBatch: Int, spill: Int, bound: Duration, doing: String) {
         precondition(!connections.isEmpty, "a batcher needs a connection")
         self.connections = connections
-        self.bound = .nanoseconds(Int64(clamping: bound.components.seconds * 1_000_000_000 + bound.components.attoseconds / 1_000_000_000))
+        self.bound = TimeAmount(bound)
         self.doing = doing
         queue = Mutex(BatchQueue(slots: connections.count, maxBatch: maxBatch, spill: spill))
     }
