@@ -84,13 +84,23 @@ struct DeadlineTests {
         }
         #expect(failure.isUnavailable && failure.message.contains("a stuck call"))
 
+        // A bound no loaded machine reaches: the call's own value is what comes back.
         let quick = FirstOutcome<Result<Int, PostgresStoreError>>()
-        Deadline.start(within: .milliseconds(100), doing: "x", { 7 }) { quick.finish($0) }
+        Deadline.start(within: .seconds(300), doing: "x", { 7 }) { quick.finish($0) }
         #expect(try await quick.wait().get() == 7)
-        // The bound passes after the quick call ended: nothing more is handed over.
+        #expect(calls.load(ordering: .relaxed) == 1)
+
+        // Answered before its bound (answered here, not by a task, so no scheduling delay can let
+        // the bound win): when the bound passes, nothing more is handed over and nothing expires.
+        let answers = Atomic(0)
+        let expiries = Atomic(0)
+        let call = PendingCall<Void, Int>(
+            (), within: .milliseconds(50), doing: "y",
+            completion: { _ in answers.add(1, ordering: .relaxed) }, expired: { expiries.add(1, ordering: .relaxed) })
+        call.answer(.success(7))
         let later = FirstOutcome<Void>()
         _ = DeadlineWheel.shared.add(deadline: .now + .milliseconds(200)) { later.finish(()) }
         await later.wait()
-        #expect(calls.load(ordering: .relaxed) == 1)
+        #expect(answers.load(ordering: .relaxed) == 1 && expiries.load(ordering: .relaxed) == 0)
     }
 }
