@@ -61,7 +61,8 @@ struct SessionCreates: BatchRunner {
 
     private typealias Attempt = (call: PendingCreate, token: String, id: SessionID, check: SessionCheck)
 
-    func run(_ batch: [PendingCreate], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
+    /// Every call is answered within the future (a retried id needs a further statement first).
+    func run(_ batch: [PendingCreate], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<BatchAnswers> {
         var tokens = SessionTokens()
         var round: [Attempt] = []
         for call in batch {
@@ -71,7 +72,7 @@ struct SessionCreates: BatchRunner {
             }
             round.append((call, token, id, check))
         }
-        return attempt(round, tokens: tokens, left: 3, through: statement, on: eventLoop)
+        return attempt(round, tokens: tokens, left: 3, through: statement, on: eventLoop).map { {} }
     }
 
     /// Whether `error` is PostgreSQL's breaking of a deadlock. A batch holds several users' rows,

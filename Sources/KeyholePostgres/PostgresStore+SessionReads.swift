@@ -96,7 +96,7 @@ extension PostgresStore {
 
     /// The sessions and users in a batch's rows, by session id; a row keyholed cannot read is its
     /// session's failure alone.
-    static func sessions(from rows: [PostgresRow]) throws -> [SessionID: Result<(Session, SessionCheck, User?), PostgresStoreError>] {
+    static func sessions(from rows: [PostgresRow]) throws(PostgresStoreError) -> [SessionID: Result<(Session, SessionCheck, User?), PostgresStoreError>] {
         var found: [SessionID: Result<(Session, SessionCheck, User?), PostgresStoreError>] = [:]
         found.reserveCapacity(rows.count)
         for row in rows {
@@ -149,12 +149,20 @@ struct SessionReads: BatchRunner {
     static let sql = PostgresStatements.readSessions
     let store: PostgresStore
 
-    func run(_ batch: [PendingRead], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<Void> {
+    func run(_ batch: [PendingRead], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<BatchAnswers> {
         let store = self.store
         let ids = PostgresStatements.bind(batch.map { PostgresRows.bytes($0.request.id.bytes) })
-        return statement.execute([ids]).flatMapThrowing { rows in
-            let found = try PostgresStore.sessions(from: rows)
-            for call in batch { call.answer(store.answer(call.request, from: found[call.request.id])) }
+        return statement.execute([ids]).map { rows in
+            // Read after the next batch is sent (`StatementBatcher`); a batch's rows the store
+            // cannot read fail its calls, as the whole batch's failure would.
+            return {
+                do throws(PostgresStoreError) {
+                    let found = try PostgresStore.sessions(from: rows)
+                    for call in batch { call.answer(store.answer(call.request, from: found[call.request.id])) }
+                } catch {
+                    for call in batch { call.fail(error) }
+                }
+            }
         }
     }
 }

@@ -8,10 +8,15 @@ protocol BatchRunner: Sendable {
     associatedtype Entry: BatchEntry
     /// The statement, naming no schema (the connection's `search_path` is the schema).
     static var sql: String { get }
-    /// Runs `batch` through `statement`, answering each call; a failure of the whole batch is the
-    /// returned future's (the batcher then answers every call with it).
-    func run(_ batch: [Entry], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<Void>
+    /// Runs `batch` through `statement`. The future's value answers the calls that its rows have
+    /// not answered already: the batcher calls it once the next batch is sent, so that PostgreSQL
+    /// works on that one while these are answered. A failure of the whole batch is the future's
+    /// (the batcher then answers every call with it).
+    func run(_ batch: [Entry], through statement: PreparedQuery, on eventLoop: any EventLoop) -> EventLoopFuture<BatchAnswers>
 }
+
+/// What answers a batch's calls from its rows, on the connection's event loop.
+typealias BatchAnswers = @Sendable () -> Void
 
 /// A call waiting in a batch.
 protocol BatchEntry: Sendable {
@@ -91,7 +96,7 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
         let doing = self.doing, eventLoop = connection.eventLoop
         // The batch ends at its bound whatever it waits for (making the connection included): its
         // connection is given up, and the next batch goes on a new one.
-        let ended = eventLoop.makePromise(of: Void.self)
+        let ended = eventLoop.makePromise(of: BatchAnswers.self)
         let overrun = eventLoop.scheduleTask(in: bound) {
             connection.abandon()
             ended.fail(PostgresStoreError.unavailable("\(doing): no answer within \(self.bound)"))
@@ -101,11 +106,17 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
         }.cascade(to: ended)
         ended.futureResult.whenComplete { result in
             overrun.cancel()
-            if case .failure(let error) = result {
+            switch result {
+            case .success(let answers):
+                // The next batch first: its statement is on its way to PostgreSQL before this
+                // batch's calls are answered, rather than PostgreSQL waiting for them.
+                self.runNext(on: slot, runner)
+                answers()
+            case .failure(let error):
                 let failure = PostgresStoreError.from(error, doing: doing)
                 for call in batch { call.fail(failure) }
+                self.runNext(on: slot, runner)
             }
-            self.runNext(on: slot, runner)
         }
     }
 }
