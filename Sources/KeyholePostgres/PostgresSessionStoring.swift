@@ -1,4 +1,5 @@
 import KeyholeStore
+import NIOCore
 
 extension PostgresStore {
     /// This store as the server sees every store (`SessionStoring`).
@@ -42,6 +43,10 @@ public struct PostgresSessionStoring: SessionStoring {
 
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
         store.sessionWithoutWaiting(token: token, now: now)
+    }
+
+    public func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
+        store.writeSessionWithoutWaiting(token: token, now: now, into: &buffer)
     }
 
     public func session(token: String, now: Int64) async throws(StoreError) -> (session: Session, user: User?)? {

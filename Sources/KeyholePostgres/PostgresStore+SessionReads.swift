@@ -48,6 +48,26 @@ extension PostgresStore {
         }
     }
 
+    /// session.get's answer for a token whose session is cached and already marked as used at `now`
+    /// (a busy session's every use after its first in a second), written into `buffer` from the
+    /// entry, under the cache's lock, without copying it; `.notFound` when the token's check does
+    /// not match (compared in constant time). Anything else is `.mustWait`, for the long way
+    /// (`sessionWithoutWaiting`), which would answer such a session exactly so: with nothing to
+    /// record (its use is this second's already) and nothing to read.
+    public func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
+        guard let (id, check) = SessionToken.digest(bytes: token) else { return .notFound }
+        let clock = monotonic()
+        let written = cache.withLock { state in
+            state.withRecentHit(id, now: clock) { entry -> ImmediateWrite in
+                guard entry.session.lastSeenAt >= now, now < entry.session.endsAt else { return .mustWait }
+                guard entry.check.matches(check) else { return .notFound }
+                entry.session.writeGetJSON(user: entry.user, to: &buffer)
+                return .written
+            }
+        }
+        return written ?? .mustWait
+    }
+
     /// What this host's cache can say of `token` at `now`.
     private enum Cached {
         /// The answer (a hit, or no session).

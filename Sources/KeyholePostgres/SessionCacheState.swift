@@ -75,6 +75,14 @@ struct SessionCacheState {
     /// The age of the view at `now` (nil: not fresh since the listener last connected).
     func staleness(now: Double) -> Double? { freshAsOf.map { now - $0 } }
 
+    /// `body` on `id`'s entry, in place (no copy of the session or the user), when the view is
+    /// fresh and the entry is among the recently used; nil otherwise (the caller takes `lookup`'s
+    /// way, which also promotes an older entry).
+    mutating func withRecentHit<Result>(_ id: SessionID, now: Double, _ body: (inout Entry) -> Result) -> Result? {
+        guard capacity > 0, isFresh(now: now), let index = young.index(forKey: id) else { return nil }
+        return body(&young.values[index])
+    }
+
     mutating func lookup(_ id: SessionID, now: Double) -> Lookup {
         guard capacity > 0, isFresh(now: now) else { return .bypass }
         if let entry = young[id] { return .hit(entry.session, entry.check, entry.user) }

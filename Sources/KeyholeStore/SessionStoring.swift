@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import NIOCore
 
 /// Users and sessions as the server's operations use them, whatever keeps them: the local `Store`
 /// (the write-ahead log and snapshots) or PostgreSQL (`KeyholePostgres`). Every method answers once
@@ -46,11 +47,22 @@ public protocol SessionStoring: Sendable {
     /// `session(token:now:)` when it can be answered without waiting (PostgreSQL's per-host cache,
     /// while fresh), so that the hot path pays for no task; `.mustWait` otherwise.
     func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession
+
+    /// session.get's answer for `token` (its UTF-8 bytes, where they lie in the request) written
+    /// into `buffer` when the store can do so at once and without copying the session (PostgreSQL's
+    /// cache, for a session already marked as used this second); `.mustWait` sends the caller the
+    /// long way (`sessionWithoutWaiting`, then `session(token:now:completion:)`), which answers the same.
+    func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite
 }
 
 extension SessionStoring {
     /// Never without waiting, unless the store says otherwise.
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession { .mustWait }
+
+    /// Never at once, unless the store says otherwise.
+    public func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
+        .mustWait
+    }
 
     /// `createSession(for:now:ttl:idle:data:)`, its outcome handed to `completion` (once, from any
     /// thread): in a task of its own, unless the store can do with less.
@@ -89,6 +101,16 @@ public enum ImmediateSession: Sendable {
     /// No live session (unknown, revoked or expired alike).
     case notFound
     /// Only `session(token:now:)` can tell.
+    case mustWait
+}
+
+/// What `SessionStoring.writeSessionWithoutWaiting(token:now:into:)` did.
+public enum ImmediateWrite: Sendable, Equatable {
+    /// The live session's answer is written.
+    case written
+    /// No live session (unknown, revoked or expired alike); nothing written.
+    case notFound
+    /// Nothing written: the long way must tell.
     case mustWait
 }
 

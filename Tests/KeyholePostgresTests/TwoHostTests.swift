@@ -3,6 +3,7 @@ import Foundation
 import KeyholeStore
 import KeyholeTestSupport
 import Logging
+import NIOCore
 import PostgresNIO
 import Synchronization
 import Testing
@@ -96,6 +97,44 @@ extension PostgresSuites {
                 #expect(try await b.store.session(token: own, now: Self.now) == nil)
                 // What the notification gives in practice (the bound is max_staleness): reported, not asserted.
                 print("revoked on A to refused on B, seconds: \(bounds)")
+            }
+        }
+
+        @Test("session.get from the cache in place (a session already used this second): the same bytes as the long way; the long way for one not cached, a later second or one revoked here; a row's changed check refused")
+        func writtenInPlace() async throws {
+            try await Self.withHosts { a, b, cluster in
+                let start = Self.now
+                @Sendable func write(_ token: String, at now: Int64) -> (ImmediateWrite, ByteBuffer) {
+                    var buffer = ByteBuffer(), token = token
+                    let outcome = token.withUTF8 { b.store.writeSessionWithoutWaiting(token: UnsafeRawBufferPointer($0), now: now, into: &buffer) }
+                    return (outcome, buffer)
+                }
+                let (token, _) = try await a.store.createSession(for: Self.alice, now: start, ttl: 3600, idle: 600, data: Array("{\"role\":\"admin\"}".utf8))
+                #expect(write(token, at: start).0 == .mustWait, "not cached on B yet")
+                let found = try #require(try await b.store.session(token: token, now: start))  // cached on B, used at start
+                var expected = ByteBuffer()
+                found.session.writeGetJSON(user: found.user, to: &expected)
+                let (written, bytes) = write(token, at: start)
+                #expect(written == .written && bytes == expected, "\(String(buffer: bytes)) against \(String(buffer: expected))")
+                // A later second: its use must be recorded, which the long way does.
+                #expect(write(token, at: start + 1).0 == .mustWait)
+                #expect(try await b.store.session(token: token, now: start + 1) != nil)
+                #expect(write(token, at: start + 1).0 == .written)
+                #expect(write("not a token", at: start).0 == .notFound)
+                // Revoked here: out of B's cache at once.
+                #expect(try await b.store.revokeSession(token: token, now: start + 1))
+                #expect(write(token, at: start + 1).0 == .mustWait)
+                #expect(try await b.store.session(token: token, now: start + 1) == nil)
+
+                // A row whose check no longer matches its token, last used "now" by its row: cached by
+                // the long way's read (which refuses it), then refused in place too.
+                let (altered, session) = try await a.store.createSession(for: Self.alice, now: start, ttl: 3600, idle: 600, data: nil)
+                let id = "'\\x" + PostgresStoreTests.hex(session.id.bytes) + "'::bytea"
+                _ = try await cluster.sql(
+                    "UPDATE keyhole.sessions SET check_bytes = '\\x00000000000000000000000000000000'::bytea, last_seen_at = \(start + 2) WHERE id = \(id)")
+                #expect(try await b.store.session(token: altered, now: start + 2) == nil)
+                #expect(b.store.cacheStatus.entries >= 1)
+                #expect(write(altered, at: start + 2).0 == .notFound)
             }
         }
 
