@@ -168,7 +168,7 @@ test-swift: build-debug
 ## lean_bench.py (keyholed's CPU per request against Redis's with the lean C client, and allocations per
 ## request: --seconds 2, --rounds 3), PG_BENCH_ARGS to pg_bench.py (the PostgreSQL backend against the local
 ## one and against pgbench on the same throwaway cluster, and revoked-to-refused across two keyholed:
-## --seconds 3, --rounds 3, --fanout-samples 1000).
+## --seconds 3, --rounds 5, --fanout-samples 1000).
 BENCH_ARGS ?=
 CLIENT_BENCH_ARGS ?=
 PG_BENCH_ARGS ?=

@@ -639,7 +639,7 @@ def measure(options, directory):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=20000, help="sessions read, on each side")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--pool-size", type=int, default=16, help="keyholed's [postgres] pool_size")
