@@ -50,7 +50,7 @@ extension PostgresStore {
 
     /// session.get's answer for a token whose session is cached and already marked as used at `now`
     /// (a busy session's every use after its first in a second), written into `buffer` from the
-    /// entry, under the cache's lock, without copying it; `.notFound` when the token's check does
+    /// entry, under the cache's lock, without copying it, when it fits in the room `buffer` has; `.notFound` when the token's check does
     /// not match (compared in constant time). Anything else is `.mustWait`, for the long way
     /// (`sessionWithoutWaiting`), which would answer such a session exactly so: with nothing to
     /// record (its use is this second's already) and nothing to read.
@@ -61,8 +61,9 @@ extension PostgresStore {
             state.withRecentHit(id, now: clock) { entry -> ImmediateWrite in
                 guard entry.session.lastSeenAt >= now, now < entry.session.endsAt else { return .mustWait }
                 guard entry.check.matches(check) else { return .notFound }
-                entry.session.writeGetJSON(user: entry.user, to: &buffer)
-                return .written
+                // Only into the room the caller made: a big session goes the long way rather than
+                // grow the buffer under the lock.
+                return entry.session.writeGetJSON(user: entry.user, within: &buffer) ? .written : .mustWait
             }
         }
         return written ?? .mustWait

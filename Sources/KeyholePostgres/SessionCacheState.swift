@@ -77,7 +77,8 @@ struct SessionCacheState {
 
     /// `body` on `id`'s entry, in place (no copy of the session or the user), when the view is
     /// fresh and the entry is among the recently used; nil otherwise (the caller takes `lookup`'s
-    /// way, which also promotes an older entry).
+    /// way, which also promotes an older entry). `inout` only so that nothing is copied: `body`
+    /// reads the entry and must not change it (other indexes refer to it).
     mutating func withRecentHit<Result>(_ id: SessionID, now: Double, _ body: (inout Entry) -> Result) -> Result? {
         guard capacity > 0, isFresh(now: now), let index = young.index(forKey: id) else { return nil }
         return body(&young.values[index])

@@ -29,7 +29,8 @@ protocol BatchEntry: Sendable {
 
 /// Calls of one kind gathered into batches (`BatchQueue`) on connections of their own
 /// (`BatchConnection`, POSTGRES.md "Cost per request"). A batch runs on its connection's event loop,
-/// and that connection takes the next batch as soon as this one is answered, on the same loop.
+/// and that connection takes the next batch as soon as this one's rows are in, on the same loop,
+/// before they are read and answered.
 final class StatementBatcher<Runner: BatchRunner>: Sendable {
     typealias Entry = Runner.Entry
 

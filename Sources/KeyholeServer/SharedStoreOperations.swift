@@ -53,7 +53,8 @@ public enum SharedStoreOperations {
                 try arguments.finish()
                 let time = now()
                 // A session used this second already: written from the cache in place, from the
-                // token's bytes in the frame (room made first: nothing grows under the cache's lock).
+                // token's bytes in the frame, when it fits in the room made here first (nothing grows
+                // under the cache's lock; a bigger answer goes the long way).
                 buffer.reserveCapacity(minimumWritableBytes: 1024)
                 switch tokenBytes.withUnsafeReadableBytes({ store.writeSessionWithoutWaiting(token: $0, now: time, into: &buffer) }) {
                 case .written: return nil

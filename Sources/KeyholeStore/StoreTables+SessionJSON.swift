@@ -41,6 +41,16 @@ extension Session {
         }
     }
 
+    /// `writeGetJSON(user:to:)` only into the room `buffer` has already: nothing grows and nothing is
+    /// written twice, for a caller that holds a lock. Whether it fitted; if not, `buffer` is unchanged.
+    public func writeGetJSON(user: User?, within buffer: inout ByteBuffer) -> Bool {
+        buffer.writeJSON(reserving: 0) { out in
+            Self.writeGetJSON(
+                createdAt: createdAt, data: data, expiresAt: expiresAt, id: id, idleSeconds: idleSeconds, lastSeenAt: lastSeenAt,
+                principal: principal, user: user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
+        }
+    }
+
     /// The members of `session.get`'s result, sorted as `JSONValue` writes them, `data` copied as
     /// stored (`{}` for none), `user` the owner's `User.publicJSON` or `null`.
     static func writeGetJSON(

@@ -104,8 +104,10 @@ extension PostgresSuites {
         func writtenInPlace() async throws {
             try await Self.withHosts { a, b, cluster in
                 let start = Self.now
-                @Sendable func write(_ token: String, at now: Int64) -> (ImmediateWrite, ByteBuffer) {
+                /// As session.get calls it: room made first (1024 bytes, as keyholed makes).
+                @Sendable func write(_ token: String, at now: Int64, room: Int = 1024) -> (ImmediateWrite, ByteBuffer) {
                     var buffer = ByteBuffer(), token = token
+                    buffer.reserveCapacity(minimumWritableBytes: room)
                     let outcome = token.withUTF8 { b.store.writeSessionWithoutWaiting(token: UnsafeRawBufferPointer($0), now: now, into: &buffer) }
                     return (outcome, buffer)
                 }
@@ -121,6 +123,16 @@ extension PostgresSuites {
                 #expect(try await b.store.session(token: token, now: start + 1) != nil)
                 #expect(write(token, at: start + 1).0 == .written)
                 #expect(write("not a token", at: start).0 == .notFound)
+                // An answer bigger than the room made goes the long way, nothing written; with room, in place.
+                let big = Array("{\"blob\":\"\(String(repeating: "x", count: 3000))\"}".utf8)
+                let (bigToken, _) = try await a.store.createSession(for: Self.alice, now: start, ttl: 3600, idle: 600, data: big)
+                let bigFound = try #require(try await b.store.session(token: bigToken, now: start))
+                var bigExpected = ByteBuffer()
+                bigFound.session.writeGetJSON(user: bigFound.user, to: &bigExpected)
+                let (tooSmall, untouched) = write(bigToken, at: start)
+                #expect(tooSmall == .mustWait && untouched.readableBytes == 0)
+                let (roomy, bigBytes) = write(bigToken, at: start, room: 8192)
+                #expect(roomy == .written && bigBytes == bigExpected)
                 // Revoked here: out of B's cache at once.
                 #expect(try await b.store.revokeSession(token: token, now: start + 1))
                 #expect(write(token, at: start + 1).0 == .mustWait)
