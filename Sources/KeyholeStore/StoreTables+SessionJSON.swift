@@ -34,21 +34,19 @@ extension Session {
     public func writeGetJSON(user: User?, to buffer: inout ByteBuffer) {
         let hasFields = user.map { !$0.fields.isEmpty } ?? false
         let guess = 448 + (data?.count ?? 0) + 2 * (principal.issuer.utf8.count + principal.sub.utf8.count) + (hasFields ? 256 : 0)
-        buffer.writeJSON(guess: guess) { out in
-            Self.writeGetJSON(
-                createdAt: createdAt, data: data, expiresAt: expiresAt, id: id, idleSeconds: idleSeconds, lastSeenAt: lastSeenAt,
-                principal: principal, user: user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
-        }
+        buffer.writeJSON(guess: guess) { writeGetJSON(user: user, to: &$0) }
     }
 
     /// `writeGetJSON(user:to:)` only into the room `buffer` has already: nothing grows and nothing is
     /// written twice, for a caller that holds a lock. Whether it fitted; if not, `buffer` is unchanged.
     public func writeGetJSON(user: User?, within buffer: inout ByteBuffer) -> Bool {
-        buffer.writeJSON(reserving: 0) { out in
-            Self.writeGetJSON(
-                createdAt: createdAt, data: data, expiresAt: expiresAt, id: id, idleSeconds: idleSeconds, lastSeenAt: lastSeenAt,
-                principal: principal, user: user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
-        }
+        buffer.writeJSON(reserving: 0) { writeGetJSON(user: user, to: &$0) }
+    }
+
+    private func writeGetJSON(user: User?, to out: inout JSONOutput) {
+        Self.writeGetJSON(
+            createdAt: createdAt, data: data, expiresAt: expiresAt, id: id, idleSeconds: idleSeconds, lastSeenAt: lastSeenAt,
+            principal: principal, user: user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
     }
 
     /// The members of `session.get`'s result, sorted as `JSONValue` writes them, `data` copied as

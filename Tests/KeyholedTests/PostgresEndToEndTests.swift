@@ -72,12 +72,10 @@ struct PostgresEndToEndTests {
         #expect(try connectionA.errorCode("admin.snapshot") == "not_configured")
         // B's cache in use: fresh, or fresh again soon. On a loaded machine a heartbeat can be late
         // enough for the listener to be reconnecting (its cache dropped) just now.
-        var stats = try connectionB.result("stats")["store"]
-        let asked = ContinuousClock.now
-        while stats?["cache_fresh"] != true, ContinuousClock.now - asked < .seconds(30) {
-            // Polled every 20 ms, not in a spin that takes the CPU B's heartbeat needs.
-            try await Task.sleep(for: .milliseconds(20))
+        var stats: JSONValue?
+        _ = try await PeerLimitsEndToEndTests.eventually {
             stats = try connectionB.result("stats")["store"]
+            return stats?["cache_fresh"] == true
         }
         #expect(stats?["backend"] == "postgres" && stats?["cache_fresh"] == true, "\(String(describing: stats))")
         #expect(try a.terminate() == 0)
