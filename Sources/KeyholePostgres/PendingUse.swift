@@ -30,6 +30,7 @@ struct PendingUse: Equatable {
 extension [SessionID: PendingUse] {
     /// Records `use` of session `id`, merged with one recorded already.
     mutating func record(_ use: PendingUse, for id: SessionID) {
-        self[id] = self[id].map { $0.merged(use) } ?? use
+        // One hash of the id for a session with a use pending already (a busy one's every later second).
+        if let index = index(forKey: id) { values[index] = values[index].merged(use) } else { self[id] = use }
     }
 }

@@ -45,8 +45,14 @@ public struct PostgresSessionStoring: SessionStoring {
         store.sessionWithoutWaiting(token: token, now: now)
     }
 
-    public func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
-        store.writeSessionWithoutWaiting(token: token, now: now, into: &buffer)
+    public func getSession(
+        token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer,
+        later: () -> @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void
+    ) -> SessionGet {
+        store.getSession(token: token, now: now, into: &buffer) {
+            let completion = later()
+            return { outcome in completion(outcome.mapError { StoreError.unavailable($0.message) }) }
+        }
     }
 
     public func session(token: String, now: Int64) async throws(StoreError) -> (session: Session, user: User?)? {

@@ -29,33 +29,68 @@ extension PostgresStore {
     public func session(
         token: String, now: Int64, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void
     ) {
-        switch cached(token: token, now: now) {
+        guard let (id, check) = SessionToken.digest(token) else { return completion(.success(nil)) }
+        switch cached(id, check: check, now: now) {
         case .answered(let found): completion(.success(found))
-        case .read(let read):
-            let call = PendingRead(read, within: configuration.timeout, doing: "reading a session", completion: completion)
-            reads.submit(call, to: SessionReads(store: self))
+        case .read(let read): submit(read, completion: completion)
         }
+    }
+
+    /// session.get in one pass: `token` hashed once; its answer written into `buffer` from the
+    /// cache (in place for a session used this second already, `writeSessionWithoutWaiting`), or
+    /// `.notFound`; else `.later`, and the completion `later` makes has the database's answer
+    /// (`session(token:now:completion:)`).
+    public func getSession(
+        token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer,
+        later: () -> @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void
+    ) -> SessionGet {
+        guard let (id, check) = SessionToken.digest(bytes: token) else { return .notFound }
+        switch writeCached(id, check: check, now: now, into: &buffer) {
+        case .written: return .written
+        case .notFound: return .notFound
+        case .mustWait: break
+        }
+        switch cached(id, check: check, now: now) {
+        case .answered(let found?):
+            found.session.writeGetJSON(user: found.user, to: &buffer)
+            return .written
+        case .answered(nil): return .notFound
+        case .read(let read):
+            submit(read, completion: later())
+            return .later
+        }
+    }
+
+    /// `read` with the next batch of them (`StatementBatcher`), bounded by the timeout from now.
+    private func submit(_ read: SessionRead, completion: @escaping @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void) {
+        let call = PendingRead(read, within: configuration.timeout, doing: "reading a session", completion: completion)
+        reads.submit(call, to: SessionReads(store: self))
     }
 
     /// The session `token` names from this host's cache, without waiting: found (and marked as used)
     /// or not found on a hit; `.mustWait` on a miss, with the cache not fresh, or for a session that
     /// looks idle before its expiry (another host's use may not be written yet).
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession {
-        switch cached(token: token, now: now) {
-        case .answered(let found?): .found(found.session, found.user)
-        case .answered(nil): .notFound
-        case .read: .mustWait
+        guard let (id, check) = SessionToken.digest(token) else { return .notFound }
+        switch cached(id, check: check, now: now) {
+        case .answered(let found?): return .found(found.session, found.user)
+        case .answered(nil): return .notFound
+        case .read: return .mustWait
         }
     }
 
     /// session.get's answer for a token whose session is cached and already marked as used at `now`
     /// (a busy session's every use after its first in a second), written into `buffer` from the
-    /// entry, under the cache's lock, without copying it, when it fits in the room `buffer` has; `.notFound` when the token's check does
-    /// not match (compared in constant time). Anything else is `.mustWait`, for the long way
-    /// (`sessionWithoutWaiting`), which would answer such a session exactly so: with nothing to
-    /// record (its use is this second's already) and nothing to read.
+    /// entry, under the cache's lock, without copying it, when it fits in the room `buffer` has;
+    /// `.notFound` when the token's check does not match (compared in constant time). Anything else
+    /// is `.mustWait`, for the long way (`sessionWithoutWaiting`), which would answer such a session
+    /// exactly so: with nothing to record (its use is this second's already) and nothing to read.
     public func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
         guard let (id, check) = SessionToken.digest(bytes: token) else { return .notFound }
+        return writeCached(id, check: check, now: now, into: &buffer)
+    }
+
+    private func writeCached(_ id: SessionID, check: SessionCheck, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
         let clock = monotonic()
         let written = cache.withLock { state in
             state.withRecentHit(id, now: clock) { entry -> ImmediateWrite in
@@ -69,7 +104,7 @@ extension PostgresStore {
         return written ?? .mustWait
     }
 
-    /// What this host's cache can say of `token` at `now`.
+    /// What this host's cache can say of a session at `now`.
     private enum Cached {
         /// The answer (a hit, or no session).
         case answered((session: Session, user: User?)?)
@@ -77,8 +112,7 @@ extension PostgresStore {
         case read(SessionRead)
     }
 
-    private func cached(token: String, now: Int64) -> Cached {
-        guard let (id, check) = SessionToken.digest(token) else { return .answered(nil) }
+    private func cached(_ id: SessionID, check: SessionCheck, now: Int64) -> Cached {
         switch cache.withLock({ $0.lookup(id, now: monotonic()) }) {
         case .hit(let cached, let stored, let user):
             let session = latestUse(cached, now: now)

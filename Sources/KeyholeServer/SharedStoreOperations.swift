@@ -52,38 +52,36 @@ public enum SharedStoreOperations {
                 let tokenBytes = try arguments.stringBytes("session", required: true, maxBytes: 1024)!
                 try arguments.finish()
                 let time = now()
-                // A session used this second already: written from the cache in place, from the
-                // token's bytes in the frame, when it fits in the room made here first (nothing grows
-                // under the cache's lock; a bigger answer goes the long way).
+                // Room made first: the store writes a cached session into it under its cache's lock,
+                // and a bigger answer goes the long way rather than grow the buffer there.
                 buffer.reserveCapacity(minimumWritableBytes: 1024)
-                switch tokenBytes.withUnsafeReadableBytes({ store.writeSessionWithoutWaiting(token: $0, now: time, into: &buffer) }) {
-                case .written: return nil
-                case .notFound: throw .sessionNotFound()
-                case .mustWait: break
-                }
-                let token = String(buffer: tokenBytes)
-                switch store.sessionWithoutWaiting(token: token, now: time) {
-                case .found(let session, let user):
-                    session.writeGetJSON(user: user, to: &buffer)
-                    return nil
-                case .notFound: throw .sessionNotFound()
-                case .mustWait: break
-                }
-                // The database: the answer completed by the store's call, with no task waiting for it.
-                let answer = PendingAnswer()
-                store.session(token: token, now: time) { outcome in
-                    switch outcome {
-                    case .success(let found?):
-                        var written = ByteBuffer()
-                        found.session.writeGetJSON(user: found.user, to: &written)
-                        answer.complete(.success(.encoded(written)))
-                    case .success(nil):
-                        answer.complete(.failure(.sessionNotFound()))
-                    case .failure(let error):
-                        answer.complete(.failure(StoreCommit.protocolError(error)))
+                // The database's answer completed by the store's call, with no task waiting for it
+                // (made only then: an answer at once allocates nothing here).
+                var pending: PendingAnswer?
+                let got = tokenBytes.withUnsafeReadableBytes { token in
+                    store.getSession(token: token, now: time, into: &buffer) {
+                        let answer = PendingAnswer()
+                        pending = answer
+                        return { outcome in
+                            switch outcome {
+                            case .success(let found?):
+                                var written = ByteBuffer()
+                                found.session.writeGetJSON(user: found.user, to: &written)
+                                answer.complete(.success(.encoded(written)))
+                            case .success(nil):
+                                answer.complete(.failure(.sessionNotFound()))
+                            case .failure(let error):
+                                answer.complete(.failure(StoreCommit.protocolError(error)))
+                            }
+                        }
                     }
                 }
-                return .pending(answer)
+                switch (got, pending) {
+                case (.written, _): return nil
+                case (.notFound, _): throw .sessionNotFound()
+                case (.later, let answer?): return .pending(answer)
+                case (.later, nil): throw .internal("the store would answer later without asking for its completion")
+                }
             },
             "session.revoke": .async { request, _ throws(ProtocolError) in
                 let (token, idText) = try StoreOperations.revokeArguments(request)

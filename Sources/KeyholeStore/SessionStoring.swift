@@ -48,20 +48,37 @@ public protocol SessionStoring: Sendable {
     /// while fresh), so that the hot path pays for no task; `.mustWait` otherwise.
     func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession
 
-    /// session.get's answer for `token` (its UTF-8 bytes, where they lie in the request) written
-    /// into `buffer` when the store can do so at once and without copying the session (PostgreSQL's
-    /// cache, for a session already marked as used this second); `.mustWait` sends the caller the
-    /// long way (`sessionWithoutWaiting`, then `session(token:now:completion:)`), which answers the same.
-    func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite
+    /// session.get for `token` (its UTF-8 bytes, where they lie in the request), in one call: its
+    /// answer (`Session.writeGetJSON`) written into `buffer` when the store has it at once
+    /// (PostgreSQL's cache while it is fresh), `.notFound` for no live session; else `.later`, and
+    /// the completion `later` makes (called only then, so that an answer at once allocates none) has
+    /// the answer `session(token:now:)` would give (once, from any thread). The token is hashed and
+    /// looked up once, however the call ends.
+    func getSession(
+        token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer,
+        later: () -> @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void
+    ) -> SessionGet
 }
 
 extension SessionStoring {
     /// Never without waiting, unless the store says otherwise.
     public func sessionWithoutWaiting(token: String, now: Int64) -> ImmediateSession { .mustWait }
 
-    /// Never at once, unless the store says otherwise.
-    public func writeSessionWithoutWaiting(token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
-        .mustWait
+    /// `sessionWithoutWaiting`, then `session(token:now:completion:)`, unless the store can do with less.
+    public func getSession(
+        token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer,
+        later: () -> @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void
+    ) -> SessionGet {
+        let text = String(decoding: token, as: UTF8.self)
+        switch sessionWithoutWaiting(token: text, now: now) {
+        case .found(let session, let user):
+            session.writeGetJSON(user: user, to: &buffer)
+            return .written
+        case .notFound: return .notFound
+        case .mustWait:
+            session(token: text, now: now, completion: later())
+            return .later
+        }
     }
 
     /// `createSession(for:now:ttl:idle:data:)`, its outcome handed to `completion` (once, from any
@@ -104,7 +121,17 @@ public enum ImmediateSession: Sendable {
     case mustWait
 }
 
-/// What `SessionStoring.writeSessionWithoutWaiting(token:now:into:)` did.
+/// How `SessionStoring.getSession(token:now:into:later:)` answered.
+public enum SessionGet: Sendable, Equatable {
+    /// The live session's answer is written.
+    case written
+    /// No live session (unknown, revoked or expired alike); nothing written.
+    case notFound
+    /// Nothing written: the completion has the answer.
+    case later
+}
+
+/// What a store's answer written in place from its cache did (`PostgresStore.writeSessionWithoutWaiting`).
 public enum ImmediateWrite: Sendable, Equatable {
     /// The live session's answer is written.
     case written

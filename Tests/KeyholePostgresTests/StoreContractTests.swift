@@ -1,6 +1,7 @@
 import KeyholePostgres
 import KeyholeProtocol
 import KeyholeStore
+import NIOCore
 import Testing
 
 extension PostgresSuites {
@@ -109,6 +110,66 @@ extension PostgresSuites {
                 for token in tokens { #expect(try await store.session(token: token, now: Self.now + 11) == nil) }
                 #expect(try await store.session(token: carols, now: Self.now + 11) != nil)
                 #expect(try await store.revokeSessions(of: Self.alice, now: Self.now + 12) == 0)
+            }
+        }
+
+        @Test("session.get in one call (getSession): the bytes session(token:) gives, at once or through the completion made only then; a wrong check, a malformed or a revoked token not found", arguments: Backend.allCases)
+        func getSession(backend: Backend) async throws {
+            try await backend.with { store in
+                let (token, session) = try await store.createSession(for: Self.alice, now: Self.now, ttl: 3600, idle: 600, data: Array(#"{"theme":"dark"}"#.utf8))
+                var expected = ByteBuffer()
+                let found = try #require(try await store.session(token: token, now: Self.now + 1))
+                found.session.writeGetJSON(user: found.user, to: &expected)
+                // Twice in the second it was read (PostgreSQL with a fresh cache may answer the second
+                // in place), then a second later (a use to record).
+                for now in [Self.now + 1, Self.now + 1] {
+                    let got = try await Self.get(store, token, now: now)
+                    #expect(got.bytes == expected, "\(got.outcome): \(got.bytes.map { String(buffer: $0) } ?? "nothing")")
+                }
+                let later = try await Self.get(store, token, now: Self.now + 2)
+                #expect(later.bytes.map { String(buffer: $0) }?.contains(#""last_seen_at":\#(Self.now + 2)"#) == true, "\(later)")
+                #expect(try await store.session(token: token, now: Self.now + 2)?.session.lastSeenAt == Self.now + 2)
+
+                var tampered = Array(token.utf8)
+                tampered[20] = tampered[20] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+                #expect(try await Self.get(store, String(decoding: tampered, as: UTF8.self), now: Self.now + 3).bytes == nil)
+                let malformed = try await Self.get(store, "kh_" + String(repeating: "!", count: 43), now: Self.now + 3)
+                // PostgreSQL's store tells at once: a token that cannot be one asks nothing of the cache or the database.
+                #expect(malformed.bytes == nil && (backend == .local || malformed.outcome == .notFound), "\(malformed)")
+                #expect(try await store.revokeSession(id: session.id, now: Self.now + 4))
+                #expect(try await Self.get(store, token, now: Self.now + 5).bytes == nil)
+            }
+        }
+
+        /// `getSession` as session.get calls it (room made first): how it answered, and the answer's
+        /// bytes (nil: no session), written at once or from the completion. Asserts that the
+        /// completion was made exactly when the answer is later.
+        static func get(_ store: any SessionStoring, _ token: String, now: Int64) async throws -> (outcome: SessionGet, bytes: ByteBuffer?) {
+            var buffer = ByteBuffer(), token = token, asked = false
+            buffer.reserveCapacity(minimumWritableBytes: 1024)
+            let (answers, answering) = AsyncStream.makeStream(of: Result<(session: Session, user: User?)?, StoreError>.self)
+            let outcome = token.withUTF8 { bytes in
+                store.getSession(token: UnsafeRawBufferPointer(bytes), now: now, into: &buffer) {
+                    asked = true
+                    return { answer in
+                        answering.yield(answer)
+                        answering.finish()
+                    }
+                }
+            }
+            #expect(asked == (outcome == .later), "\(outcome), completion made: \(asked)")
+            switch outcome {
+            case .written: return (outcome, buffer)
+            case .notFound:
+                #expect(buffer.readableBytes == 0)
+                return (outcome, nil)
+            case .later:
+                #expect(buffer.readableBytes == 0)
+                var iterator = answers.makeAsyncIterator()
+                guard let found = try #require(await iterator.next()).get() else { return (outcome, nil) }
+                var written = ByteBuffer()
+                found.session.writeGetJSON(user: found.user, to: &written)
+                return (outcome, written)
             }
         }
     }

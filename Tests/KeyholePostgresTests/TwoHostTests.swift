@@ -123,6 +123,20 @@ extension PostgresSuites {
                 #expect(try await b.store.session(token: token, now: start + 1) != nil)
                 #expect(write(token, at: start + 1).0 == .written)
                 #expect(write("not a token", at: start).0 == .notFound)
+                // session.get's one call answers a cached session at once, in place or not, and makes
+                // no completion for it: the same bytes as the long way's.
+                for second in [start + 1, start + 2] {
+                    var buffer = ByteBuffer(), text = token, asked = false
+                    buffer.reserveCapacity(minimumWritableBytes: 1024)
+                    let got = text.withUTF8 { bytes in
+                        b.store.getSession(token: UnsafeRawBufferPointer(bytes), now: second, into: &buffer) {
+                            asked = true
+                            return { _ in }
+                        }
+                    }
+                    #expect(got == .written && !asked)
+                    #expect(String(buffer: buffer).contains(#""last_seen_at":\#(second)"#), "\(String(buffer: buffer))")
+                }
                 // An answer bigger than the room made goes the long way, nothing written; with room, in place.
                 let big = Array("{\"blob\":\"\(String(repeating: "x", count: 3000))\"}".utf8)
                 let (bigToken, _) = try await a.store.createSession(for: Self.alice, now: start, ttl: 3600, idle: 600, data: big)
