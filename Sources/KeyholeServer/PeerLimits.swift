@@ -12,6 +12,9 @@ struct PeerLimits {
     }
 
     private var entries: [UInt32: Entry] = [:]
+    /// When uids with no connection left are next looked at, to forget those whose buckets have
+    /// filled up since.
+    private var nextSweep: NIODeadline?
 
     /// Counts a new connection of `uid`; `false` (and nothing counted) when it has its limit already.
     mutating func openConnection(uid: UInt32, limit: Int) -> Bool {
@@ -22,12 +25,24 @@ struct PeerLimits {
         return true
     }
 
-    /// Gives back a connection counted by `openConnection`. A uid with none left is forgotten, its
-    /// bucket with it: it starts full again, as after a quiet spell.
-    mutating func closeConnection(uid: UInt32) {
-        guard var entry = entries[uid] else { return }
-        entry.connections -= 1
-        entries[uid] = entry.connections > 0 ? entry : nil
+    /// Gives back a connection counted by `openConnection`. A uid with none left keeps its bucket
+    /// until it would be full again (`rate` and `burst` as now configured), so that closing and
+    /// opening connections cannot refill it; then it is forgotten, as after a quiet spell. Such uids
+    /// are looked at once a second at most, here: the table holds at most the uids seen within a
+    /// bucket's refill time.
+    mutating func closeConnection(uid: UInt32, now: NIODeadline, rate: Double, burst: Double) {
+        if var entry = entries[uid] {
+            entry.connections -= 1
+            entries[uid] = entry.connections > 0 || !Self.isRested(entry, now: now, rate: rate, burst: burst) ? entry : nil
+        }
+        guard now >= nextSweep ?? now else { return }
+        nextSweep = now + .seconds(1)
+        entries = entries.filter { !Self.isRested($0.value, now: now, rate: rate, burst: burst) }
+    }
+
+    /// Whether `entry` holds nothing worth keeping: no connection, and no bucket that is not full.
+    private static func isRested(_ entry: Entry, now: NIODeadline, rate: Double, burst: Double) -> Bool {
+        entry.connections <= 0 && (entry.bucket?.isFull(now: now, rate: rate, capacity: burst) ?? true)
     }
 
     /// Takes one request from `uid`'s bucket, which holds `burst` requests and refills at `rate` per
@@ -44,6 +59,9 @@ struct PeerLimits {
 
     /// Connections open for `uid`.
     func connections(of uid: UInt32) -> Int { entries[uid]?.connections ?? 0 }
+
+    /// How many uids the table holds (those with connections, and those whose buckets are refilling).
+    var uids: Int { entries.count }
 }
 
 /// A token bucket: `capacity` tokens at most, refilled at `rate` per second; a request takes one.
@@ -54,6 +72,13 @@ struct TokenBucket: Equatable {
     init(tokens: Double, at now: NIODeadline) {
         self.tokens = tokens
         self.refilledAt = now
+    }
+
+    /// Whether the bucket holds `capacity` tokens at `now` (always, without a rate: nothing is limited).
+    func isFull(now: NIODeadline, rate: Double, capacity: Double) -> Bool {
+        guard rate > 0 else { return true }
+        let seconds = now > refilledAt ? Double((now - refilledAt).nanoseconds) / 1e9 : 0
+        return tokens + seconds * rate >= capacity
     }
 
     /// Takes a token: `nil` when there was one, else how long until there is one (nothing taken).

@@ -30,7 +30,8 @@ extension ServedConnection {
     func releaseUID() {
         guard let uid = access.countedUID else { return }
         access.countedUID = nil
-        core.peers.withLock { $0.closeConnection(uid: uid) }
+        let (now, rate, burst) = (now, limits.requestsPerSecond, limits.requestBurst)
+        core.peers.withLock { $0.closeConnection(uid: uid, now: now, rate: rate, burst: burst) }
     }
 
     /// `overloaded` when the peer's uid is over its request rate, else `nil`.

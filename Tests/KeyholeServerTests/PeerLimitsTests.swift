@@ -22,14 +22,14 @@ struct PeerLimitsTests {
         #expect(!open(&limits, uid: 1000, limit: 2))
         #expect(limits.connections(of: 1000) == 2)
         #expect(open(&limits, uid: 1001, limit: 2))
-        limits.closeConnection(uid: 1000)
+        limits.closeConnection(uid: 1000, now: .uptimeNanoseconds(0), rate: 0, burst: 1)
         #expect(limits.connections(of: 1000) == 1)
         #expect(open(&limits, uid: 1000, limit: 2))
         // A refused connection was not counted, so closing the others empties the entry.
-        limits.closeConnection(uid: 1000)
-        limits.closeConnection(uid: 1000)
+        limits.closeConnection(uid: 1000, now: .uptimeNanoseconds(0), rate: 0, burst: 1)
+        limits.closeConnection(uid: 1000, now: .uptimeNanoseconds(0), rate: 0, burst: 1)
         #expect(limits.connections(of: 1000) == 0)
-        limits.closeConnection(uid: 1000)
+        limits.closeConnection(uid: 1000, now: .uptimeNanoseconds(0), rate: 0, burst: 1)
         #expect(limits.connections(of: 1000) == 0)
         #expect(limits.connections(of: 1001) == 1)
     }
@@ -65,16 +65,53 @@ struct PeerLimitsTests {
         #expect(take(&limits, uid: 3, now: now, rate: 1, burst: 1) == nil)
     }
 
-    @Test("a uid whose connections all closed starts again with a full bucket")
-    func forgottenWhenGone() {
-        let now = NIODeadline.uptimeNanoseconds(5_000_000_000)
+    @Test("a uid whose connections all closed keeps its bucket until it would be full again: reconnecting does not refill it; then it is forgotten")
+    func keptWhileRefilling() {
+        let start = NIODeadline.uptimeNanoseconds(5_000_000_000)
         var limits = PeerLimits()
         _ = limits.openConnection(uid: 9, limit: 10)
-        #expect(take(&limits, uid: 9, now: now, rate: 1, burst: 1) == nil)
-        #expect(take(&limits, uid: 9, now: now, rate: 1, burst: 1) != nil)
-        limits.closeConnection(uid: 9)
+        #expect(take(&limits, uid: 9, now: start, rate: 1, burst: 2) == nil)
+        #expect(take(&limits, uid: 9, now: start, rate: 1, burst: 2) == nil)
+        #expect(take(&limits, uid: 9, now: start, rate: 1, burst: 2) == .seconds(1))
+        limits.closeConnection(uid: 9, now: start, rate: 1, burst: 2)
+        #expect(limits.connections(of: 9) == 0 && limits.uids == 1, "kept: its bucket is empty")
         _ = limits.openConnection(uid: 9, limit: 10)
-        #expect(take(&limits, uid: 9, now: now, rate: 1, burst: 1) == nil)
+        #expect(take(&limits, uid: 9, now: start + .milliseconds(500), rate: 1, burst: 2) == .milliseconds(500), "not refilled by reconnecting")
+        // Half refilled at +1.5 s: still kept.
+        limits.closeConnection(uid: 9, now: start + .milliseconds(1500), rate: 1, burst: 2)
+        #expect(limits.uids == 1)
+        _ = limits.openConnection(uid: 9, limit: 10)
+        #expect(take(&limits, uid: 9, now: start + .milliseconds(1500), rate: 1, burst: 2) == nil)
+        #expect(take(&limits, uid: 9, now: start + .milliseconds(1500), rate: 1, burst: 2) != nil)
+        // Closed with the bucket full by then (+3.5 s: two tokens back): forgotten at once, and a new
+        // connection starts with a full bucket.
+        limits.closeConnection(uid: 9, now: start + .milliseconds(3500), rate: 1, burst: 2)
+        #expect(limits.uids == 0)
+        _ = limits.openConnection(uid: 9, limit: 10)
+        #expect(take(&limits, uid: 9, now: start + .milliseconds(3500), rate: 1, burst: 2) == nil)
+        #expect(take(&limits, uid: 9, now: start + .milliseconds(3500), rate: 1, burst: 2) == nil)
+        // Without a rate no bucket is kept.
+        _ = limits.openConnection(uid: 10, limit: 10)
+        limits.closeConnection(uid: 10, now: start, rate: 0, burst: 1)
+        #expect(limits.connections(of: 10) == 0 && limits.uids == 1, "uid 9 still has its connection")
+    }
+
+    @Test("uids left with refilling buckets are forgotten once full, by a later close of any uid (at most once a second)")
+    func sweptWhenFull() {
+        let start = NIODeadline.uptimeNanoseconds(5_000_000_000)
+        var limits = PeerLimits()
+        for uid in UInt32(1)...100 {
+            _ = limits.openConnection(uid: uid, limit: 10)
+            #expect(take(&limits, uid: uid, now: start, rate: 10, burst: 10) == nil)
+            limits.closeConnection(uid: uid, now: start, rate: 10, burst: 10)
+        }
+        #expect(limits.uids == 100, "each bucket is one token short")
+        _ = limits.openConnection(uid: 500, limit: 10)
+        limits.closeConnection(uid: 500, now: start + .milliseconds(50), rate: 10, burst: 10)
+        #expect(limits.uids == 100, "not full yet at +50 ms (nor looked at again within the second)")
+        _ = limits.openConnection(uid: 500, limit: 10)
+        limits.closeConnection(uid: 500, now: start + .seconds(2), rate: 10, burst: 10)
+        #expect(limits.uids == 0)
     }
 
     @Test("limits are validated")

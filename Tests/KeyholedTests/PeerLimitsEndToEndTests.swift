@@ -104,6 +104,30 @@ struct PeerLimitsEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
+    @Test("requests_per_second_per_uid: the bucket is uid 33's, not a connection's: its only connection closed, the next one finds the bucket as it was left, not full again")
+    func reconnectingDoesNotRefill() async throws {
+        // One a second after a burst of 20: the first connection empties the bucket; keyholed sees it
+        // go; the next connection's 20 pings come a few seconds later at most, even on a loaded
+        // machine, so fewer than 20 tokens are back. (Forgetting the bucket with the connection
+        // answered all 20.)
+        let daemon = try Self.start("requests_per_second_per_uid = 1\nrequest_burst_per_uid = 20")
+        @Sendable func burst() throws -> [JSONValue] {
+            let peer = try PeerProcess(uid: 33, daemon: daemon, ["burst", "20"])
+            let answers = try (0..<20).map { _ in try peer.answer() }
+            #expect(peer.finish().status == 0)
+            return answers
+        }
+        let first = try burst()
+        #expect(first.allSatisfy { $0["ok"] == true }, "\(first)")
+        let root = try RawConnection(path: daemon.socketPath)
+        #expect(try await Self.eventually { try root.result("stats")["connections"]?["open"] == 1 })
+        let second = try burst()
+        let refused = second.filter { $0["error"]?["code"] == "overloaded" }
+        #expect(!refused.isEmpty, "\(second)")
+        #expect(second.prefix(second.count - refused.count).allSatisfy { $0["ok"] == true }, "the tokens back come first: \(second)")
+        #expect(try daemon.terminate() == 0)
+    }
+
     @Test("max_unsent_bytes: uid 33 not reading its answers is cut off, with a connection.slow_reader audit line of its uid and unsent bytes; uid 4242 is answered meanwhile")
     func slowReader() async throws {
         // uid 33 may use debug.sleep, whose reply_bytes makes answers of 32 KiB: 40 of them, none
