@@ -10,6 +10,14 @@ extension PostgresSessionStoring: AppleStoring {
         }
     }
 
+    public func signIn(
+        _ principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?, _ update: @escaping @Sendable (inout User) -> Void
+    ) async throws(StoreError) -> (user: User, created: Bool, token: String, session: Session) {
+        try await mapped { () async throws(PostgresStoreError) in
+            try await store.signIn(principal, now: now, ttl: ttl, idle: idle, data: data, update)
+        }
+    }
+
     public func moveUser(
         _ from: Principal, to: Principal, now: Int64, adjust: @escaping @Sendable (inout User) -> Void
     ) async throws(StoreError) -> (user: User?, sessions: Int)? {

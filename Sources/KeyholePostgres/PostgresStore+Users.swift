@@ -23,45 +23,97 @@ extension PostgresStore {
     public func updateUser(
         _ principal: Principal, now: Int64, _ update: @escaping @Sendable (inout User) -> Void
     ) async throws(PostgresStoreError) -> (user: User, created: Bool) {
-        let users = table("users"), logger = self.logger
-        let outcome = try await transaction("updating a user") { connection -> Result<(User, Bool), PostgresStoreError> in
-            var made = Self.binds(principal)
-            made.append(now)
-            made.append(PostgresRows.bytes("{}"))
-            let inserted = try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, NULL, $4, 0)
-                        ON CONFLICT (issuer, sub) DO NOTHING RETURNING 1
-                        """,
-                    binds: made),
-                logger: logger)
-            var created = false
-            for try await _ in inserted { created = true }
-            let rows = try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: "SELECT \(PostgresRows.userColumns) FROM \(users) WHERE issuer = $1 AND sub = $2 FOR UPDATE",
-                    binds: Self.binds(principal)),
-                logger: logger)
-            var found: PostgresRows.UserRow?
-            for try await row in rows.decode(PostgresRows.UserRow.self) { found = row }
-            guard let found else { return .failure(.corrupt("user \(principal): its row went between insert and lock")) }
-            var user: User
-            switch PostgresRows.user(principal, found) {
-            case .success(let read): user = read
-            case .failure(let error): return .failure(error)
-            }
-            let before = user
-            update(&user)
-            guard created || user != before else { return .success((user, false)) }
-            user.updatedAt = max(now, user.createdAt)
-            try await self.writeUser(user, on: connection)
-            try await self.notify(PostgresRows.userKey(principal), on: connection)
-            return .success((user, created))
+        let outcome = try await transaction("updating a user") { connection in
+            try await self.upsertUser(principal, now: now, login: false, on: connection, update)
         }
         let result = try outcome.get()
         forget(PostgresRows.userKey(principal))
         return result
+    }
+
+    /// A sign-in: `updateUser`'s change and a new session of the user's (its last login stamped, as a
+    /// session.create stamps it), in one transaction: both committed, or neither. The record after,
+    /// whether it was made, and the session with its token.
+    public func signIn(
+        _ principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?, _ update: @escaping @Sendable (inout User) -> Void
+    ) async throws(PostgresStoreError) -> (user: User, created: Bool, token: String, session: Session) {
+        let sessions = table("sessions"), logger = self.logger
+        // Every failure throws, so that the transaction is rolled back: no record changed without its session.
+        let signedIn = try await transaction("signing in") { connection -> (User, Bool, String, Session) in
+            let (user, created) = try await self.upsertUser(principal, now: now, login: true, on: connection, update).get()
+            // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
+            for _ in 0..<3 {
+                guard let (token, id, check) = SessionToken.generate() else { throw PostgresStoreError.unavailable("the random number generator failed") }
+                let session = Session(
+                    id: id, principal: principal, createdAt: now, expiresAt: now + ttl, lastSeenAt: now, idleSeconds: idle, data: data)
+                var binds = Self.binds(id.bytes)
+                binds.append(PostgresRows.bytes(check.bytes))
+                binds.append(PostgresRows.bytes(principal.issuer))
+                binds.append(PostgresRows.bytes(principal.sub))
+                binds.append(now)
+                binds.append(session.expiresAt)
+                binds.append(Int32(clamping: idle))
+                binds.append(data.map { PostgresRows.bytes($0) })
+                let inserted = try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            INSERT INTO \(sessions) (id, \(PostgresRows.sessionColumns)) VALUES ($1, $2, $3, $4, $5, $6, $5, $7, $8)
+                            ON CONFLICT (id) DO NOTHING RETURNING 1
+                            """,
+                        binds: binds),
+                    logger: logger)
+                var taken = true
+                for try await _ in inserted { taken = false }
+                if !taken { return (user, created, token, session) }
+            }
+            throw PostgresStoreError.unavailable("could not find an unused session id")
+        }
+        forget(PostgresRows.userKey(principal))
+        return signedIn
+    }
+
+    /// In a transaction: `principal`'s row made if missing, then locked and read, changed by
+    /// `update`, and with `login` its last login stamped at `now` (never moved back), as a
+    /// session.create stamps it, without moving updated_at. Written, with a notification to every
+    /// host, when made or changed. The record after and whether it was made.
+    private func upsertUser(
+        _ principal: Principal, now: Int64, login: Bool, on connection: PostgresConnection, _ update: (inout User) -> Void
+    ) async throws -> Result<(User, Bool), PostgresStoreError> {
+        let users = table("users")
+        var made = Self.binds(principal)
+        made.append(now)
+        made.append(PostgresRows.bytes("{}"))
+        let inserted = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    INSERT INTO \(users) (issuer, sub, \(PostgresRows.userColumns), revision) VALUES ($1, $2, $3, $3, NULL, $4, 0)
+                    ON CONFLICT (issuer, sub) DO NOTHING RETURNING 1
+                    """,
+                binds: made),
+            logger: logger)
+        var created = false
+        for try await _ in inserted { created = true }
+        let rows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: "SELECT \(PostgresRows.userColumns) FROM \(users) WHERE issuer = $1 AND sub = $2 FOR UPDATE",
+                binds: Self.binds(principal)),
+            logger: logger)
+        var found: PostgresRows.UserRow?
+        for try await row in rows.decode(PostgresRows.UserRow.self) { found = row }
+        guard let found else { return .failure(.corrupt("user \(principal): its row went between insert and lock")) }
+        var user: User
+        switch PostgresRows.user(principal, found) {
+        case .success(let read): user = read
+        case .failure(let error): return .failure(error)
+        }
+        let before = user
+        update(&user)
+        if user != before { user.updatedAt = max(now, user.createdAt) }
+        if login { user.lastLoginAt = max(user.lastLoginAt ?? now, now) }
+        guard created || user != before else { return .success((user, false)) }
+        try await self.writeUser(user, on: connection)
+        try await self.notify(PostgresRows.userKey(principal), on: connection)
+        return .success((user, created))
     }
 
     /// Deletes `principal`'s record and every session of theirs, in one transaction. Returns whether

@@ -94,25 +94,22 @@ extension AppleOperations {
                     .move(from: transferSub, to: verified.subject, now: time)
             }
             let grant = sealed.map { AppleGrant(sealedToken: $0, clientID: client, checkedAt: time) }
-            let upsert = try await StoreCommit.stored { () async throws(StoreError) in
-                try await store.updateUser(principal, now: time) { user in
+            // The record and the session in one change: a crash or a failure keeps both or neither
+            // (never a stored grant without the session it came with).
+            let signedIn = try await StoreCommit.stored { () async throws(StoreError) in
+                try await store.signIn(principal, now: time, ttl: ttl, idle: UInt32(idle), data: data) { user in
                     Self.apply(verified, given: given, to: &user)
                     grant?.store(in: &user)
                 }
             }
-            let created = try await StoreCommit.stored { () async throws(StoreError) in
-                try await store.createSession(for: principal, now: time, ttl: ttl, idle: UInt32(idle), data: data)
-            }
             SessionMetrics.created.increment()
-            var user = upsert.user
-            user.lastLoginAt = max(user.lastLoginAt ?? time, time)
             return [
-                "created": .bool(upsert.created),
-                "user": .object(user.publicJSON),
+                "created": .bool(signedIn.created),
+                "user": .object(signedIn.user.publicJSON),
                 "session": .object([
-                    "session": .string(created.token),
-                    "id": .string(created.session.id.description),
-                    "expires_at": .int(created.session.expiresAt),
+                    "session": .string(signedIn.token),
+                    "id": .string(signedIn.session.id.description),
+                    "expires_at": .int(signedIn.session.expiresAt),
                 ]),
             ]
         }

@@ -17,6 +17,13 @@ public protocol AppleStoring: SessionStoring {
         _ principal: Principal, now: Int64, revokeSessions: Bool, _ update: @escaping @Sendable (inout User) -> Bool
     ) async throws(StoreError) -> (user: User, applied: Bool, sessions: Int)?
 
+    /// A sign-in: `principal`'s record made if missing and changed by `update`, and a new session of
+    /// theirs (which stamps the record's last login), in one change: both durable, or neither. The
+    /// record after, whether it was made, and the session with its token.
+    func signIn(
+        _ principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?, _ update: @escaping @Sendable (inout User) -> Void
+    ) async throws(StoreError) -> (user: User, created: Bool, token: String, session: Session)
+
     /// Moves `from`'s record and sessions to `to` (a team transfer), a record `to` already has
     /// winning member by member, then `adjust` applied. The record after (`nil` when `from` had
     /// neither record nor live session) and how many sessions moved.

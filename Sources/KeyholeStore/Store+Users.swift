@@ -20,6 +20,39 @@ extension Store {
         }
     }
 
+    /// A sign-in: `principal`'s record made if missing and changed by `update`, and a new session of
+    /// theirs (as `createSession`, which stamps the record's last login), in one change: one batch in
+    /// the log, so a crash keeps both or neither. Returns the record after, whether it was made, and
+    /// the session with its token.
+    public func signIn(
+        _ principal: Principal, now: Int64, ttl: Int64, idle: UInt32, data: [UInt8]?, completion: @escaping Completion,
+        _ update: (inout User) -> Void
+    ) throws(StoreError) -> (user: User, created: Bool, token: String, session: Session) {
+        // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
+        for _ in 0..<3 {
+            guard let (token, id, check) = SessionToken.generate() else { throw .io("the random number generator failed") }
+            let new = StoreRecord.NewSession(
+                id: id, check: check, principal: principal, createdAt: now, expiresAt: now + ttl, idleSeconds: idle, data: data)
+            let signedIn = try change(completion) { tables, undo throws(StoreError) -> ((User, Bool, Session)?, [StoreRecord]) in
+                guard tables.slot(of: id) == nil else { return (nil, []) }
+                let before = tables.user(principal)
+                var user = before ?? User(principal: principal, createdAt: now, updatedAt: now)
+                update(&user)
+                var records: [StoreRecord] = []
+                if user != before {
+                    user.updatedAt = max(now, user.createdAt)
+                    tables.setUser(principal, StoreTables.UserState(user), undo: &undo)
+                    records.append(.userPut(principal, user.recordJSON))
+                }
+                let slot = tables.createAbsent(new, undo: &undo)
+                records.append(.sessionCreate(new))
+                return ((tables.user(ofSession: slot) ?? user, before == nil, tables.session(at: slot)), records)
+            }
+            if let (user, created, session) = signedIn { return (user, created, token, session) }
+        }
+        throw .io("could not find an unused session id")
+    }
+
     /// Deletes `principal`'s record and every session of theirs. Returns whether there was anything
     /// (a record or a session) and how many live sessions went.
     public func deleteUser(_ principal: Principal, now: Int64, completion: @escaping Completion) throws(StoreError) -> (deleted: Bool, sessions: Int) {

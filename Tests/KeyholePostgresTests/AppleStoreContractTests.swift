@@ -11,6 +11,35 @@ extension PostgresSuites {
         static let now: Int64 = 1_800_000_000
         static let alice = Principal(issuer: "apple", sub: "001.alice")
 
+        @Test("signIn: the record made (or changed) and a session of the user's in one change, the last login stamped without moving updated_at", arguments: Backend.allCases)
+        func signIn(backend: Backend) async throws {
+            try await backend.with { store in
+                let first = try await store.signIn(Self.alice, now: Self.now, ttl: 3600, idle: 600, data: Array(#"{"via":"web"}"#.utf8)) { user in
+                    user.fields["email"] = "a@example.com"
+                }
+                #expect(first.created && first.user.fields["email"] == "a@example.com")
+                #expect(first.user.createdAt == Self.now && first.user.updatedAt == Self.now && first.user.lastLoginAt == Self.now)
+                #expect(first.session.principal == Self.alice && first.session.expiresAt == Self.now + 3600 && first.session.idleSeconds == 600)
+                let read = try #require(try await store.session(token: first.token, now: Self.now + 1))
+                #expect(read.session.id == first.session.id && read.session.data == Array(#"{"via":"web"}"#.utf8))
+                #expect(read.user == first.user)
+
+                // Again, with nothing to change in the record: only its last login moves.
+                let again = try await store.signIn(Self.alice, now: Self.now + 100, ttl: 60, idle: 60, data: nil) { _ in }
+                #expect(!again.created && again.user.updatedAt == Self.now && again.user.lastLoginAt == Self.now + 100)
+                #expect(again.token != first.token && again.session.data == nil)
+                #expect(try await store.user(Self.alice) == again.user)
+                #expect(try await store.sessions(of: Self.alice, now: Self.now + 100).count == 2)
+
+                // A change moves updated_at too.
+                let changed = try await store.signIn(Self.alice, now: Self.now + 200, ttl: 60, idle: 60, data: nil) { user in
+                    user.fields["email"] = "b@example.com"
+                }
+                #expect(changed.user.updatedAt == Self.now + 200 && changed.user.lastLoginAt == Self.now + 200)
+                #expect(try await store.session(token: changed.token, now: Self.now + 201)?.user?.fields["email"] == "b@example.com")
+            }
+        }
+
         @Test("modifyUser: never creates; a refused change writes nothing; an applied one can take the sessions with it", arguments: Backend.allCases)
         func modify(backend: Backend) async throws {
             try await backend.with { store in

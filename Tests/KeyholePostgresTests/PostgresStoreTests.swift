@@ -157,6 +157,26 @@ extension PostgresSuites {
             }
         }
 
+        @Test("a sign-in whose session PostgreSQL refuses changes nothing: the record's change is rolled back with it")
+        func signInRolledBack() async throws {
+            try await Self.withStore { store, _, cluster in
+                let bob = Principal(issuer: "apple", sub: "001.bob")
+                _ = try await store.updateUser(bob, now: Self.now) { $0.fields["email"] = "old@example.com" }
+                _ = try await cluster.sql("""
+                    CREATE FUNCTION keyhole.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no sessions today'; END $$;
+                    CREATE TRIGGER refuse BEFORE INSERT ON keyhole.sessions FOR EACH ROW EXECUTE FUNCTION keyhole.refuse();
+                    """)
+                await #expect(throws: PostgresStoreError.self) {
+                    _ = try await store.signIn(bob, now: Self.now + 10, ttl: 60, idle: 60, data: nil) { $0.fields["email"] = "new@example.com" }
+                }
+                let kept = try #require(try await store.user(bob))
+                #expect(kept.fields["email"] == "old@example.com" && kept.updatedAt == Self.now && kept.lastLoginAt == nil, "\(kept)")
+                _ = try await cluster.sql("DROP TRIGGER refuse ON keyhole.sessions")
+                let signedIn = try await store.signIn(bob, now: Self.now + 20, ttl: 60, idle: 60, data: nil) { $0.fields["email"] = "new@example.com" }
+                #expect(signedIn.user.fields["email"] == "new@example.com" && signedIn.user.lastLoginAt == Self.now + 20)
+            }
+        }
+
         @Test("a row keyholed could not have written is corrupt, not a crash or another user's session")
         func corruptRows() async throws {
             try await Self.withStore { store, _, cluster in

@@ -1,6 +1,7 @@
 import Foundation
 import KeyholeJOSE
 import KeyholeProtocol
+import KeyholeStore
 import KeyholeTestSupport
 import Testing
 
@@ -114,6 +115,34 @@ struct AppleSignInEndToEndTests {
         #expect(try again.result("user.get", ["sub": .string(sub)])["name"]?["family"] == "Appleseed")
         #expect(try again.result("session.get", ["session": .string(session)])["sub"] == .string(sub))
         #expect(try restarted.terminate() == 0)
+        try? FileManager.default.removeItem(at: daemon.directory)
+        try await apple.close()
+    }
+
+    @Test("a sign-in is one change: the user's record (with the sealed grant) and the session go in one batch of the log, so a crash keeps both or neither")
+    func oneChange() async throws {
+        let apple = try await FakeApple()
+        let (daemon, connection) = try Self.start(apple)
+        let sub = "001234.onechange.0123"
+        let token = apple.identityToken(sub: sub, audience: Self.web, email: "one@example.com", emailVerified: "true", isPrivateEmail: "false")
+        let code = apple.issueCode(sub: sub, clientID: Self.web, redirectURI: Self.redirect)
+        let signedIn = try connection.result("apple.sign_in", ["identity_token": .string(token), "authorization_code": .string(code)])
+        #expect(signedIn["created"] == true, "\(apple.refusals)")
+        #expect(try daemon.terminate() == 0)
+
+        // The log as keyholed left it: the user.put of this sign-in and its session.create, in the
+        // batch the user.put begins (the batch header just before it says how far the batch goes).
+        let state = daemon.directory.appendingPathComponent("state").path
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: WALDirectory(stateDirectory: state).segmentPath(1))))
+        let scan = WALScanner.scan(bytes, sequence: 1, isLast: true)
+        let (userPut, sessionCreate): (UInt8, UInt8) = (0x20, 0x10)  // WALRecordTypes.md
+        let types = scan.records.map(\.type)
+        let put = try #require(types.firstIndex(of: userPut), "\(types)")
+        let create = try #require(types.firstIndex(of: sessionCreate), "\(types)")
+        #expect(types.filter { $0 == userPut }.count == 1, "\(types)")
+        let header = try #require(WALBatchHeader(bytes, at: scan.offsets[put] - WALBatchHeader.size), "the user.put begins a batch")
+        let end = scan.offsets[put] - WALBatchHeader.size + WALBatchHeader.size + Int(header.length)
+        #expect(create > put && scan.offsets[create] < end, "session.create at \(scan.offsets[create]), the user.put's batch ends at \(end)")
         try? FileManager.default.removeItem(at: daemon.directory)
         try await apple.close()
     }
