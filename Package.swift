@@ -187,6 +187,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                // For its C module, CTOML (toml++), which ConfigFile calls directly: TOMLKit's Swift
+                // interface leaks what it reads.
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
