@@ -32,8 +32,8 @@ FUZZ_BIN       := $(FUZZ_DIR)/debug/keyhole-fuzz
 # One compile job: the sanitizer builds are long, and the machine is shared.
 SANITIZER_JOBS ?= -j 1
 # Leak checking is off: LeakSanitizer fails a process with status 23 at exit, which fails every test
-# that checks keyholed's exit status, and what it reports at exit is XCTest's runner, TOMLKit's C++
-# tables (tableGetKeys, nodeAsString) and tasks still alive when keyholed exits. detect_leaks=1 shows them.
+# that checks keyholed's exit status, and what it reports at exit is XCTest's runner and tasks still
+# alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
 .PHONY: all deps deps-clients build build-debug build-lean run test test-python test-allocations test-proxies test-grafana test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench

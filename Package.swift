@@ -42,6 +42,8 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(name: "CKeyholeLinux"),
+        // C++'s operator delete for what TOMLKit's C interface made with new (ConfigFile).
+        .target(name: "CKeyholeTOML"),
         .systemLibrary(
             name: "CKeyholeSystemd",
             pkgConfig: "libsystemd",
@@ -190,6 +192,7 @@ let package = Package(
                 // For its C module, CTOML (toml++), which ConfigFile calls directly: TOMLKit's Swift
                 // interface leaks what it reads.
                 .product(name: "TOMLKit", package: "TOMLKit"),
+                "CKeyholeTOML",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),

@@ -36,21 +36,30 @@ extension PostgresStore {
         }
     }
 
-    /// session.get in one pass: `token` hashed once; its answer written into `buffer` from the
-    /// cache (in place for a session used this second already, `writeSessionWithoutWaiting`), or
-    /// `.notFound`; else `.later`, and the completion `later` makes has the database's answer
-    /// (`session(token:now:completion:)`).
+    /// session.get in one pass: `token` hashed once, and the cache's lock taken once; its answer
+    /// written into `buffer` from the cache (in place for a session used this second already, as
+    /// `writeSessionWithoutWaiting` writes it), or `.notFound`; else `.later`, and the completion
+    /// `later` makes has the database's answer (`session(token:now:completion:)`).
     public func getSession(
         token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer,
         later: () -> @Sendable (Result<(session: Session, user: User?)?, PostgresStoreError>) -> Void
     ) -> SessionGet {
         guard let (id, check) = SessionToken.digest(bytes: token) else { return .notFound }
-        switch writeCached(id, check: check, now: now, into: &buffer) {
+        let clock = monotonic()
+        let step = cache.withLock { state -> CacheStep in
+            switch state.withRecentHit(id, now: clock, { Self.writeInPlace(&$0, check: check, now: now, into: &buffer) }) {
+            case .written?: .written
+            case .notFound?: .notFound
+            case .mustWait?, nil: .looked(state.lookup(id, now: clock))
+            }
+        }
+        let lookup: SessionCacheState.Lookup
+        switch step {
         case .written: return .written
         case .notFound: return .notFound
-        case .mustWait: break
+        case .looked(let looked): lookup = looked
         }
-        switch cached(id, check: check, now: now) {
+        switch cached(id, check: check, now: now, from: lookup) {
         case .answered(let found?):
             found.session.writeGetJSON(user: found.user, to: &buffer)
             return .written
@@ -59,6 +68,13 @@ extension PostgresStore {
             submit(read, completion: later())
             return .later
         }
+    }
+
+    /// What `getSession` did under the cache's lock.
+    private enum CacheStep {
+        case written, notFound
+        /// Not in place: what the cache has for the long way.
+        case looked(SessionCacheState.Lookup)
     }
 
     /// `read` with the next batch of them (`StatementBatcher`), bounded by the timeout from now.
@@ -92,16 +108,16 @@ extension PostgresStore {
 
     private func writeCached(_ id: SessionID, check: SessionCheck, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
         let clock = monotonic()
-        let written = cache.withLock { state in
-            state.withRecentHit(id, now: clock) { entry -> ImmediateWrite in
-                guard entry.session.lastSeenAt >= now, now < entry.session.endsAt else { return .mustWait }
-                guard entry.check.matches(check) else { return .notFound }
-                // Only into the room the caller made: a big session goes the long way rather than
-                // grow the buffer under the lock.
-                return entry.session.writeGetJSON(user: entry.user, within: &buffer) ? .written : .mustWait
-            }
-        }
-        return written ?? .mustWait
+        return cache.withLock { $0.withRecentHit(id, now: clock) { Self.writeInPlace(&$0, check: check, now: now, into: &buffer) } } ?? .mustWait
+    }
+
+    /// `entry`'s answer written into `buffer` under the cache's lock (`writeSessionWithoutWaiting`).
+    private static func writeInPlace(_ entry: inout SessionCacheState.Entry, check: SessionCheck, now: Int64, into buffer: inout ByteBuffer) -> ImmediateWrite {
+        guard entry.session.lastSeenAt >= now, now < entry.session.endsAt else { return .mustWait }
+        guard entry.check.matches(check) else { return .notFound }
+        // Only into the room the caller made: a big session goes the long way rather than grow the
+        // buffer under the lock.
+        return entry.session.writeGetJSON(user: entry.user, within: &buffer) ? .written : .mustWait
     }
 
     /// What this host's cache can say of a session at `now`.
@@ -113,7 +129,12 @@ extension PostgresStore {
     }
 
     private func cached(_ id: SessionID, check: SessionCheck, now: Int64) -> Cached {
-        switch cache.withLock({ $0.lookup(id, now: monotonic()) }) {
+        cached(id, check: check, now: now, from: cache.withLock { $0.lookup(id, now: monotonic()) })
+    }
+
+    /// What `lookup`, the cache's answer for `id`, says of the token at `now`.
+    private func cached(_ id: SessionID, check: SessionCheck, now: Int64, from lookup: SessionCacheState.Lookup) -> Cached {
+        switch lookup {
         case .hit(let cached, let stored, let user):
             let session = latestUse(cached, now: now)
             // Cached, but idle by what this host knows, yet before its expiry: another host may have

@@ -23,10 +23,9 @@ extension PostgresStore {
     public func updateUser(
         _ principal: Principal, now: Int64, _ update: @escaping @Sendable (inout User) -> Void
     ) async throws(PostgresStoreError) -> (user: User, created: Bool) {
-        let outcome = try await transaction("updating a user") { connection in
+        let result = try await transaction("updating a user") { connection in
             try await self.upsertUser(principal, now: now, login: false, on: connection, update)
         }
-        let result = try outcome.get()
         forget(PostgresRows.userKey(principal))
         return result
     }
@@ -40,7 +39,7 @@ extension PostgresStore {
         let sessions = table("sessions"), logger = self.logger
         // Every failure throws, so that the transaction is rolled back: no record changed without its session.
         let signedIn = try await transaction("signing in") { connection -> (User, Bool, String, Session) in
-            let (user, created) = try await self.upsertUser(principal, now: now, login: true, on: connection, update).get()
+            let (user, created) = try await self.upsertUser(principal, now: now, login: true, on: connection, update)
             // A repeated id needs a repeated 128-bit hash prefix: retrying is for form's sake.
             for _ in 0..<3 {
                 guard let (token, id, check) = SessionToken.generate() else { throw PostgresStoreError.unavailable("the random number generator failed") }
@@ -72,13 +71,35 @@ extension PostgresStore {
         return signedIn
     }
 
-    /// In a transaction: `principal`'s row made if missing, then locked and read, changed by
-    /// `update`, and with `login` its last login stamped at `now` (never moved back), as a
-    /// session.create stamps it, without moving updated_at. Written, with a notification to every
-    /// host, when made or changed. The record after and whether it was made.
+    /// Deletes `principal`'s record and every session of theirs, in one transaction. Returns whether
+    /// there was anything (a record or a session) and how many live sessions went.
+    public func deleteUser(_ principal: Principal, now: Int64) async throws(PostgresStoreError) -> (deleted: Bool, sessions: Int) {
+        let users = table("users"), logger = self.logger
+        defer { forget(PostgresRows.userKey(principal)) }
+        return try await transaction("deleting a user") { connection in
+            // The user's row first: a session.create upserts it first too, so the two go one after
+            // the other, and no session made meanwhile outlives the deletion.
+            let record = try await connection.query(
+                PostgresQuery(unsafeSQL: "DELETE FROM \(users) WHERE issuer = $1 AND sub = $2 RETURNING 1", binds: Self.binds(principal)),
+                logger: logger)
+            var any = false
+            for try await _ in record { any = true }
+            let sessions = try await self.deleteSessions(of: principal, now: now, on: connection)
+            any = any || sessions.any
+            if any { try await self.notify(PostgresRows.userKey(principal), on: connection) }
+            return (any, sessions.live)
+        }
+    }
+
+    /// In a transaction: `principal`'s row made if missing, then locked and read, and changed by
+    /// `update`: written, with a notification to every host, when made or changed. With `login`, its
+    /// last login is stamped at `now` (never moved back) without moving updated_at; a stamp alone is
+    /// written as session.create writes it, with no new revision and no notification (a cached copy
+    /// showing an older last login is what creates leave too). The record after and whether it was
+    /// made; every failure throws, so that the transaction is rolled back.
     private func upsertUser(
         _ principal: Principal, now: Int64, login: Bool, on connection: PostgresConnection, _ update: (inout User) -> Void
-    ) async throws -> Result<(User, Bool), PostgresStoreError> {
+    ) async throws -> (User, Bool) {
         let users = table("users")
         var made = Self.binds(principal)
         made.append(now)
@@ -100,39 +121,23 @@ extension PostgresStore {
             logger: logger)
         var found: PostgresRows.UserRow?
         for try await row in rows.decode(PostgresRows.UserRow.self) { found = row }
-        guard let found else { return .failure(.corrupt("user \(principal): its row went between insert and lock")) }
-        var user: User
-        switch PostgresRows.user(principal, found) {
-        case .success(let read): user = read
-        case .failure(let error): return .failure(error)
-        }
+        guard let found else { throw PostgresStoreError.corrupt("user \(principal): its row went between insert and lock") }
+        var user = try PostgresRows.user(principal, found).get()
         let before = user
         update(&user)
-        if user != before { user.updatedAt = max(now, user.createdAt) }
+        let changed = user != before
+        if changed { user.updatedAt = max(now, user.createdAt) }
         if login { user.lastLoginAt = max(user.lastLoginAt ?? now, now) }
-        guard created || user != before else { return .success((user, false)) }
-        try await self.writeUser(user, on: connection)
-        try await self.notify(PostgresRows.userKey(principal), on: connection)
-        return .success((user, created))
-    }
-
-    /// Deletes `principal`'s record and every session of theirs, in one transaction. Returns whether
-    /// there was anything (a record or a session) and how many live sessions went.
-    public func deleteUser(_ principal: Principal, now: Int64) async throws(PostgresStoreError) -> (deleted: Bool, sessions: Int) {
-        let users = table("users"), logger = self.logger
-        defer { forget(PostgresRows.userKey(principal)) }
-        return try await transaction("deleting a user") { connection in
-            // The user's row first: a session.create upserts it first too, so the two go one after
-            // the other, and no session made meanwhile outlives the deletion.
-            let record = try await connection.query(
-                PostgresQuery(unsafeSQL: "DELETE FROM \(users) WHERE issuer = $1 AND sub = $2 RETURNING 1", binds: Self.binds(principal)),
+        if created || changed {
+            try await self.writeUser(user, on: connection)
+            try await self.notify(PostgresRows.userKey(principal), on: connection)
+        } else if user.lastLoginAt != before.lastLoginAt {
+            try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: "UPDATE \(users) SET last_login_at = greatest(last_login_at, $3) WHERE issuer = $1 AND sub = $2",
+                    binds: Self.binds(principal, now)),
                 logger: logger)
-            var any = false
-            for try await _ in record { any = true }
-            let sessions = try await self.deleteSessions(of: principal, now: now, on: connection)
-            any = any || sessions.any
-            if any { try await self.notify(PostgresRows.userKey(principal), on: connection) }
-            return (any, sessions.live)
         }
+        return (user, created)
     }
 }

@@ -28,8 +28,9 @@ struct PeerLimits {
     /// Gives back a connection counted by `openConnection`. A uid with none left keeps its bucket
     /// until it would be full again (`rate` and `burst` as now configured), so that closing and
     /// opening connections cannot refill it; then it is forgotten, as after a quiet spell. Such uids
-    /// are looked at once a second at most, here: the table holds at most the uids seen within a
-    /// bucket's refill time.
+    /// are looked at here, once a second at most (whichever uid's connection closes): the table
+    /// holds uids with connections and at most every uid that has had one, which the kernel's users
+    /// bound, never more entries than those.
     mutating func closeConnection(uid: UInt32, now: NIODeadline, rate: Double, burst: Double) {
         if var entry = entries[uid] {
             entry.connections -= 1

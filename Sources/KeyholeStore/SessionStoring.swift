@@ -52,8 +52,8 @@ public protocol SessionStoring: Sendable {
     /// answer (`Session.writeGetJSON`) written into `buffer` when the store has it at once
     /// (PostgreSQL's cache while it is fresh), `.notFound` for no live session; else `.later`, and
     /// the completion `later` makes (called only then, so that an answer at once allocates none) has
-    /// the answer `session(token:now:)` would give (once, from any thread). The token is hashed and
-    /// looked up once, however the call ends.
+    /// the answer `session(token:now:)` would give (once, from any thread). The token is hashed once,
+    /// however the call ends (and PostgreSQL's store takes its cache's lock once).
     func getSession(
         token: UnsafeRawBufferPointer, now: Int64, into buffer: inout ByteBuffer,
         later: () -> @Sendable (Result<(session: Session, user: User?)?, StoreError>) -> Void

@@ -1,7 +1,11 @@
+import CKeyholeTOML
 import CTOML
-import Glibc
 import KeyholeProtocol
 import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Reads keyholed.toml strictly: every table and key must be known, every value of the right type and
 /// range, and each error names the key and its line.
@@ -28,13 +32,11 @@ struct ConfigFile {
             throw ConfigError(key: nil, line: Int(failure.pointee.source.begin.line), message: "not valid TOML: \(description)")
         }
         defer {
-            // The C interface has no way to delete a table. Emptied, the table owns nothing but its
-            // own allocation: its map is empty, and a document parsed from a string has no source
-            // path (toml++ makes one only for a named source). So freeing that allocation, which
-            // `new` took from malloc (libstdc++'s operator new), is what its destructor and delete
-            // would do: 96 bytes a parse otherwise, seen with heaptrack.
+            // The C interface has no way to delete a table: emptied, its storage is given back
+            // (CKeyholeTOML says why that is all its destructor would do). 96 bytes a parse
+            // otherwise, seen with heaptrack.
             tableClear(table)
-            free(UnsafeMutableRawPointer(table))
+            ckeyhole_toml_release_emptied_table(UnsafeMutableRawPointer(table))
         }
         // Quoted infinities and NaNs (JSON has none), UTF-8 as it is, no indentation; dates and times
         // are always quoted.
@@ -99,7 +101,8 @@ struct ConfigFile {
         }.map { $0 + 1 }
     }
 
-    /// The line of `key` in `[table]`, by a scan of the text: TOMLKit keeps no positions for keys.
+    /// The line of `key` in `[table]`, by a scan of the text: toml++'s JSON of the document keeps no
+    /// positions.
     func line(of key: String, in table: String?) -> Int? {
         var current: String?
         for (index, raw) in lines.enumerated() {

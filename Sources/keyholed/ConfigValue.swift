@@ -1,15 +1,15 @@
 import KeyholeProtocol
 
 /// A value of keyholed.toml as `ConfigFile` read it: TOML's types, carried by the JSON toml++ wrote
-/// for the document (integers and floats apart; dates and times as strings).
+/// for the document. Integers and floats stay apart; dates, times, infinities and NaNs come as
+/// strings (JSON has none of them), so that one where a string is expected reads as that string, and
+/// is then held to whatever that key's strings must be (a duration, an absolute path, a URL...).
 struct ConfigValue {
     let json: JSONValue
 
     var string: String? { json.stringValue }
     var bool: Bool? { json.boolValue }
     var int: Int? { json.intValue.map(Int.init) }
-    /// A float, or an integer as one.
-    var double: Double? { json.doubleValue }
     var array: [ConfigValue]? { json.arrayValue?.map(ConfigValue.init) }
     var table: [String: ConfigValue]? { json.objectValue?.mapValues(ConfigValue.init) }
 

@@ -87,7 +87,7 @@ extension PostgresSuites {
             }
         }
 
-        @Test("changes notify what a cache must drop: a revoke its session, revoke_all, update and delete its user; creates and reads nothing")
+        @Test("changes notify what a cache must drop: a revoke its session, revoke_all, update and delete its user; creates, reads and a sign-in changing nothing but the last login nothing")
         func notifications() async throws {
             try await Self.withStore { store, client, _ in
                 let (heard, continuation) = AsyncStream<String>.makeStream()
@@ -115,6 +115,13 @@ extension PostgresSuites {
                 let userKey = await payloads.next()
                 #expect(userKey?.hasPrefix("u:") == true && userKey?.utf8.count == 66)
                 #expect(userKey?.contains("alice") == false, "no identity in a notification")
+                // A returning user's sign-in with nothing to change stamps the last login alone, as a
+                // create does: nothing for a cache to drop. The next notification is this revoke's.
+                let signedIn = try await store.signIn(alice, now: Self.now + 310, ttl: 3600, idle: 3600, data: nil) { _ in }
+                #expect(signedIn.user.lastLoginAt == Self.now + 310 && signedIn.user.updatedAt == Self.now + 300)
+                #expect(try await store.user(alice)?.lastLoginAt == Self.now + 310)
+                #expect(try await store.revokeSession(token: signedIn.token, now: Self.now + 320))
+                #expect(await payloads.next() == "s:" + Self.hex(signedIn.session.id.bytes))
                 _ = try await store.createSession(for: alice, now: Self.now + 400, ttl: 3600, idle: 3600, data: nil)
                 #expect(try await store.revokeSessions(of: alice, now: Self.now + 500) == 1)
                 #expect(await payloads.next() == userKey)

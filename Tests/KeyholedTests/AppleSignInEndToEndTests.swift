@@ -141,7 +141,7 @@ struct AppleSignInEndToEndTests {
         let create = try #require(types.firstIndex(of: sessionCreate), "\(types)")
         #expect(types.filter { $0 == userPut }.count == 1, "\(types)")
         let header = try #require(WALBatchHeader(bytes, at: scan.offsets[put] - WALBatchHeader.size), "the user.put begins a batch")
-        let end = scan.offsets[put] - WALBatchHeader.size + WALBatchHeader.size + Int(header.length)
+        let end = scan.offsets[put] + Int(header.length)  // the batch's records start with the user.put
         #expect(create > put && scan.offsets[create] < end, "session.create at \(scan.offsets[create]), the user.put's batch ends at \(end)")
         try? FileManager.default.removeItem(at: daemon.directory)
         try await apple.close()
