@@ -56,14 +56,14 @@ struct ConfigFile {
     /// Refuses any top-level key or table outside `allowed` and `arrays` (arrays of tables, `[[name]]`).
     func checkTables(allowed: Set<String>, arrays: Set<String> = []) throws(ConfigError) {
         for key in root.keys.sorted() where !allowed.contains(key) && !arrays.contains(key) {
-            let line = root[key]?.table != nil ? line(ofTable: key) : line(of: key, in: nil)
+            let line = root[key]?.isTable == true ? line(ofTable: key) : line(of: key, in: nil)
             throw ConfigError(key: key, line: line, message: "unknown table or key")
         }
-        for key in root.keys.sorted() where allowed.contains(key) && root[key]?.table == nil {
+        for key in root.keys.sorted() where allowed.contains(key) && root[key]?.isTable != true {
             throw ConfigError(key: key, line: line(of: key, in: nil), message: "must be a table, as [\(key)]")
         }
         for key in root.keys.sorted() where arrays.contains(key) {
-            guard let array = root[key]?.array, array.allSatisfy({ $0.table != nil }) else {
+            guard let array = root[key]?.array, array.allSatisfy(\.isTable) else {
                 throw ConfigError(key: key, line: line(of: key, in: nil), message: "must be tables, as [[\(key)]]")
             }
         }

@@ -12,6 +12,8 @@ struct ConfigValue {
     var int: Int? { json.intValue.map(Int.init) }
     var array: [ConfigValue]? { json.arrayValue?.map(ConfigValue.init) }
     var table: [String: ConfigValue]? { json.objectValue?.mapValues(ConfigValue.init) }
+    /// Whether it is a table, without making one.
+    var isTable: Bool { json.objectValue != nil }
 
     /// TOML's name for the type, for errors.
     var type: String {
