@@ -99,12 +99,15 @@ test-python: build-debug
 	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Protocol/clients/python -v
 	python3 -m unittest discover -s Scripts -v
 
-## build-lean: the lean load generator and the allocation counter (Scripts/lean/), C with gcc.
+## build-lean: the lean load generator, the churning client and the allocation counter (Scripts/lean/), C with gcc.
 LEAN_DIR := $(CURDIR)/.build/lean
-build-lean: deps $(LEAN_DIR)/lean-load $(LEAN_DIR)/malloc_count.so
+build-lean: deps $(LEAN_DIR)/lean-load $(LEAN_DIR)/churn $(LEAN_DIR)/malloc_count.so
 $(LEAN_DIR)/lean-load: Scripts/lean/lean_load.c
 	@mkdir -p $(LEAN_DIR)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $<
+$(LEAN_DIR)/churn: Scripts/lean/churn.c
+	@mkdir -p $(LEAN_DIR)
+	gcc -O2 -Wall -Wextra -Werror -pthread -o $@ $<
 $(LEAN_DIR)/malloc_count.so: Scripts/lean/malloc_count.c
 	@mkdir -p $(LEAN_DIR)
 	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<

@@ -25,7 +25,8 @@ depth 1 (each connection waits for its answer before asking again) and 1, 16 and
   keyholed of their own, quiet, then while `keyhole-bench hostile` attacks it from another uid
   (random bytes, random and maximum-size frames, bad JSON, half frames, unread answers), then quiet
   again; their p99 under attack against the worse of the two quiet ones, --rounds times.
-  `--hostile-only` runs this part alone (no Redis, PyJWT or OpenSSL needed).
+  Then under connection churn from one uid (Scripts/churn_bench.py). `--hostile-only` runs these
+  parts alone (no Redis, PyJWT or OpenSSL needed).
 - Head to head, for the goals that compare: --rounds rounds (default 5) of keyholed and Redis run
   back to back, which one goes first alternating, and of `keyhole-bench verify` next to
   `openssl speed rsa2048`. A goal is judged on the median of the rounds' ratios: on a shared 2-core
@@ -515,6 +516,8 @@ def main():
     for tool in ("keyholed", "keyhole-bench"):
         if not os.access(os.path.join(RELEASE, tool), os.X_OK):
             raise SystemExit(f"bench: {RELEASE}/{tool} missing: swift build -c release")
+    import churn_bench  # here: it imports this module back, for the keyholed and load helpers
+    churn_left_out = churn_bench.check()
     if not options.hostile_only and not shutil.which("redis-server"):
         raise SystemExit("bench: redis-server missing (apt-get install redis-server)")
 
@@ -528,6 +531,10 @@ def main():
         if not options.hostile_only:
             measure_all(options, results, directory, servers, helpers)
         results["hostile"] = hostile_rounds(directory, options.seconds, options.rounds)
+        if churn_left_out:
+            results["notes"].append(f"Connection churn (Scripts/churn_bench.py): {churn_left_out}.")
+        else:
+            results["churn"] = churn_bench.churn_rounds(directory, options.seconds, options.rounds)
     finally:
         for server in servers:
             try:
@@ -590,8 +597,14 @@ def report_hostile_only(results):
              f"Written by `Scripts/bench.py --hostile-only` on {results['date']}, in {results['took_s']} s; "
              f"{results['seconds']:g} s per run after 1 s of warm-up.", "", "## Machine", ""]
     lines += [f"- {key}: {value}" for key, value in results["machine"].items()]
-    lines += ["", "## Goal", "", "| goal | measured | met |", "|---|---|---|", hostile_goal_row(results["hostile"])]
-    return "\n".join(lines + hostile_section(results["hostile"]) + [""])
+    import churn_bench
+    lines += ["", "## Goals", "", "| goal | measured | met |", "|---|---|---|", hostile_goal_row(results["hostile"])]
+    churn = results.get("churn")
+    lines += churn_bench.goal_rows(churn) if churn else []
+    lines += hostile_section(results["hostile"]) + (churn_bench.churn_section(churn) if churn else [])
+    for note in results.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines + [""])
 
 
 def report(results):
@@ -676,6 +689,9 @@ def report(results):
     hostile = results.get("hostile")
     if hostile:
         lines.append(hostile_goal_row(hostile))
+    if results.get("churn"):
+        import churn_bench
+        lines += churn_bench.goal_rows(results["churn"])
     if results.get("head_to_head"):
         lines += ["", "## Head to head", "",
                   "Each round runs keyholed and Redis back to back at the same settings, keyholed first in odd rounds and "
@@ -687,6 +703,11 @@ def report(results):
                          f"{' '.join(f'{v:.2f}' for v in outcome['ratios'])} | {outcome['median_ratio']:.2f} |")
     if hostile:
         lines += hostile_section(hostile)
+    if results.get("churn"):
+        import churn_bench
+        lines += churn_bench.churn_section(results["churn"])
+    for note in results.get("notes", []):
+        lines += ["", note]
     if results.get("verify_rounds"):
         lines += ["", "RS256 verification, `keyhole-bench verify` (whole token, one thread) and `openssl speed -seconds 2 rsa2048` "
                   "(verify) back to back, µs: " + ", ".join(

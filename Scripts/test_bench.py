@@ -10,6 +10,7 @@ from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import test_churn_bench  # noqa: E402
 
 
 def run_(name, connections, per_second, p99=100, target="keyholed"):
@@ -131,10 +132,13 @@ class HostileTests(unittest.TestCase):
 
     def test_hostile_only_report_has_the_goal_and_rounds_and_nothing_else(self):
         results = {"machine": {"cpu": "test"}, "date": "2026-11-25", "took_s": 1, "seconds": 5,
-                   "hostile": [hostile_round(100, 150, 120)]}
+                   "hostile": [hostile_round(100, 150, 120)],
+                   "churn": [test_churn_bench.churn_round((100, 0.05), [(130, 0.12), (105, 0.06)], (110, 0.05))]}
         text = bench.report_hostile_only(results)
         self.assertIn("| session.get p99 under a hostile client", text)
         self.assertIn("| 1 | 100 | 150 | 120 | 1.25 |", text)
+        self.assertIn("| under connection churn from one uid (reads its refusal, closes at once)", text)
+        self.assertIn("## Under connection churn", text)
         for absent in ("Redis", "Throughput", "Head to head", "Optimisations"):
             self.assertNotIn(absent, text)
 

@@ -215,6 +215,13 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     /// `nio` loop is kept for a release only).
     func deferAdmission(of peer: PeerCredentials) -> Bool { false }
 
+    /// SwiftNIO's loop (kept for one release) closes a refused connection once its answer is sent.
+    var holdsRefusals: Bool { false }
+
+    func holdRefused(until deadline: NIODeadline) {}
+
+    func pauseAccepting() {}
+
     /// This event loop's delivery of pending answers, shared by its connections.
     var delivery: AnswerDelivery {
         if let answers { return answers }

@@ -63,6 +63,15 @@ extension KeyholeServer {
         /// How many requests a uid that was quiet may make at once (the bucket's size); `nil`: one
         /// second's worth.
         public var requestBurstPerUID: Double?
+        /// New connections per second one uid may open, as a token bucket; `0`: no limit. One over it is
+        /// answered `overloaded` with the wait in `retry_after_ms`, and closed.
+        public var connectionsPerSecondPerUID = 0.0
+        /// How many connections a uid that was quiet may open at once; `nil`: one second's worth.
+        public var connectionBurstPerUID: Double?
+        /// How long a connection that committed a frame error still counts towards its uid's
+        /// `maxConnectionsPerUID` after it closed (`.zero`: not at all), so that churning through bad
+        /// connections runs into that limit and is refused at connect.
+        public var frameErrorHold = TimeAmount.seconds(1)
         /// How long a connection that stopped reading (shutdown, frame error, frame timeout) may take to
         /// answer what it read before it is closed regardless.
         public var drainTimeout = TimeAmount.seconds(30)
@@ -91,8 +100,12 @@ extension KeyholeServer {
         /// The defaults.
         public init() {}
 
-        /// The request bucket's size per uid.
-        var effectiveRequestBurstPerUID: Double { requestBurstPerUID ?? max(1, requestsPerSecondPerUID) }
+        /// The per-uid rates, with the buckets' sizes defaulted.
+        var peerRates: PeerLimits.Rates {
+            PeerLimits.Rates(
+                requests: requestsPerSecondPerUID, requestBurst: requestBurstPerUID ?? max(1, requestsPerSecondPerUID),
+                connections: connectionsPerSecondPerUID, connectionBurst: connectionBurstPerUID ?? max(1, connectionsPerSecondPerUID))
+        }
 
         /// Refuses settings the server cannot run with.
         public func validate() throws(ServerError) {
@@ -113,6 +126,12 @@ extension KeyholeServer {
             }
             guard requestsPerSecondPerUID >= 0, requestsPerSecondPerUID.isFinite, (requestBurstPerUID ?? 1) >= 1 else {
                 throw .invalidConfiguration("requestsPerSecondPerUID must be 0 or more and requestBurstPerUID at least 1")
+            }
+            guard connectionsPerSecondPerUID >= 0, connectionsPerSecondPerUID.isFinite, (connectionBurstPerUID ?? 1) >= 1 else {
+                throw .invalidConfiguration("connectionsPerSecondPerUID must be 0 or more and connectionBurstPerUID at least 1")
+            }
+            guard frameErrorHold >= .zero else {
+                throw .invalidConfiguration("frameErrorHold must not be negative")
             }
             guard idleTimeout > .zero, frameTimeout > .zero, drainTimeout > .zero, firstRequestGrace > .zero else {
                 throw .invalidConfiguration("timeouts must be positive")

@@ -59,6 +59,7 @@ extension KeyholeServer {
         let limits = core.limits.current
         guard core.stats.openConnection(limit: limits.maxConnections) else {
             core.metrics.refusedOverMax.increment()
+            connection.loop.pauseAccepting()
             RejectHandler.writeRefusal(into: &connection.output, stats: core.stats)
             connection.outputAdded()
             connection.closeAfterWrites()

@@ -134,6 +134,19 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         return true
     }
 
+    var holdsRefusals: Bool { true }
+
+    func pauseAccepting() {
+        // A refusal decided later (`deferAdmission`) is outside the accepts' pass: the pause then
+        // follows the next pass that accepts.
+        loop.pauseAccepting()
+    }
+
+    func holdRefused(until deadline: NIODeadline) {
+        connection?.setReading(false)
+        for timer in ConnectionTimer.allCases { setTimer(timer, at: timer == .refusalHeld ? deadline : nil) }
+    }
+
     func closeNow() {
         connection?.close()
     }

@@ -4,7 +4,7 @@ import NIOCore
 /// Running an operation and writing its answer: as a `Response`, or in place into the batch.
 extension ServedConnection {
     func respond(to request: Request, entry: ServerCore.Entry, started: NIODeadline) -> Response? {
-        if limits.requestsPerSecond > 0, let refusal = rateRefusal() {
+        if limits.rates.requests > 0, let refusal = rateRefusal() {
             return Response(id: request.id, outcome: .failure(refusal))
         }
         entry.counter.add()

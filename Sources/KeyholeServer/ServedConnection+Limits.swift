@@ -5,40 +5,76 @@ import NIOCore
 /// The limits a connection is held to besides back pressure: its uid's connections and request
 /// rate (`PeerLimits`), its unsent output, and how often its events may be logged (`LogRate`).
 extension ServedConnection {
-    /// Counts the connection towards its uid's limit, or refuses it when the uid is at the limit.
+    /// Counts the connection towards its uid's limit, or refuses it when the uid is at the limit or
+    /// over its rate of new connections.
     ///
-    /// At the limit, the loop may look again once every hang-up already signalled has been read
-    /// (`deferAdmission`): a client that closed a connection and at once opened another must not be
-    /// refused for the one it no longer has, which the loops may not have read yet.
+    /// At the limit with connections open, the loop may look again once every hang-up already
+    /// signalled has been read (`deferAdmission`): a client that closed a connection and at once
+    /// opened another must not be refused for the one it no longer has, which the loops may not have
+    /// read yet.
+    ///
+    /// A refusal is answered `PeerLimits.refusalDelay` later (`holdRefused`) where the loop can: a
+    /// client cycling through refused connections then waits that long for each, rather than
+    /// keyholed answering as fast as it can connect. Its `retry_after_ms` counts from the answer.
     func admit(_ peer: PeerCredentials, afterWaiting waited: Bool = false) {
-        let limit = limits.maxConnectionsPerUID
-        if core.peers.withLock({ $0.openConnection(uid: peer.uid, limit: limit) }) {
+        let (limit, rates, now) = (limits.maxConnectionsPerUID, limits.rates, now)
+        let (admission, firstHeldFrees) = core.peers.withLock {
+            ($0.openConnection(uid: peer.uid, limit: limit, now: now, rates: rates), $0.firstHeldFrees(of: peer.uid))
+        }
+        let message: String, wait: TimeAmount
+        switch admission {
+        case .admitted:
             access.countedUID = peer.uid
             return
+        case .atLimit(let open, let held):
+            if open > 0, !waited, deferAdmission(of: peer) { return }
+            core.metrics.refusedOverUIDMax.increment()
+            noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "held": "\(held)", "audit": "true"])
+            let holding = held == 0 ? "" : " (\(held) of them held after frame errors, [server] frame_error_hold)"
+            message = "uid \(peer.uid) has \(open + held) connections open\(holding), its limit ([server] max_connections_per_uid)"
+            // A held slot is sure to free up then; an open connection may close any time.
+            wait = open == 0 ? (firstHeldFrees.map { $0 - now } ?? .seconds(1)) : .seconds(1)
+        case .overRate(let untilToken):
+            core.metrics.refusedOverUIDRate.increment()
+            noteLimited("connection.refused", ["reason": "connections_per_second_per_uid", "audit": "true"])
+            message = "uid \(peer.uid) is over its rate of new connections ([server] connections_per_second_per_uid)"
+            wait = untilToken
         }
-        if !waited, deferAdmission(of: peer) { return }
         core.stats.rejectedConnections.add()
-        core.metrics.refusedOverUIDMax.increment()
-        noteLimited("connection.refused", ["reason": "max_connections_per_uid", "limit": "\(limit)", "audit": "true"])
-        let error = ProtocolError.overloaded(
-            "uid \(peer.uid) has \(limit) connections open, its limit ([server] max_connections_per_uid)", retryAfterMs: 1000)
-        write(Response(id: nil, outcome: .failure(error)))
         machine.closed()
+        pauseAccepting()
+        let held = holdsRefusals && core.peers.withLock { $0.holdRefusal(uid: peer.uid) }
+        let delay = held ? PeerLimits.refusalDelay : .zero
+        let error = ProtocolError.overloaded(message, retryAfterMs: max(1, Int(((wait - delay).nanoseconds + 999_999) / 1_000_000)))
+        guard held else { return answerRefusal(error) }
+        access.heldRefusal = (peer.uid, error)
+        holdRefused(until: now + delay)
+    }
+
+    /// Answers a connection refused at connect, and closes it.
+    func answerRefusal(_ error: ProtocolError) {
+        write(Response(id: nil, outcome: .failure(error)))
         closeAfterWritesOnce()
     }
 
     func releaseUID() {
+        if let (uid, _) = access.heldRefusal {
+            access.heldRefusal = nil
+            let (now, rates) = (now, limits.rates)
+            core.peers.withLock { $0.releaseRefusal(uid: uid, now: now, rates: rates) }
+        }
         guard let uid = access.countedUID else { return }
         access.countedUID = nil
-        let (now, rate, burst) = (now, limits.requestsPerSecond, limits.requestBurst)
-        core.peers.withLock { $0.closeConnection(uid: uid, now: now, rate: rate, burst: burst) }
+        let (now, rates) = (now, limits.rates)
+        let holding = access.committedFrameError && limits.frameErrorHold > .zero ? now + limits.frameErrorHold : nil
+        core.peers.withLock { $0.closeConnection(uid: uid, now: now, rates: rates, holding: holding) }
     }
 
     /// `overloaded` when the peer's uid is over its request rate, else `nil`.
     func rateRefusal() -> ProtocolError? {
         guard let uid = access.countedUID else { return nil }
-        let (rate, burst) = (limits.requestsPerSecond, limits.requestBurst)
-        guard let wait = core.peers.withLock({ $0.takeRequest(uid: uid, now: now, rate: rate, burst: burst) }) else {
+        let rates = limits.rates
+        guard let wait = core.peers.withLock({ $0.takeRequest(uid: uid, now: now, rates: rates) }) else {
             return nil
         }
         access.refusals += 1

@@ -9,6 +9,10 @@ extension ServedConnection {
         let now = self.now
         let verdict: ConnectionStateMachine.TimerVerdict
         switch kind {
+        case .refusalHeld:
+            // Given back when the connection closes, as the answer is sent.
+            if let (_, error) = access.heldRefusal { answerRefusal(error) }
+            return
         case .idle: verdict = machine.idleTimerFired(now: now)
         case .frame: verdict = machine.frameTimerFired(now: now)
         case .firstRequest: verdict = machine.firstRequestTimerFired(now: now)

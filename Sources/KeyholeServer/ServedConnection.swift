@@ -55,6 +55,15 @@ protocol ServedConnection: AnyObject {
     /// already signalled, then calls `admit(peer, afterWaiting: true)` on its loop. `false` when the loop
     /// cannot, and the connection is refused at once.
     func deferAdmission(of peer: PeerCredentials) -> Bool
+    /// Whether the loop can hold a connection refused at connect for a while (`holdRefused`).
+    var holdsRefusals: Bool { get }
+    /// Refused at connect: stops reading, and fires the `refusalHeld` timer at `deadline` (which
+    /// answers, then closes), unless the peer closes first.
+    func holdRefused(until deadline: NIODeadline)
+    /// Refused at connect: the loop accepts the next connections a moment later, together
+    /// (`SocketLoop.pauseAccepting`), so that churning through refusals costs the client time and
+    /// keyholed few wake-ups.
+    func pauseAccepting()
     /// Where this loop's pending answers are delivered.
     var delivery: AnswerDelivery { get }
     /// The time for the connection's timers and for when a request started: the clock, or the time
@@ -67,21 +76,23 @@ struct ConnectionLimits {
     let firstRequestGrace: TimeAmount
     let maxUnsentBytes: Int
     let maxConnectionsPerUID: Int
-    let requestsPerSecond: Double
-    let requestBurst: Double
+    let rates: PeerLimits.Rates
+    let frameErrorHold: TimeAmount
 
     init(_ configuration: KeyholeServer.Configuration) {
         firstRequestGrace = configuration.firstRequestGrace
         maxUnsentBytes = configuration.maxUnsentBytes
         maxConnectionsPerUID = configuration.maxConnectionsPerUID
-        requestsPerSecond = configuration.requestsPerSecondPerUID
-        requestBurst = configuration.effectiveRequestBurstPerUID
+        rates = configuration.peerRates
+        frameErrorHold = configuration.frameErrorHold
     }
 }
 
 /// The timers of a connection (the raw value indexes a table of them).
 enum ConnectionTimer: Int, CaseIterable {
     case idle, frame, drain, firstRequest
+    /// A connection refused at connect is answered and closed (`holdRefused`).
+    case refusalHeld
 }
 
 extension ConnectionStateMachine {
@@ -154,7 +165,7 @@ extension ServedConnection {
         // With the connection's peer_uid and peer_pid; the op as sent may be anything, so it is cut short.
         logger.debug("request", metadata: ["op": "\(request.op.prefix(64))"])
         guard let entry = core.entry(for: request) else {
-            let refusal = limits.requestsPerSecond > 0 ? rateRefusal() : nil
+            let refusal = limits.rates.requests > 0 ? rateRefusal() : nil
             core.metrics.unknown.record(refusal?.code ?? .unknownOp, since: started)
             return Response(id: request.id, outcome: .failure(refusal ?? .unknownOp(request.op)))
         }
@@ -209,6 +220,7 @@ extension ServedConnection {
 
     private func failFraming(_ error: ProtocolError) {
         core.metrics.frameErrors.increment()
+        access.committedFrameError = true
         noteLimited("connection.bad_frame", ["code": "\(error.code)"])
         // The error answers no request, so it takes no in-flight slot.
         write(Response(id: nil, outcome: .failure(error)))

@@ -50,6 +50,7 @@ package final class ServerMetrics: Sendable {
     let accepted = Counter(label: "keyholed_connections_accepted_total")
     let refusedOverMax = Counter(label: "keyholed_connections_refused_total", dimensions: [("reason", "max_connections")])
     let refusedOverUIDMax = Counter(label: "keyholed_connections_refused_total", dimensions: [("reason", "max_connections_per_uid")])
+    let refusedOverUIDRate = Counter(label: "keyholed_connections_refused_total", dimensions: [("reason", "connections_per_second_per_uid")])
     let frameErrors = Counter(label: "keyholed_frame_errors_total")
     let slowReaders = Counter(label: "keyholed_slow_readers_total")
 

@@ -43,6 +43,8 @@ extension SocketLoop {
             listener.pausedUntil = nil
         } else {
             listener.failed(errno)
+            // Tried again after a while: a resumption due now would make every wait return at once.
+            if listener.pausedUntil != nil { listener.pausedUntil = .now() + configuration.acceptPause }
         }
         self.listener = listener
     }
@@ -55,8 +57,25 @@ extension SocketLoop {
         listener.released()
     }
 
+    /// A connection just accepted was refused at connect: once this pass's accepts are done, the
+    /// loop stops accepting for `Configuration.refusalPause`. On the loop's thread, from `accepted`.
+    public func pauseAccepting() {
+        precondition(inLoop, "pauseAccepting: on the loop")
+        refusedThisPass = true
+    }
+
     func acceptAll() {
         guard let listener else { return }
+        var accepted = false
+        defer {
+            if refusedThisPass {
+                refusedThisPass = false
+                pauseListening(for: nextRefusalPause)
+                nextRefusalPause = min(nextRefusalPause * 2, max(configuration.maxRefusalPause, configuration.refusalPause))
+            } else if accepted {
+                nextRefusalPause = configuration.refusalPause
+            }
+        }
         for _ in 0..<configuration.acceptsPerWake {
             let fd = ckeyhole_accept4(listener.fd, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
             if fd < 0 {
@@ -69,25 +88,25 @@ extension SocketLoop {
                     // Level-triggered, the socket would wake the loop on every pass until a descriptor
                     // frees up: look away for a moment instead.
                     listener.failed(errno)
-                    pauseListening()
+                    pauseListening(for: configuration.acceptPause)
                     return
                 default:
                     listener.failed(errno)
                     return
                 }
             }
+            accepted = true
             adopt(fd, accepted: listener.accepted)
         }
     }
 
-    private func pauseListening() {
+    private func pauseListening(for pause: TimeAmount) {
         guard var listener, listener.watched else { return }
         epoll_ctl(poll, EPOLL_CTL_DEL, listener.fd, nil)
         listener.watched = false
-        let resumesAt = NIODeadline.now() + configuration.acceptPause
-        listener.pausedUntil = resumesAt
+        // Resumed by the pass that ends the wait bounded by it (`run`, `waitMilliseconds`).
+        listener.pausedUntil = NIODeadline.now() + pause
         self.listener = listener
-        deadlineSet(resumesAt)
     }
 
     private func adopt(_ fd: CInt, accepted: (SocketConnection) -> Void) {

@@ -29,6 +29,13 @@ public final class SocketLoop: @unchecked Sendable {
         public var acceptsPerWake = 16
         /// Out of descriptors (EMFILE), accepting pauses this long instead of spinning.
         public var acceptPause = TimeAmount.milliseconds(100)
+        /// After a pass that refused a connection at connect (`pauseAccepting`), accepting pauses this
+        /// long: a client churning through refused connections then wakes the loop once per pause,
+        /// not once per connection, and waits for its refusals (REQUEST_LOOP.md, "Churn"). Each
+        /// further pass in a row that refuses doubles the pause, up to `maxRefusalPause`; a pass that
+        /// accepts without refusing brings it back to this.
+        public var refusalPause = TimeAmount.milliseconds(1)
+        public var maxRefusalPause = TimeAmount.milliseconds(8)
         /// Events one `epoll_wait` returns at most (more while `afterNextWait` callbacks wait).
         public var eventsPerWait = 256
 
@@ -59,6 +66,10 @@ public final class SocketLoop: @unchecked Sendable {
     var quiescing = false
     /// The listening socket has connections waiting (accepted at the end of the pass).
     private var acceptReady = false
+    /// A connection accepted this pass was refused (`pauseAccepting`).
+    var refusedThisPass = false
+    /// The pause after the next pass that refuses (`Configuration.refusalPause`).
+    var nextRefusalPause: TimeAmount
     private var finished = false
     /// Connections open on this loop.
     public internal(set) var connectionCount = 0
@@ -74,6 +85,7 @@ public final class SocketLoop: @unchecked Sendable {
     public init(name: String, configuration: Configuration = Configuration()) throws(SocketLoopError) {
         self.name = name
         self.configuration = configuration
+        nextRefusalPause = configuration.refusalPause
         poll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard poll >= 0 else { throw SocketLoopError("epoll_create1", errno) }
         wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
@@ -197,6 +209,11 @@ public final class SocketLoop: @unchecked Sendable {
                 acceptReady = false
                 acceptAll()
                 flushAll()  // a refusal written to one just accepted
+            } else if let resumesAt = listener?.pausedUntil, resumesAt <= passTime {
+                // What waited meanwhile is accepted now, not after one more wake-up.
+                startListening()
+                acceptAll()
+                flushAll()
             }
             // Not with jobs queued: one may be the store's inline commit, which must run.
             if quiescing, connectionCount == 0, jobs.withLock({ $0.isEmpty }) { finished = true }
@@ -213,11 +230,15 @@ public final class SocketLoop: @unchecked Sendable {
         onFinished = nil
     }
 
-    /// How long epoll may wait: not at all with jobs queued, else until the next sweep.
+    /// How long epoll may wait: not at all with jobs queued, else until the next sweep or the
+    /// listener's resumption.
     private func waitMilliseconds() -> Int32 {
         if jobs.withLock({ !$0.isEmpty }) { return 0 }
-        guard let nextSweep else { return -1 }
-        let nanoseconds = nextSweep.uptimeNanoseconds &- NIODeadline.now().uptimeNanoseconds
+        // A paused listener resumes on time, not at the next sweep.
+        var until = nextSweep
+        if let resumesAt = listener?.pausedUntil, until.map({ resumesAt < $0 }) ?? true { until = resumesAt }
+        guard let until else { return -1 }
+        let nanoseconds = until.uptimeNanoseconds &- NIODeadline.now().uptimeNanoseconds
         guard nanoseconds > 0, nanoseconds < UInt64.max / 2 else { return 0 }
         return Int32(clamping: (nanoseconds + 999_999) / 1_000_000)
     }

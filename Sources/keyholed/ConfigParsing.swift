@@ -21,6 +21,7 @@ enum ConfigParsing {
 
     /// `amount` as `duration` reads it, in the largest unit that divides it ("10ms", "30d").
     static func durationText(_ amount: TimeAmount) -> String {
+        guard amount != .zero else { return "0s" }
         let units: [(String, Int64)] = [
             ("d", 86_400_000_000_000), ("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000),
         ]

@@ -30,7 +30,8 @@ extension DaemonConfiguration {
         if let server = try file.section("server", keys: [
             "socket", "socket_mode", "max_frame_bytes", "max_connections", "idle_timeout", "frame_timeout",
             "max_in_flight", "drain_timeout", "threads", "backlog", "max_unsent_bytes", "max_connections_per_uid",
-            "requests_per_second_per_uid", "request_burst_per_uid", "allow_unmapped_peers", "loop",
+            "requests_per_second_per_uid", "request_burst_per_uid", "connections_per_second_per_uid", "connection_burst_per_uid",
+            "frame_error_hold", "allow_unmapped_peers", "loop",
         ]) {
             if let loop = try server.string("loop") {
                 guard let chosen = KeyholeServer.Loop(rawValue: loop) else {
@@ -74,6 +75,15 @@ extension DaemonConfiguration {
             }
             if let burst = try server.integer("request_burst_per_uid", in: 1...1_000_000) {
                 configuration.server.requestBurstPerUID = Double(burst)
+            }
+            if let rate = try server.integer("connections_per_second_per_uid", in: 0...1_000_000) {
+                configuration.server.connectionsPerSecondPerUID = Double(rate)
+            }
+            if let burst = try server.integer("connection_burst_per_uid", in: 1...1_000_000) {
+                configuration.server.connectionBurstPerUID = Double(burst)
+            }
+            if let hold = try server.duration("frame_error_hold", in: frameErrorHoldRange) {
+                configuration.server.frameErrorHold = hold
             }
             if let count = try server.integer("threads", in: threadsRange) { configuration.threads = count }
             if let count = try server.integer("backlog", in: backlogRange) { configuration.server.backlog = count }

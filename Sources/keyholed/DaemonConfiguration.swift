@@ -59,6 +59,8 @@ struct DaemonConfiguration {
     static let threadsRange = 1...256
     static let backlogRange = 1...65_535
     static let timeoutRange = TimeAmount.milliseconds(10)...TimeAmount.hours(24 * 30)
+    /// How long a frame error holds its uid's slot: "0s" (off) to 10 minutes.
+    static let frameErrorHoldRange = TimeAmount.zero...TimeAmount.minutes(10)
 
     /// Checks a path given for `key`: absolute, and short enough where it names a socket.
     static func checkPath(_ path: String, key: String, line: Int?, socket: Bool = false) throws(ConfigError) {

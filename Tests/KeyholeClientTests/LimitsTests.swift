@@ -1,3 +1,4 @@
+import Foundation
 import KeyholeClient
 import KeyholeProtocol
 import KeyholeServer
@@ -52,7 +53,10 @@ struct LimitsTests {
             let refused = try RawConnection(path: path)
             let response = try refused.readResponse()
             #expect(response["error"]?["code"] == "overloaded")
-            #expect(response["error"]?["retry_after_ms"] == 1000)
+            // keyholed's own loop answers 100 ms late, and counts the wait from its answer; SwiftNIO's
+            // answers at once.
+            let loop = ProcessInfo.processInfo.environment["KEYHOLE_TEST_LOOP"].flatMap(KeyholeServer.Loop.init(rawValue:)) ?? .epoll
+            #expect(response["error"]?["retry_after_ms"] == (loop == .nio ? 1000 : 900))
             let message = response["error"]?["message"]?.stringValue ?? ""
             #expect(message.contains("uid 5000") && message.contains("max_connections_per_uid"), "\(message)")
             #expect(try refused.readsEndOfStream())

@@ -221,6 +221,43 @@ struct SocketLoopTests {
         await group.finished()
     }
 
+    @Test("a connection refused (pauseAccepting) stops the loop accepting for refusalPause; then it accepts again, without one")
+    func refusalPausesAccepting() async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        var configuration = SocketLoop.Configuration()
+        configuration.refusalPause = .milliseconds(300)
+        let group = try SocketLoopGroup(count: 1, configuration: configuration)
+        let accepted = Atomic<Int>(0)
+        group.start(
+            listeningOn: socket.fd,
+            accepted: { connection in
+                connection.delegate = EchoDelegate(events: events)
+                guard accepted.add(1, ordering: .relaxed).newValue == 1 else { return }
+                connection.loop.pauseAccepting()
+                connection.output.writeBytes([9])
+                connection.outputAdded()
+                connection.closeAfterWrites()
+            },
+            failed: { code in events.add("accept failed \(code)") },
+            released: {})
+        let started = NIODeadline.now()
+        let refused = try socket.connect()
+        #expect(try refused.receiveAll() == [9])
+        // Connected at once (the kernel queues it), but accepted, and so answered, after the pause.
+        let next = try socket.connect()
+        try next.send([1])
+        #expect(try next.receive(count: 1) == [1])
+        #expect(NIODeadline.now() - started >= .milliseconds(300))
+        // Accepting resumed for good: the next connection is served too.
+        let third = try socket.connect()
+        try third.send([2])
+        #expect(try third.receive(count: 1) == [2])
+        #expect(accepted.load(ordering: .relaxed) == 3)
+        group.stop()
+        await group.finished()
+    }
+
     @Test("graceful shutdown: each connection is asked to finish, the listener is released, the loops end")
     func quiesce() async throws {
         let socket = try TestSocket()

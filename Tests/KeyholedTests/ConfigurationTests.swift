@@ -68,13 +68,21 @@ struct ConfigurationTests {
         #expect(parsed.server.maxConnectionsPerUID == defaults.server.maxConnectionsPerUID)
         #expect(parsed.server.requestsPerSecondPerUID == defaults.server.requestsPerSecondPerUID)
         #expect(parsed.server.requestBurstPerUID == defaults.server.requestBurstPerUID)
+        #expect(parsed.server.connectionsPerSecondPerUID == defaults.server.connectionsPerSecondPerUID)
+        #expect(parsed.server.connectionBurstPerUID == defaults.server.connectionBurstPerUID)
+        #expect(parsed.server.frameErrorHold == defaults.server.frameErrorHold)
         let limits = try DaemonConfiguration.parse("""
             [server]
             max_unsent_bytes = "256KiB"
             max_connections_per_uid = 8
             requests_per_second_per_uid = 50
             request_burst_per_uid = 200
+            connections_per_second_per_uid = 30
+            connection_burst_per_uid = 90
+            frame_error_hold = "250ms"
             """).server
+        #expect(limits.connectionsPerSecondPerUID == 30 && limits.connectionBurstPerUID == 90 && limits.frameErrorHold == .milliseconds(250))
+        #expect(try DaemonConfiguration.parse("[server]\nframe_error_hold = \"0s\"\n").server.frameErrorHold == .zero)
         #expect(limits.maxUnsentBytes == 256 << 10)
         #expect(limits.maxConnectionsPerUID == 8)
         #expect(limits.requestsPerSecondPerUID == 50)
@@ -223,6 +231,10 @@ struct ConfigurationTests {
         ("[server]\nrequests_per_second_per_uid = -1\n", "server.requests_per_second_per_uid", 2),
         ("[server]\nrequests_per_second_per_uid = 1.5\n", "server.requests_per_second_per_uid", 2),
         ("[server]\nrequest_burst_per_uid = 0\n", "server.request_burst_per_uid", 2),
+        ("[server]\nconnections_per_second_per_uid = -1\n", "server.connections_per_second_per_uid", 2),
+        ("[server]\nconnection_burst_per_uid = 0\n", "server.connection_burst_per_uid", 2),
+        ("[server]\nframe_error_hold = \"11m\"\n", "server.frame_error_hold", 2),
+        ("[server]\nframe_error_hold = 1\n", "server.frame_error_hold", 2),
         ("[server]\nthreads = 257\n", "server.threads", 2),
         ("[server]\nsocket = \"relative.sock\"\n", "server.socket", 2),
         ("[server]\nsocket = \"/\(String(repeating: "x", count: 120))\"\n", "server.socket", 2),

@@ -128,6 +128,85 @@ struct PeerLimitsEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
+    @Test("frame_error_hold: uid 33's connections closed after frame errors still count towards max_connections_per_uid, so the next is refused at connect, with the reason; uid 4242 is served")
+    func heldAfterFrameErrors() async throws {
+        // Without the hold each bad connection's slot is free once keyholed closed it, and the ping
+        // after three of them is answered.
+        let daemon = try Self.start("max_connections_per_uid = 3\nframe_error_hold = \"10m\"")
+        let churner = try PeerProcess(uid: 33, daemon: daemon, ["badframes", "3"])
+        for _ in 0..<3 { #expect(try churner.answer()["error"]?["code"] == "frame_too_large") }
+        let refused = try churner.answer()
+        #expect(churner.finish().status == 0)
+        #expect(refused["error"]?["code"] == "overloaded" && refused["id"] == .null, "\(refused)")
+        let message = refused["error"]?["message"]?.stringValue ?? ""
+        #expect(message.contains("uid 33 has 3 connections open (3 of them held after frame errors"), "\(message)")
+        // Until the first held slot frees up (10 minutes after its frame error), less the answer's delay.
+        let retry = refused["error"]?["retry_after_ms"]?.intValue ?? 0
+        #expect(retry > 500_000 && retry <= 600_000, "\(refused)")
+        try daemon.waitForStderr(containing: "reason=max_connections_per_uid")
+        let line = try #require(Self.lines(daemon, "connection.refused").first)
+        #expect(line.contains("held=3") && line.contains("peer_uid=33"), "\(line)")
+
+        let other = try await Self.call(uid: 4242, daemon)
+        #expect(other.status == 0 && other.stdout.contains(#""ok":true"#), "\(other.stdout)\(other.stderr)")
+        let root = try RawConnection(path: daemon.socketPath)
+        #expect(try root.result("stats")["connections"]?["rejected"] == 1)
+        #expect(try daemon.terminate() == 0)
+    }
+
+    @Test("a connection refused at connect is answered 100 ms later, not at once (a client cycling through refused connections waits that long for each), then closed")
+    func refusalDelayed() async throws {
+        let daemon = try Self.start("max_connections_per_uid = 1")
+        let holder = try PeerProcess(uid: 33, daemon: daemon, ["hold", "1"])
+        #expect(try holder.answer()["ok"] == true)
+        #expect(holder.line() == "held")
+        let refused = try PeerProcess(uid: 33, daemon: daemon, ["refused", "1"])
+        let answer = try refused.answer()
+        // The wait it is told counts from the answer: a second from the refusal, less the 100 ms.
+        #expect(answer["error"]?["code"] == "overloaded" && answer["error"]?["retry_after_ms"] == 900, "\(answer)")
+        // keyholed sets the answer for 100 ms after the start of the loop pass that accepted the
+        // connection, which the client's connect began at most a pass earlier (microseconds).
+        let answeredAfter = try refused.answer()["answered_after_ms"]?.doubleValue ?? 0
+        #expect(answeredAfter >= 95, "answered \(answeredAfter) ms after connecting")
+        #expect(refused.finish().status == 0)
+        // Each refused connection is closed after its answer: keyholed is back to the holder's
+        // connection and this test's own.
+        let quick = try await Self.call(uid: 33, daemon)
+        #expect(quick.stdout.contains("overloaded") || quick.stderr.contains("overloaded"), "\(quick.stdout)\(quick.stderr)")
+        let root = try RawConnection(path: daemon.socketPath)
+        #expect(try await Self.eventually { try root.result("stats")["connections"]?["open"] == 2 })
+        holder.signal(SIGTERM)
+        #expect(holder.finish().status == 0)
+        #expect(try daemon.terminate() == 0)
+    }
+
+    @Test("connections_per_second_per_uid: uid 33 opening connections one after another is refused at connect past its burst, with retry_after_ms; uid 4242 is not")
+    func connectionRate() async throws {
+        // A burst of 3 at one a second: 8 connections in a row take well under the 4 s that would
+        // refill as many, even on a loaded machine.
+        let daemon = try Self.start("connections_per_second_per_uid = 1\nconnection_burst_per_uid = 3")
+        let churner = try PeerProcess(uid: 33, daemon: daemon, ["connects", "8"])
+        let answers = try (0..<8).map { _ in try churner.answer() }
+        #expect(churner.finish().status == 0)
+        #expect(answers.prefix(3).allSatisfy { $0["ok"] == true }, "\(answers)")
+        let refused = answers.filter { $0["error"]?["code"] == "overloaded" }
+        // Each refusal takes 100 ms or more to come: a token or two is back before the last ones.
+        #expect(refused.count >= 2, "\(answers)")
+        for answer in refused {
+            #expect(answer["error"]?["message"] == "uid 33 is over its rate of new connections ([server] connections_per_second_per_uid)")
+            #expect((answer["error"]?["retry_after_ms"]?.intValue ?? 0) >= 1, "\(answer)")
+        }
+        try daemon.waitForStderr(containing: "reason=connections_per_second_per_uid")
+        let line = try #require(Self.lines(daemon, "connection.refused").first)
+        #expect(line.contains("reason=connections_per_second_per_uid") && line.contains("peer_uid=33"), "\(line)")
+        // uid 4242 has a bucket of its own: its burst is all there.
+        for _ in 0..<3 {
+            let other = try await Self.call(uid: 4242, daemon)
+            #expect(other.status == 0 && other.stdout.contains(#""ok":true"#), "\(other.stdout)\(other.stderr)")
+        }
+        #expect(try daemon.terminate() == 0)
+    }
+
     @Test("max_unsent_bytes: uid 33 not reading its answers is cut off, with a connection.slow_reader audit line of its uid and unsent bytes; uid 4242 is answered meanwhile")
     func slowReader() async throws {
         // uid 33 may use debug.sleep, whose reply_bytes makes answers of 32 KiB: 40 of them, none

@@ -13,9 +13,15 @@ import NIOCore
 /// - `unread N BYTES`: one connection, N debug.sleep requests each answered with BYTES bytes, none
 ///   read; prints `sent`, waits for SIGUSR1, then reads what it can until the end and prints how many
 ///   answers that was.
+/// - `connects N`: N connections one after the other, each sending a ping and printing the first
+///   answer it gets (an answer sent on connect, if keyholed refused it), then closed.
+/// - `refused 1`: one connection; prints the first answer, then, once keyholed closed it, how long
+///   (ms) the answer took to come, from just before the connect.
+/// - `badframes N`: N connections one after the other, each sending a frame header of 4 GiB (a frame
+///   error) and printing the answer, read until keyholed closes; then `connects 1`.
 final class PeerProcess {
     static let script = #"""
-        import json, signal, socket, struct, sys
+        import json, signal, socket, struct, sys, time
 
         def frame(value):
             body = json.dumps(value).encode()
@@ -41,6 +47,15 @@ final class PeerProcess {
             sock.connect(path)
             return sock
 
+        def ping_once(path):
+            sock = connect(path)
+            try:
+                sock.sendall(frame({"op": "ping", "id": 1}))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused on connect: its answer is still there to read
+            print(json.dumps(read_frame(sock)), flush=True)
+            sock.close()
+
         # Signals are waited for with sigwait: blocked from the start, none can come too early.
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM, signal.SIGUSR1])
         mode, path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -59,6 +74,26 @@ final class PeerProcess {
             answers = [read_frame(sock) for _ in range(count)]
             for answer in sorted(answers, key=lambda answer: answer["id"]):
                 print(json.dumps(answer), flush=True)
+        elif mode == "connects":
+            for _ in range(count):
+                ping_once(path)
+        elif mode == "refused":
+            connected = time.monotonic()
+            sock = connect(path)
+            print(json.dumps(read_frame(sock)), flush=True)
+            answered = time.monotonic()
+            while sock.recv(4096):
+                pass
+            print(json.dumps({"answered_after_ms": (answered - connected) * 1000}), flush=True)
+        elif mode == "badframes":
+            for _ in range(count):
+                sock = connect(path)
+                sock.sendall(b"\xff\xff\xff\xff")
+                print(json.dumps(read_frame(sock)), flush=True)
+                while sock.recv(4096):
+                    pass
+                sock.close()
+            ping_once(path)
         elif mode == "unread":
             sock = connect(path)
             request = {"op": "debug.sleep", "args": {"ms": 20, "reply_bytes": int(sys.argv[4])}}
