@@ -36,7 +36,7 @@ SANITIZER_JOBS ?= -j 1
 # alive when keyholed exits. detect_leaks=1 shows them.
 ASAN_OPTIONS_TEST ?= detect_leaks=0
 
-.PHONY: all deps deps-clients build build-debug build-lean run test test-python test-allocations test-proxies test-grafana test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
+.PHONY: all deps deps-clients build build-debug build-lean bench-snapshots run test test-python test-allocations test-proxies test-grafana test-clients test-node test-php test-ruby test-go test-swift deb clean fuzz fuzz-build test-asan test-tsan bench
 
 all: build
 
@@ -188,6 +188,13 @@ bench: build build-lean deps-clients
 	python3 Scripts/http_bench.py $(HTTP_BENCH_ARGS)
 	python3 Scripts/lean_bench.py $(LEAN_BENCH_ARGS)
 	python3 Scripts/pg_bench.py $(PG_BENCH_ARGS)
+
+## bench-snapshots: bytes written per session.create on a store of 5 000 000 sessions, snapshots at a
+## fixed size of log against in proportion to the last one (Scripts/snapshot_bench.py, about 10 minutes,
+## 4 GB of memory and 10 GB of disk; not part of bench). SNAPSHOT_BENCH_ARGS: --sessions, --creates.
+SNAPSHOT_BENCH_ARGS ?=
+bench-snapshots: build build-lean
+	python3 Scripts/snapshot_bench.py $(SNAPSHOT_BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
 ## runtime linked in, so that it needs only Debian's own packages.

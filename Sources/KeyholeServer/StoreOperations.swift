@@ -95,6 +95,7 @@ extension StoreOperations {
             "failures": .int(Int64(figures.failures)),
         ]
         if let failure = figures.failure { members["failure"] = .string(failure) }
+        if let threshold = figures.snapshotAtWALBytes { members["snapshot_at_wal_bytes"] = .int(Int64(threshold)) }
         members["snapshots"] = .int(Int64(figures.snapshots))
         members["outbox"] = .int(Int64(figures.outbox))
         if let last = figures.lastSnapshot { members["last_snapshot"] = .object(last.json) }

@@ -53,6 +53,10 @@ extension Store {
 
         var tables = StoreTables()
         var snapshotLSN: UInt64 = 0
+        // The size the next snapshot's threshold scales (`snapshotWALPercent`). (Not a field of
+        // `OpenReport`: one more made `open`'s typed throw crash its callers in debug builds, a
+        // compiler fault seen with Swift 6.3.1.)
+        var snapshotBytes = 0
         for candidate in try snapshots.list().reversed() {
             do throws(StoreError) {
                 var loaded = StoreTables()
@@ -61,6 +65,8 @@ extension Store {
                 snapshotLSN = header.startLSN - 1
                 report.snapshotLSN = header.startLSN
                 report.snapshotSessions = Int(header.sessions)
+                var status = stat()
+                snapshotBytes = stat(candidate.path, &status) == 0 ? Int(status.st_size) : 0
                 break
             } catch where repair && error.isCorruption {
                 let name = String(candidate.path.split(separator: "/").last!)
@@ -121,7 +127,7 @@ extension Store {
             bytes.removeAll()
             let (_, count) = tables.appendEntries(from: 0, limit: Int.max, index: &index, to: &bytes)
             try writer.write(bytes, count)
-            _ = try writer.finish(createdAt: now)
+            snapshotBytes = try writer.finish(createdAt: now)
             report.snapshotLSN = plan.lastLSN + 1
         }
 
@@ -137,7 +143,7 @@ extension Store {
         let walBytes = plan.keptBytes
         let store = Store(
             configuration: configuration, tables: tables, writer: writer, lock: lock, walDirectory: directory,
-            snapshots: snapshots, walBytes: walBytes)
+            snapshots: snapshots, walBytes: walBytes, snapshotBytes: snapshotBytes)
         return (store, report)
     }
 

@@ -35,11 +35,14 @@ extension Store {
         return try result.get()
     }
 
-    /// Whether a snapshot is wanted: the log has grown past `snapshotWALBytes`, or a failed sync left
-    /// acknowledged changes to write again.
+    /// Whether a snapshot is wanted: the log has grown past its threshold (`snapshotThreshold`), or a
+    /// failed sync left acknowledged changes to write again.
     public var snapshotDue: Bool {
-        state.withLock { state in state.resyncDue || (configuration.snapshotWALBytes.map { state.counters.walBytes >= $0 } ?? false) }
+        state.withLock { state in state.resyncDue || (state.snapshotThreshold(configuration).map { state.counters.walBytes >= $0 } ?? false) }
     }
+
+    /// The log's size on disk at which the next snapshot is taken (`nil`: only when asked for).
+    public var snapshotThreshold: Int? { state.withLock { $0.snapshotThreshold(configuration) } }
 
     /// Whether a failed sync (batch durability) left acknowledged changes to write again.
     var resyncDue: Bool { state.withLock { $0.resyncDue } }
@@ -132,6 +135,7 @@ extension Store {
             state.counters.walBytes = max(0, state.counters.walBytes - removed)
             state.counters.snapshots += 1
             state.lastSnapshot = report
+            state.snapshotBytes = size
             // Everything acknowledged before the cut is on disk now, unless a sync failed since.
             if state.counters.failures == failures { state.resyncDue = false }
         }
@@ -151,10 +155,18 @@ extension Store.State {
         if stopping || snapshotAborted { throw .unavailable("the store is stopping") }
     }
 
-    /// Whether a snapshot is wanted (the log grew past the limit, or a failed sync left changes to
+    /// The log's size at which a snapshot is due: `snapshotWALBytes`, or `snapshotWALPercent` of the
+    /// newest snapshot's size when that is more (`nil`: only when asked for).
+    func snapshotThreshold(_ configuration: Store.Configuration) -> Int? {
+        guard let floor = configuration.snapshotWALBytes else { return nil }
+        let (scaled, overflow) = snapshotBytes.multipliedReportingOverflow(by: max(0, configuration.snapshotWALPercent))
+        return overflow ? .max : max(floor, scaled / 100)
+    }
+
+    /// Whether a snapshot is wanted (the log grew past its threshold, or a failed sync left changes to
     /// write again) and the snapshotter must be told (once, and again after a snapshot that failed).
     mutating func signalSnapshotIfDue(_ configuration: Store.Configuration) -> Bool {
-        let due = resyncDue || (configuration.snapshotWALBytes.map { counters.walBytes >= $0 } ?? false)
+        let due = resyncDue || (snapshotThreshold(configuration).map { counters.walBytes >= $0 } ?? false)
         guard due, !snapshotSignalled else { return false }
         snapshotSignalled = true
         return true

@@ -40,8 +40,14 @@ public final class Store: Sendable {
         public var quietWriteDelay: Duration = .seconds(1)
         /// While storage fails, a probe write is tried this often.
         public var retryInterval: Duration = .seconds(1)
-        /// A snapshot is taken when the log on disk reaches this size (`nil`: only when asked for).
+        /// A snapshot is taken when the log on disk reaches this size (`nil`: only when asked for), or
+        /// `snapshotWALPercent` of the newest snapshot's, whichever is more.
         public var snapshotWALBytes: Int? = 64 << 20
+        /// A snapshot is due only once the log reaches this percentage of the newest snapshot's size,
+        /// when that is more than `snapshotWALBytes` (as Redis's auto-aof-rewrite-percentage): a store of
+        /// millions is then rewritten in proportion to how much it changed, not every
+        /// `snapshotWALBytes` of log. `0`: `snapshotWALBytes` alone.
+        public var snapshotWALPercent = 100
         /// Entries (sessions and principals) copied out per hold of the lock while a snapshot is taken;
         /// a principal's sessions always go together.
         public var snapshotChunk = 1024
@@ -119,6 +125,8 @@ public final class Store: Sendable {
         /// Set on shutdown: a snapshot being taken stops at its next chunk.
         var snapshotAborted = false
         var lastSnapshot: SnapshotReport?
+        /// The newest snapshot's size on disk (0: there is none), which `snapshotWALPercent` scales.
+        var snapshotBytes = 0
         /// The LSN of the last record of the last change applied to the tables that someone waits for
         /// (touches, which nobody waits for, do not count).
         var lastChangeLSN: UInt64
@@ -174,12 +182,13 @@ public final class Store: Sendable {
 
     init(
         configuration: Configuration, tables: StoreTables, writer: WALWriter, lock: StateDirectoryLock,
-        walDirectory: WALDirectory, snapshots: SnapshotDirectory, walBytes: Int
+        walDirectory: WALDirectory, snapshots: SnapshotDirectory, walBytes: Int, snapshotBytes: Int
     ) {
         self.configuration = configuration
         var state = State(nextLSN: writer.nextLSN)
         state.tables = tables
         state.counters.walBytes = walBytes
+        state.snapshotBytes = snapshotBytes
         self.state = Mutex(state)
         self.writer = writer
         self.lock = lock

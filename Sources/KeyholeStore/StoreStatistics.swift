@@ -6,6 +6,8 @@ public struct StoreStatistics: Sendable, Equatable {
     public var users: Int
     /// Bytes of log on disk: what start-up would replay after the last snapshot.
     public var walBytes: Int
+    /// The log's size at which the next snapshot is taken (`nil`: only when asked for).
+    public var snapshotAtWALBytes: Int?
     /// Records written since start-up.
     public var records: Int
     /// fdatasync calls that made records durable.
@@ -34,6 +36,7 @@ extension Store {
             let counters = state.counters
             return StoreStatistics(
                 sessions: state.tables.sessionCount, users: state.tables.userCount, walBytes: counters.walBytes,
+                snapshotAtWALBytes: state.snapshotThreshold(configuration),
                 records: counters.records, syncs: counters.syncs,
                 recordsPerSync: counters.syncs > 0 ? Double(counters.syncedRecords) / Double(counters.syncs) : 0,
                 inlineSyncs: counters.inlineSyncs, inlinePauses: counters.inlinePauses,

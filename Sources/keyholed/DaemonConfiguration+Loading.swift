@@ -88,7 +88,9 @@ extension DaemonConfiguration {
             if let count = try server.integer("threads", in: threadsRange) { configuration.threads = count }
             if let count = try server.integer("backlog", in: backlogRange) { configuration.server.backlog = count }
         }
-        if let storage = try file.section("storage", keys: ["dir", "fsync", "batch_interval", "snapshot_wal_bytes", "commit_on_event_loop", "backend"]) {
+        if let storage = try file.section("storage", keys: [
+            "dir", "fsync", "batch_interval", "snapshot_wal_bytes", "snapshot_wal_percent", "commit_on_event_loop", "backend",
+        ]) {
             if let backend = try storage.string("backend") {
                 guard let chosen = StorageBackend(rawValue: backend) else { throw storage.error("backend", "must be \"local\" or \"postgres\"") }
                 configuration.backend = chosen
@@ -96,6 +98,9 @@ extension DaemonConfiguration {
             if try storage.bool("commit_on_event_loop") == false { configuration.store.inlineSyncLimit = nil }
             if let bytes = try storage.size("snapshot_wal_bytes", in: (64 << 10)...(64 << 30)) {
                 configuration.store.snapshotWALBytes = bytes
+            }
+            if let percent = try storage.integer("snapshot_wal_percent", in: 0...10_000) {
+                configuration.store.snapshotWALPercent = percent
             }
             if let dir = try storage.string("dir") {
                 try checkPath(dir, key: "storage.dir", line: file.line(of: "dir", in: "storage"))

@@ -19,6 +19,7 @@ extension Reloader {
         keep("storage.dir", \.stateDirectory)
         keep("storage.fsync", \.store.durability)
         keep("storage.snapshot_wal_bytes", \.store.snapshotWALBytes)
+        keep("storage.snapshot_wal_percent", \.store.snapshotWALPercent)
         keep("storage.commit_on_event_loop", \.store.inlineSyncLimit)
         keep("tokens.cache_entries", \.verifiedTokenCacheEntries)
         keep("http", \.http)

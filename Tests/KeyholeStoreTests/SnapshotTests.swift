@@ -323,6 +323,48 @@ struct SnapshotTests {
         running.store.snapshotSignalHandled()
         await running.close()
     }
+
+    @Test("the next snapshot waits for the log to reach snapshot_wal_percent of the last one's size, if that is past snapshot_wal_bytes; after a restart too; 0 leaves snapshot_wal_bytes alone")
+    func proportional() async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        var configuration = Store.Configuration()
+        configuration.snapshotWALBytes = 2048
+        configuration.snapshotWALPercent = 100
+        var running = try RunningStore(directory, configuration: configuration, now: now)
+        #expect(running.store.snapshotThreshold == 2048, "no snapshot yet: the floor")
+        _ = try await createSessions(running.store, count: 400)
+        let first = try await running.store.snapshot(now: now + 500)
+        #expect(first.bytes > 8192, "\(first.bytes) bytes: well past the floor, for the test to mean something")
+        #expect(running.store.snapshotThreshold == first.bytes)
+        #expect(running.store.statistics.snapshotAtWALBytes == first.bytes)
+        // Past the floor, short of the snapshot's size: not due (with the floor alone, it was).
+        while running.store.statistics.walBytes < 4096 { _ = try await createSessions(running.store, count: 10) }
+        #expect(running.store.statistics.walBytes < first.bytes)
+        #expect(!running.store.snapshotDue)
+        while running.store.statistics.walBytes < first.bytes { _ = try await createSessions(running.store, count: 10) }
+        #expect(running.store.snapshotDue)
+        await running.close()
+
+        // Start-up takes the size of the snapshot it loads.
+        running = try RunningStore(directory, configuration: configuration, now: now + 600)
+        #expect(running.store.snapshotThreshold == first.bytes)
+        await running.close()
+        // 200 %: twice that; 0: the floor alone.
+        configuration.snapshotWALPercent = 200
+        running = try RunningStore(directory, configuration: configuration, now: now + 600)
+        #expect(running.store.snapshotThreshold == 2 * first.bytes)
+        await running.close()
+        configuration.snapshotWALPercent = 0
+        running = try RunningStore(directory, configuration: configuration, now: now + 600)
+        #expect(running.store.snapshotThreshold == 2048)
+        #expect(running.store.snapshotDue)
+        await running.close()
+        configuration.snapshotWALBytes = nil
+        running = try RunningStore(directory, configuration: configuration, now: now + 600)
+        #expect(running.store.snapshotThreshold == nil && !running.store.snapshotDue, "only when asked for")
+        await running.close()
+    }
 }
 
 extension StoreTables {

@@ -99,6 +99,7 @@ struct ConfigurationTests {
         #expect(parsed.issuers.isEmpty)
         #expect(parsed.store.durability == defaults.store.durability)
         #expect(parsed.store.snapshotWALBytes == defaults.store.snapshotWALBytes)
+        #expect(parsed.store.snapshotWALPercent == defaults.store.snapshotWALPercent)
     }
 
     @Test("[storage] sets durability and the snapshot size")
@@ -106,6 +107,9 @@ struct ConfigurationTests {
         let parsed = try DaemonConfiguration.parse("[storage]\nfsync = \"batch\"\nbatch_interval = \"20ms\"\nsnapshot_wal_bytes = \"1MiB\"\n")
         #expect(parsed.store.durability == .batch(interval: .milliseconds(20)))
         #expect(parsed.store.snapshotWALBytes == 1 << 20)
+        #expect(parsed.store.snapshotWALPercent == 100)
+        #expect(try DaemonConfiguration.parse("[storage]\nsnapshot_wal_percent = 0\n").store.snapshotWALPercent == 0)
+        #expect(try DaemonConfiguration.parse("[storage]\nsnapshot_wal_percent = 250\n").store.snapshotWALPercent == 250)
     }
 
     @Test("[storage] commit_on_event_loop: on by default, false leaves every commit to the log's thread")
@@ -235,6 +239,8 @@ struct ConfigurationTests {
         ("[server]\nconnection_burst_per_uid = 0\n", "server.connection_burst_per_uid", 2),
         ("[server]\nframe_error_hold = \"11m\"\n", "server.frame_error_hold", 2),
         ("[server]\nframe_error_hold = 1\n", "server.frame_error_hold", 2),
+        ("[storage]\nsnapshot_wal_percent = -1\n", "storage.snapshot_wal_percent", 2),
+        ("[storage]\nsnapshot_wal_percent = 10001\n", "storage.snapshot_wal_percent", 2),
         ("[server]\nthreads = 257\n", "server.threads", 2),
         ("[server]\nsocket = \"relative.sock\"\n", "server.socket", 2),
         ("[server]\nsocket = \"/\(String(repeating: "x", count: 120))\"\n", "server.socket", 2),
