@@ -44,13 +44,19 @@ def store_figures(client):
     return store["sessions"], store["snapshots"], store.get("snapshot_at_wal_bytes"), store["wal_bytes"]
 
 
-def create_until(keyholed, client, target, snapshots=None, seconds=5):
+def create_until(keyholed, client, target, snapshots=None, seconds=5, limit_s=3600):
     """session.creates by lean-load in runs of `seconds` until the store holds `target` sessions and,
-    with `snapshots`, until keyholed has taken that many since start."""
+    with `snapshots`, until keyholed has taken that many since start; never past `limit_s`, nor
+    while storage fails."""
+    deadline = time.monotonic() + limit_s
     while True:
         sessions, taken, _, _ = store_figures(client)
         if sessions >= target and (snapshots is None or taken >= snapshots):
             return
+        if client.call("stats")["store"]["failing"]:
+            raise SystemExit("snapshot_bench: keyholed's storage is failing (disk full?)")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"snapshot_bench: no snapshot after {limit_s} s of creates")
         lean_bench.lean_load(keyholed.socket, seconds, 16, 8, "--op", "session.create", "--keys", "1000000",
                              "--key-prefix", f"s{time.monotonic_ns()}")
 
@@ -72,7 +78,8 @@ def measure(directory, percent, sessions, creates):
         after_sessions, after_snapshots, after_threshold, wal_bytes = store_figures(client)
         written = io_bytes(keyholed.process.pid) - before_bytes
         created = after_sessions - before_sessions
-        result = {"snapshot_wal_percent": percent, "sessions_at_start": before_sessions, "created": created,
+        result = {"snapshot_wal_percent": percent, "sessions_wanted": sessions, "creates_wanted": creates,
+                  "sessions_at_start": before_sessions, "created": created,
                   "snapshot_bytes": snapshot["bytes"], "threshold_bytes": threshold, "snapshots_taken": after_snapshots - before_snapshots,
                   "wal_bytes_left": wal_bytes, "threshold_after": after_threshold, "bytes_written": written,
                   "bytes_per_create": round(written / created), "seconds": round(time.monotonic() - started, 1)}
@@ -85,7 +92,7 @@ def measure(directory, percent, sessions, creates):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=5_000_000)
-    parser.add_argument("--creates", type=int, default=5_000_000)
+    parser.add_argument("--creates", type=int, default=9_000_000)
     parser.add_argument("--out", help="write the results here as JSON")
     parser.add_argument("--percents", default="0,100", help="the settings of snapshot_wal_percent to measure")
     options = parser.parse_args()

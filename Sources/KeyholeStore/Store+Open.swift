@@ -86,9 +86,12 @@ extension Store {
         }
         // The log is read a segment at a time, and each record decoded once and applied as it is
         // accepted: no copy of the log or of its records is held.
-        tables.reserve(
-            sessions: tables.sessionCount + files.reduce(0) { $0 + WALDirectory.fileSize($1.path) } / StoreRecord.smallestCreateBytes,
-            principals: 0)
+        // The log's size bounds its creates only loosely (touches and revocations are records too), and
+        // with `snapshotWALPercent` the log may be as large as the snapshot: room for at most as many
+        // again as the snapshot holds (or a million), not for the bound, which would hold memory that
+        // is never given back; the tables grow as they fill past it.
+        let logged = files.reduce(0) { $0 + WALDirectory.fileSize($1.path) } / StoreRecord.smallestCreateBytes
+        tables.reserve(sessions: tables.sessionCount + min(logged, max(tables.sessionCount, 1 << 20)), principals: 0)
         let plan = try WALRecovery.plan(
             files: files, read: { index throws(StoreError) in try WALDirectory.readFile(files[index].path) },
             readHeader: { index throws(StoreError) in try WALDirectory.readPrefix(files[index].path, count: WALSegmentHeader.size) },

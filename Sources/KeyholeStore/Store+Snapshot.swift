@@ -63,10 +63,31 @@ extension Store {
         snapshotSignal.finish()
     }
 
+    /// Takes a snapshot if one is still due once no other is being taken (`nil` otherwise): the
+    /// snapshotter's, so that one due while `admin.snapshot` wrote a snapshot is not written again
+    /// after it.
+    func snapshotIfDue(now: Int64) async throws(StoreError) -> SnapshotReport? {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<SnapshotReport?, StoreError>, Never>) in
+            StoreThread.start(name: "keyhole-snap") { [self] in
+                continuation.resume(returning: Result { () throws(StoreError) -> SnapshotReport? in
+                    snapshotLock.lock()
+                    defer { snapshotLock.unlock() }
+                    return snapshotDue ? try writeSnapshotLocked(now: now) : nil
+                })
+            }
+        }
+        return try result.get()
+    }
+
     /// Blocks the calling thread, which must not be one of the cooperative pool's.
     func writeSnapshot(now: Int64) throws(StoreError) -> SnapshotReport {
         snapshotLock.lock()
         defer { snapshotLock.unlock() }
+        return try writeSnapshotLocked(now: now)
+    }
+
+    /// `writeSnapshot` with `snapshotLock` held.
+    private func writeSnapshotLocked(now: Int64) throws(StoreError) -> SnapshotReport {
         let started = ContinuousClock.now
         // The snapshot's writes and fsync slow the log's syncs (up to tens of ms seen): meanwhile the
         // committer thread commits, so that event loops do not stall on them (see `commitInline`).
@@ -124,6 +145,8 @@ extension Store {
 
         // 4. Durable under its name; then what it makes redundant goes.
         let size = try writer.finish(createdAt: now)
+        // The next start-up loads this one, whatever happens to the rest: the threshold follows it now.
+        state.withLock { $0.snapshotBytes = size }
         try snapshots.removeSnapshots(before: cut.firstLSN)
         let removed = try walDirectory.removeSegments(before: cut.sequence)
         let report = SnapshotReport(
@@ -135,7 +158,6 @@ extension Store {
             state.counters.walBytes = max(0, state.counters.walBytes - removed)
             state.counters.snapshots += 1
             state.lastSnapshot = report
-            state.snapshotBytes = size
             // Everything acknowledged before the cut is on disk now, unless a sync failed since.
             if state.counters.failures == failures { state.resyncDue = false }
         }

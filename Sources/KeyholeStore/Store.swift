@@ -176,7 +176,7 @@ public final class Store: Sendable {
     let snapshots: SnapshotDirectory
     /// One snapshot at a time.
     let snapshotLock = NIOLock()
-    /// Yields when the log has grown past `snapshotWALBytes` (read by the `StoreSnapshotter`).
+    /// Yields when the log has grown past its snapshot threshold (read by the `StoreSnapshotter`).
     let snapshotSignals: AsyncStream<Void>
     let snapshotSignal: AsyncStream<Void>.Continuation
 

@@ -1,8 +1,9 @@
 import Logging
 import ServiceLifecycle
 
-/// Takes a snapshot whenever the log grows past `Store.Configuration.snapshotWALBytes` (the committer
-/// signals it), so that start-up replays little and the log's old segments can go. Put it after the
+/// Takes a snapshot whenever the log grows past its threshold (`Store.Configuration.snapshotWALBytes`,
+/// or `snapshotWALPercent` of the last snapshot's size; the committer signals it), so that start-up
+/// replays a bounded log and the log's old segments can go. Put it after the
 /// `StoreCommitter` in the group: on shutdown it stops first, abandoning a snapshot in progress.
 public struct StoreSnapshotter: Service {
     /// How it retries.
@@ -45,7 +46,8 @@ public struct StoreSnapshotter: Service {
     private func snapshot() async {
         let trigger: Logger.MetadataValue = store.resyncDue ? "failed_sync" : "wal_bytes"
         do throws(StoreError) {
-            let report = try await store.snapshot(now: now())
+            // Due no longer once an `admin.snapshot` under way has ended: nothing to write again.
+            guard let report = try await store.snapshotIfDue(now: now()) else { return }
             logger.info("storage.snapshot", metadata: report.metadata.merging(["trigger": trigger]) { $1 })
         } catch {
             logger.error("storage.snapshot_failed", metadata: ["error": "\(error.message)", "trigger": trigger])

@@ -324,6 +324,25 @@ struct SnapshotTests {
         await running.close()
     }
 
+    @Test("the snapshotter's snapshot is skipped when it is no longer due once it may run (an admin.snapshot took one meanwhile)")
+    func snapshotIfDue() async throws {
+        let directory = try TemporaryStateDirectory()
+        defer { directory.cleanUp() }
+        var configuration = Store.Configuration()
+        configuration.snapshotWALBytes = 2048
+        configuration.snapshotWALPercent = 0
+        let running = try RunningStore(directory, configuration: configuration, now: now)
+        _ = try await createSessions(running.store, count: 30)
+        #expect(running.store.snapshotDue)
+        _ = try await running.store.snapshot(now: now + 100)
+        #expect(try await running.store.snapshotIfDue(now: now + 101) == nil)
+        #expect(running.store.statistics.snapshots == 1)
+        _ = try await createSessions(running.store, count: 30)
+        let report = try await running.store.snapshotIfDue(now: now + 200)
+        #expect(report?.sessions == 60 && running.store.statistics.snapshots == 2)
+        await running.close()
+    }
+
     @Test("the next snapshot waits for the log to reach snapshot_wal_percent of the last one's size, if that is past snapshot_wal_bytes; after a restart too; 0 leaves snapshot_wal_bytes alone")
     func proportional() async throws {
         let directory = try TemporaryStateDirectory()
