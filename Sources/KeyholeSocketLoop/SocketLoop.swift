@@ -338,9 +338,6 @@ public final class SocketLoop: @unchecked Sendable {
     private func sweep(now: NIODeadline) {
         lastSweep = now
         nextSweep = nil
-        if let listener, let resumesAt = listener.pausedUntil {
-            if resumesAt <= now { startListening() } else { deadlineSet(resumesAt) }
-        }
         var earliest: NIODeadline?
         for index in connections.indices {
             guard let connection = connections[index], let deadline = connection.deadline else { continue }

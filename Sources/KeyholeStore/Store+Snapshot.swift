@@ -27,12 +27,7 @@ extension Store {
     /// - Throws: `StoreError.unavailable` while storage fails or the store stops (then nothing is
     ///   kept), `.io` when the snapshot cannot be written.
     public func snapshot(now: Int64) async throws(StoreError) -> SnapshotReport {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<SnapshotReport, StoreError>, Never>) in
-            StoreThread.start(name: "keyhole-snap") { [self] in
-                continuation.resume(returning: Result { () throws(StoreError) in try writeSnapshot(now: now) })
-            }
-        }
-        return try result.get()
+        try await onSnapshotThread { [self] () throws(StoreError) in try writeSnapshot(now: now) }
     }
 
     /// Whether a snapshot is wanted: the log has grown past its threshold (`snapshotThreshold`), or a
@@ -67,14 +62,20 @@ extension Store {
     /// snapshotter's, so that one due while `admin.snapshot` wrote a snapshot is not written again
     /// after it.
     func snapshotIfDue(now: Int64) async throws(StoreError) -> SnapshotReport? {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<SnapshotReport?, StoreError>, Never>) in
-            StoreThread.start(name: "keyhole-snap") { [self] in
-                continuation.resume(returning: Result { () throws(StoreError) -> SnapshotReport? in
-                    snapshotLock.lock()
-                    defer { snapshotLock.unlock() }
-                    return snapshotDue ? try writeSnapshotLocked(now: now) : nil
-                })
-            }
+        try await onSnapshotThread { [self] () throws(StoreError) -> SnapshotReport? in
+            snapshotLock.lock()
+            defer { snapshotLock.unlock() }
+            return snapshotDue ? try writeSnapshotLocked(now: now) : nil
+        }
+    }
+
+    /// Runs `body` on a thread of its own (a snapshot blocks on the disk and on the committer, which
+    /// the cooperative pool must not), and returns what it returned.
+    private func onSnapshotThread<Value: Sendable>(
+        _ body: @escaping @Sendable () throws(StoreError) -> Value
+    ) async throws(StoreError) -> Value {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Value, StoreError>, Never>) in
+            StoreThread.start(name: "keyhole-snap") { continuation.resume(returning: Result(catching: body)) }
         }
         return try result.get()
     }
