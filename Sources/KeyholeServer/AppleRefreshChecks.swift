@@ -66,7 +66,8 @@ public final class AppleRefreshChecks: Service, Sendable {
 
     let issuer: String
     private let store: any AppleStoring
-    private let exchange: AppleOperations.Exchange
+    /// Read at each use: a reload may put a new team key or endpoint in place (the store key stays).
+    private let exchange: @Sendable () -> AppleOperations.Exchange
     private let configuration: Configuration
     private let now: @Sendable () -> Double
     private let logger: Logger
@@ -74,13 +75,22 @@ public final class AppleRefreshChecks: Service, Sendable {
     private let doorbell = Doorbell()
 
     /// Checks for the users of `issuer` in `store`, through `exchange`'s client and key.
-    public init(
+    public convenience init(
         issuer: String, store: any AppleStoring, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
         now: @escaping @Sendable () -> Double, logger: Logger
     ) {
+        self.init(issuer: issuer, store: store, exchanges: { exchange }, configuration: configuration, now: now, logger: logger)
+    }
+
+    /// Checks for the users of `issuer` in `store`, through the client and key `exchanges` gives at
+    /// the time of each call to Apple (the running `[apple]` configuration's).
+    public init(
+        issuer: String, store: any AppleStoring, exchanges: @escaping @Sendable () -> AppleOperations.Exchange,
+        configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Double, logger: Logger
+    ) {
         self.issuer = issuer
         self.store = store
-        self.exchange = exchange
+        self.exchange = exchanges
         self.configuration = configuration
         self.now = now
         self.logger = logger
@@ -139,6 +149,7 @@ public final class AppleRefreshChecks: Service, Sendable {
             case .failure(let error): return .storageFailed(error)
             }
         }
+        let exchange = exchange()
         guard let token = grant.open(for: principal, with: exchange.sealingKey) else {
             let first = state.withLock { $0.unreadable.insert(principal).inserted }
             if first {

@@ -54,7 +54,8 @@ public final class AppleRevocations: Service, Sendable {
     let issuer: String
     /// Where the outbox is (what `user.delete` of one of `issuer`'s users adds to).
     let store: any AppleStoring
-    private let exchange: AppleOperations.Exchange
+    /// Read at each use: a reload may put a new team key or endpoint in place (the store key stays).
+    private let exchange: @Sendable () -> AppleOperations.Exchange
     private let configuration: Configuration
     private let now: @Sendable () -> Double
     private let logger: Logger
@@ -62,13 +63,22 @@ public final class AppleRevocations: Service, Sendable {
     private let doorbell = Doorbell()
 
     /// Revocations for the users of `issuer` in `store`, through `exchange`'s client and key.
-    public init(
+    public convenience init(
         issuer: String, store: any AppleStoring, exchange: AppleOperations.Exchange, configuration: Configuration = Configuration(),
         now: @escaping @Sendable () -> Double, logger: Logger
     ) {
+        self.init(issuer: issuer, store: store, exchanges: { exchange }, configuration: configuration, now: now, logger: logger)
+    }
+
+    /// Revocations for the users of `issuer` in `store`, through the client and key `exchanges` gives at
+    /// the time of each call to Apple (the running `[apple]` configuration's).
+    public init(
+        issuer: String, store: any AppleStoring, exchanges: @escaping @Sendable () -> AppleOperations.Exchange,
+        configuration: Configuration = Configuration(), now: @escaping @Sendable () -> Double, logger: Logger
+    ) {
         self.issuer = issuer
         self.store = store
-        self.exchange = exchange
+        self.exchange = exchanges
         self.configuration = configuration
         self.now = now
         self.logger = logger
@@ -165,6 +175,7 @@ public final class AppleRevocations: Service, Sendable {
             let box = Base64URL.decode(sealed)
         else { throw Unreadable(description: "the outbox entry lacks sub, issuer, client_id or refresh_token") }
         let grant = AppleGrant(sealedToken: box, clientID: clientID, checkedAt: 0)
+        let exchange = exchange()
         guard let token = grant.open(for: Principal(issuer: issuer, sub: sub), with: exchange.sealingKey) else {
             throw Unreadable(description: "the refresh token does not open with the store key")
         }

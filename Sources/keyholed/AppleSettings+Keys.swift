@@ -20,16 +20,7 @@ extension AppleSettings {
     /// and its file: keyholed exits 78 rather than run without what its configuration asks for.
     func loadKeys(credentialsDirectory: String?) throws(ConfigError) -> Keys {
         var keys = Keys()
-        if let privateKey {
-            var bytes = try Self.readKey(privateKey, key: "apple.private_key", credentialsDirectory: credentialsDirectory)
-            defer { Self.wipe(&bytes) }
-            do {
-                keys.signingKey = try SigningKey(pem: bytes)
-            } catch {
-                throw ConfigError(key: "apple.private_key", line: nil,
-                    message: "\(privateKey) is not a usable P-256 private key (Apple's .p8 file, PEM): \(error.message)")
-            }
-        }
+        keys.signingKey = try loadSigningKey(credentialsDirectory: credentialsDirectory)
         if let storeKey {
             var bytes = try Self.readKey(storeKey, key: "apple.store_key", credentialsDirectory: credentialsDirectory)
             defer { Self.wipe(&bytes) }
@@ -70,6 +61,20 @@ extension AppleSettings {
         case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
         case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
         default: nil
+        }
+    }
+
+    /// Reads the team's private key (`nil` without one): at start-up, and again at each reload, which
+    /// is how a rotated `.p8` key is put in use.
+    func loadSigningKey(credentialsDirectory: String?) throws(ConfigError) -> SigningKey? {
+        guard let privateKey else { return nil }
+        var bytes = try Self.readKey(privateKey, key: "apple.private_key", credentialsDirectory: credentialsDirectory)
+        defer { Self.wipe(&bytes) }
+        do {
+            return try SigningKey(pem: bytes)
+        } catch {
+            throw ConfigError(key: "apple.private_key", line: nil,
+                message: "\(privateKey) is not a usable P-256 private key (Apple's .p8 file, PEM): \(error.message)")
         }
     }
 

@@ -155,7 +155,7 @@ struct Keyholed: AsyncParsableCommand {
             encoder: TokenOperations.encode)
         var sessionConfiguration = configuration.sessions
         sessionConfiguration.issuers = configuration.issuers.map(\.name)
-        let apple: (configuration: AppleOperations.Configuration, http: HTTPClient?)?
+        let apple: AppleStart?
         do {
             apple = try configuration.apple.map { settings throws(ConfigError) in try Self.apple(settings, clock: clock) }
         } catch {
@@ -165,11 +165,16 @@ struct Keyholed: AsyncParsableCommand {
         // What Sign in with Apple keeps, in whichever store keeps users.
         let appleStore: any AppleStoring = sessionStore?.awaited ?? shared!.store.storing
         // Revocations owed and refresh-token checks: only with code exchange, which stores tokens.
+        let appleSettings = apple.map { Reloadable($0.configuration) }
         let background: (revocations: AppleRevocations, refreshChecks: AppleRefreshChecks)? =
-            if let settings = configuration.apple, let issuer = apple?.configuration.issuer, let exchange = apple?.configuration.exchange {
-                (AppleRevocations(issuer: issuer, store: appleStore, exchange: exchange, now: clock, logger: logger),
-                 AppleRefreshChecks(
-                    issuer: issuer, store: appleStore, exchange: exchange, configuration: settings.refreshChecks, now: clock, logger: logger))
+            if let settings = configuration.apple, let appleSettings, let issuer = apple?.configuration.issuer,
+                let first = apple?.configuration.exchange
+            {
+                Self.appleBackground(
+                    issuer: issuer, store: appleStore, checks: settings.refreshChecks, now: clock, logger: logger,
+                    // The exchange in use at each call: a reload may have put a new team key in place
+                    // (it is never removed while keyholed runs: turning code exchange off takes a restart).
+                    exchanges: { appleSettings.current.exchange ?? first })
             } else {
                 nil
             }
@@ -182,7 +187,6 @@ struct Keyholed: AsyncParsableCommand {
                 metadata: ["count": "\(owed)", "reason": "no [apple] code exchange configured: they are kept and sent once it is"])
         }
         let sessionSettings = Reloadable(sessionConfiguration)
-        let appleSettings = apple.map { Reloadable($0.configuration) }
         let status: @Sendable () -> String = {
             guard let sessionStore else {
                 let fresh = shared?.store.cacheStatus.fresh == true
@@ -196,7 +200,8 @@ struct Keyholed: AsyncParsableCommand {
         let reloader = Reloader(
             running: configuration,
             targets: .init(
-                registry: registry, keySets: store, sessions: sessionSettings, apple: appleSettings, logLevel: level,
+                registry: registry, keySets: store, sessions: sessionSettings, apple: appleSettings, appleExchange: apple?.renewal,
+                logLevel: level,
                 notifier: notifier, status: status),
             logger: logger
         ) { () throws(ConfigError) in try Self.loadConfiguration(overrides) }
@@ -329,35 +334,6 @@ struct Keyholed: AsyncParsableCommand {
             throw ExitCode(1)
         }
         logger.info("keyholed.stopped")
-    }
-
-    /// The `[apple]` operations' configuration, its keys read; an HTTP client for Apple when codes
-    /// can be exchanged.
-    private static func apple(
-        _ settings: AppleSettings, clock: @escaping @Sendable () -> Double
-    ) throws(ConfigError) -> (configuration: AppleOperations.Configuration, http: HTTPClient?) {
-        let keys = try settings.loadKeys(credentialsDirectory: getenv("CREDENTIALS_DIRECTORY").map { String(cString: $0) })
-        var configuration = AppleOperations.Configuration(clientIDs: Set(settings.clientIDs))
-        configuration.issuer = settings.issuer
-        configuration.redirectURIs = settings.redirectURIs
-        configuration.onRevoked = settings.refreshChecks.onRevoked
-        configuration.web = settings.web
-        configuration.web.endpoint = settings.endpoint
-        guard settings.exchanges else { return (configuration, nil) }
-        guard let signingKey = keys.signingKey, let sealingKey = keys.sealingKey, let teamID = settings.teamID,
-            let keyID = settings.keyID
-        else {
-            // The parser requires all of them together; never run without what the file asks for.
-            throw ConfigError(key: "apple", line: nil, message: "code exchange needs team_id, key_id, a private key and a store key")
-        }
-        var clientConfiguration = AppleClient.Configuration()
-        clientConfiguration.endpoint = settings.endpoint
-        let http = AppleClient.makeHTTPClient(configuration: clientConfiguration)
-        // Dated by keyholed's clock, as everything else Apple sees (a test's fixed clock included).
-        let secrets = ClientSecrets(configuration: .init(teamID: teamID, keyID: keyID), key: signingKey, clock: ClosureClock(read: clock))
-        configuration.exchange = .init(
-            client: AppleClient(client: http, secrets: secrets, configuration: clientConfiguration), sealingKey: sealingKey)
-        return (configuration, http)
     }
 
     /// Opens (or with `--repair`, repairs) the users and sessions; `nil` after logging why it cannot.

@@ -25,21 +25,27 @@ extension Reloader {
         keep("http", \.http)
         keep("metrics.enabled", \.metricsEnabled)
         keep("jwks", \.keySetCache)
-        // [apple]: only the client ids and redirect URIs change live; the keys, the endpoint and the
-        // background checks were set up at start-up.
+        // [apple]: the client ids, redirect URIs and endpoint change live, and so do the team id, key
+        // id and private key while code exchange stays on. The rest was set up at start-up: the
+        // issuer, the store key (it seals the refresh tokens already stored), the refresh checks, the
+        // web flow, and code exchange itself (on or off).
         switch (running.apple, file.apple) {
         case (nil, nil):
             break
         case (nil, _?), (_?, nil):
             kept.append("apple")
             effective.apple = running.apple
-        case (let old?, var new?):
-            let live = (new.clientIDs, new.redirectURIs)
-            new.clientIDs = old.clientIDs
-            new.redirectURIs = old.redirectURIs
-            if new != old { kept.append("apple") }
+        case (let old?, let new?):
             var merged = old
-            (merged.clientIDs, merged.redirectURIs) = live
+            merged.clientIDs = new.clientIDs
+            merged.redirectURIs = new.redirectURIs
+            merged.endpoint = new.endpoint
+            if old.exchanges == new.exchanges {
+                merged.teamID = new.teamID
+                merged.keyID = new.keyID
+                merged.privateKey = new.privateKey
+            }
+            if merged != new { kept.append("apple") }
             effective.apple = merged
         }
         return (effective, kept)
@@ -71,6 +77,10 @@ extension Reloader {
         compare("access", \.server.access.rules)
         compare("apple.client_ids", \.apple?.clientIDs)
         compare("apple.redirect_uris", \.apple?.redirectURIs)
+        compare("apple.endpoint", \.apple?.endpoint)
+        compare("apple.team_id", \.apple?.teamID)
+        compare("apple.key_id", \.apple?.keyID)
+        compare("apple.private_key", \.apple?.privateKey)
         let old = Dictionary(running.issuers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let new = Dictionary(effective.issuers.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         for name in Set(old.keys).union(new.keys).sorted() where old[name] != new[name] {

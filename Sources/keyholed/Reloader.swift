@@ -8,7 +8,8 @@ import Synchronization
 
 /// Reads the configuration again (SIGHUP, `admin.reload`) and puts what may change while keyholed
 /// runs in place: issuers and their audiences, the server's limits, session defaults, the log
-/// level, Apple's client ids and redirect URIs. What cannot change live (the socket, the state
+/// level, Apple's client ids, redirect URIs and endpoint, and the team's key (read again from its
+/// file at every reload, with its team and key ids). What cannot change live (the socket, the state
 /// directory, storage, threads) keeps its running value and is named in a warning: it takes a
 /// restart. A configuration that does not load changes nothing. Connections and requests in flight
 /// are untouched: each request reads the settings once, and open connections keep their limits.
@@ -19,6 +20,8 @@ final class Reloader: Sendable {
         let keySets: KeySetStore
         let sessions: Reloadable<StoreOperations.Configuration>
         let apple: Reloadable<AppleOperations.Configuration>?
+        /// Makes Apple's code exchange again with the team key read anew; nil without code exchange.
+        let appleExchange: AppleExchangeRenewal?
         let logLevel: LogLevelControl
         let notifier: SystemdNotifier
         /// Called with the status line once a reload ends.
@@ -92,8 +95,12 @@ final class Reloader: Sendable {
         let file = try load()
         let (effective, needsRestart) = Self.keepingRestartOnly(running, in: file)
         // Everything is checked and built before anything changes: a reload is all or nothing.
+        var renewed: AppleExchangeRenewal.Renewed?
         if let apple = effective.apple {
             try Self.checkApple(apple, issuers: effective.issuers)
+            // The team key read again (a rotated .p8 rewritten in place is found this way too): a
+            // key that does not read fails the whole reload, and the running one stays in use.
+            if apple.exchanges, let renewal = targets.appleExchange { renewed = try renewal.make(apple) }
         }
         do {
             try effective.serverConfiguration.validate()
@@ -103,7 +110,8 @@ final class Reloader: Sendable {
         let issuers = try Keyholed.makeIssuers(
             effective.issuers, cache: effective.keySetCache, store: targets.keySets, previous: targets.registry.issuers,
             logger: logger)
-        let applied = Self.liveChanges(from: running, to: effective)
+        var applied = Self.liveChanges(from: running, to: effective)
+        if renewed?.keyChanged == true && !applied.contains("apple.private_key") { applied.append("apple.private_key") }
 
         try? server.withLock { server throws(ServerError) in try server?.applyLimits(of: effective.serverConfiguration) }
         server.withLock { $0?.applyAccess(rules: effective.server.access.rules) }
@@ -115,6 +123,11 @@ final class Reloader: Sendable {
             var configuration = apple.current
             configuration.clientIDs = Set(settings.clientIDs)
             configuration.redirectURIs = settings.redirectURIs
+            configuration.web.endpoint = settings.endpoint
+            if let renewed {
+                configuration.exchange = renewed.exchange
+                targets.appleExchange?.adopt(renewed)
+            }
             apple.replace(configuration)
         }
         targets.logLevel.level = effective.logLevel

@@ -29,14 +29,15 @@ extension FakeApple {
             return "client secret header is not JSON with alg and kid: \(String(decoding: headerBytes, as: UTF8.self))"
         }
         guard header.alg == "ES256" else { return "client secret alg is \(header.alg), not ES256" }
-        guard header.kid == keyID else { return "client secret kid is \(header.kid), not the key id \(keyID)" }
+        let team = team.withLock { $0 }
+        guard header.kid == team.keyID else { return "client secret kid is \(header.kid), not the key id \(team.keyID)" }
         guard let der = OpenSSLTool.derSignature(raw: signature) else {
             return "client secret signature is \(signature.count) bytes, not the 64 of r and s"
         }
         // The same bytes verified once verify again: openssl runs once per secret, not per request.
         if !state.withLock({ $0.verifiedSecrets.contains(secret) }) {
             do {
-                guard try verifiesWithTeamKey(signingInput: Array(secret.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count)), der: der) else {
+                guard try verifies(signingInput: Array(secret.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count)), der: der, publicKeyPath: team.publicKeyPath) else {
                     return "client secret signature does not verify with the team's key"
                 }
             } catch {
@@ -63,7 +64,7 @@ extension FakeApple {
     }
 
     /// `openssl dgst -sha256 -verify team.pub -signature sig.der input`: true for "Verified OK".
-    private func verifiesWithTeamKey(signingInput: [UInt8], der: [UInt8]) throws -> Bool {
+    private func verifies(signingInput: [UInt8], der: [UInt8], publicKeyPath: String) throws -> Bool {
         let input = OpenSSLTool.scratch(files, "in")
         let signature = OpenSSLTool.scratch(files, "der")
         defer {
@@ -73,7 +74,7 @@ extension FakeApple {
         try Data(signingInput).write(to: input)
         try Data(der).write(to: signature)
         let result = try ChildProcess.run(
-            ["/usr/bin/openssl", "dgst", "-sha256", "-verify", teamPublicKeyPath, "-signature", signature.path, input.path])
+            ["/usr/bin/openssl", "dgst", "-sha256", "-verify", publicKeyPath, "-signature", signature.path, input.path])
         // 0 and "Verified OK", or 1 and "Verification failure"; anything else is openssl's trouble.
         if result.status == 0, result.stdout.contains("Verified OK") { return true }
         if result.status == 1, (result.stdout + result.stderr).contains("Verification failure") { return false }

@@ -12,11 +12,16 @@ import Synchronization
 /// client id and redirect URI; identity tokens and notifications are signed RS256 with an RSA key
 /// under a kid, as Apple's are, published at `/auth/keys`. It fails on demand.
 package final class FakeApple: Sendable {
-    /// The team and key whose client secrets it accepts.
+    /// The team whose client secrets it accepts.
     package let teamID: String
-    package let keyID: String
-    /// The `.p8` key of the team, for keyholed's configuration (`teamKey.pkcs8PEM()`).
-    package let teamKey: SigningKey
+    /// The id of the team's key it accepts client secrets from now (`rotateTeamKey` changes it).
+    package var keyID: String { team.withLock { $0.keyID } }
+    /// The `.p8` key of the team, for keyholed's configuration (`teamKey.pkcs8PEM()`); the latest
+    /// one after `rotateTeamKey`.
+    package var teamKey: SigningKey { team.withLock { $0.key } }
+    /// The team's key now and the file holding its public half, which client secrets are verified
+    /// with.
+    let team: Mutex<(keyID: String, key: SigningKey, publicKeyPath: String)>
     /// The key it signs identity tokens and notifications with (RS256), published at `/auth/keys`
     /// under `identityKeyID`.
     package let identityKey: OpenSSLRSAKey
@@ -27,10 +32,8 @@ package final class FakeApple: Sendable {
     package static let issuer = "https://appleid.apple.com"
 
     private let server: LocalHTTPServer
-    /// Its files: the team's public key, and scratch files for openssl.
+    /// Its files: the team's public keys, and scratch files for openssl.
     let files: URL
-    /// The team's public key (PEM), which client secrets are verified with.
-    let teamPublicKeyPath: String
     let state = Mutex(State())
     let clock: @Sendable () -> Int64
 
@@ -75,23 +78,39 @@ package final class FakeApple: Sendable {
     /// Starts the fake on a free loopback port; `now` is its clock (seconds since 1970).
     package init(teamID: String = "TEAM123456", keyID: String = "KEY1234567", now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) async throws {
         self.teamID = teamID
-        self.keyID = keyID
-        self.teamKey = SigningKey()
         self.clock = now
         identityKey = try OpenSSLRSAKey()
-        // The public half of the team's key, taken from its .p8 by openssl rather than by KeyholeJOSE.
         files = try DaemonProcess.makeDirectory()
-        let teamKeyPath = files.appendingPathComponent("AuthKey.p8").path
-        teamPublicKeyPath = files.appendingPathComponent("team.pub").path
-        try Data(teamKey.pkcs8PEM()).write(to: URL(fileURLWithPath: teamKeyPath))
-        try OpenSSLTool.run(["pkey", "-in", teamKeyPath, "-pubout", "-out", teamPublicKeyPath])
-        try FileManager.default.removeItem(atPath: teamKeyPath)
+        team = Mutex(try Self.makeTeamKey(keyID, in: files))
         server = try await LocalHTTPServer()
         let keys = JSONValue.object(["keys": .array([.object(identityKey.publicJWK(kid: identityKeyID))])]).jsonText
         server.setReply(LocalHTTPServer.Reply(body: Array(keys.utf8)), forPath: "/auth/keys")
         server.setResponder(forPath: "/auth/token") { [self] request in self.token(request) }
         server.setResponder(forPath: "/auth/revoke") { [self] request in self.revoke(request) }
         server.setResponder(forPath: "/auth/usermigrationinfo") { [self] request in self.migrationInfo(request) }
+    }
+
+    /// A new key for the team under `keyID`, as when a developer revokes the old key in their account
+    /// and makes another: from now on only client secrets signed with the new key under its id are
+    /// taken. Returns the new key (write its `pkcs8PEM()` where keyholed reads it).
+    @discardableResult
+    package func rotateTeamKey(keyID: String) throws -> SigningKey {
+        let made = try Self.makeTeamKey(keyID, in: files)
+        team.withLock { $0 = made }
+        state.withLock { $0.verifiedSecrets = [] }
+        return made.key
+    }
+
+    /// A new team key under `keyID`, with its public half in a file of `directory`: taken from the
+    /// .p8 by openssl rather than by KeyholeJOSE.
+    private static func makeTeamKey(_ keyID: String, in directory: URL) throws -> (keyID: String, key: SigningKey, publicKeyPath: String) {
+        let key = SigningKey()
+        let privatePath = directory.appendingPathComponent("AuthKey_\(keyID).p8").path
+        let publicPath = directory.appendingPathComponent("team_\(keyID)_\(UUID().uuidString).pub").path
+        try Data(key.pkcs8PEM()).write(to: URL(fileURLWithPath: privatePath))
+        defer { try? FileManager.default.removeItem(atPath: privatePath) }
+        try OpenSSLTool.run(["pkey", "-in", privatePath, "-pubout", "-out", publicPath])
+        return (keyID, key, publicPath)
     }
 
     /// Its base URL, for `[apple] endpoint`.

@@ -35,7 +35,7 @@ struct ReloaderTests {
             level = "debug"
             [apple]
             client_ids = ["com.example.app", "com.example.web"]
-            endpoint = "http://127.0.0.1:9"
+            refresh_check_interval = "48h"
             """)
         let (effective, kept) = Reloader.keepingRestartOnly(running, in: file)
         #expect(kept == ["server.socket", "server.threads", "storage.dir", "storage.commit_on_event_loop", "apple"])
@@ -43,7 +43,7 @@ struct ReloaderTests {
         #expect(effective.store.inlineSyncLimit == running.store.inlineSyncLimit)
         #expect(effective.threads == 1)
         #expect(effective.stateDirectory == running.stateDirectory)
-        #expect(effective.apple?.endpoint == "https://appleid.apple.com")
+        #expect(effective.apple?.refreshChecks == running.apple?.refreshChecks)
         #expect(effective.apple?.clientIDs == ["com.example.app", "com.example.web"])
         #expect(Reloader.liveChanges(from: running, to: effective) == ["server.max_connections", "log.level", "apple.client_ids"])
     }
@@ -57,6 +57,43 @@ struct ReloaderTests {
         let (same, kept) = Reloader.keepingRestartOnly(with, in: with)
         #expect(kept.isEmpty)
         #expect(Reloader.liveChanges(from: with, to: same).isEmpty)
+    }
+
+    @Test("with code exchange on before and after, a new team key, key id, team id and endpoint are live; turning code exchange on or off, or another store key, waits for a restart")
+    func appleTeamKey() throws {
+        func apple(team: String = "TEAM123456", key: String = "KEY1234567", file: String = "/etc/keyhole/AuthKey_A.p8",
+                   store: String = "/etc/keyhole/store.key", endpoint: String = "https://appleid.apple.com") throws -> DaemonConfiguration {
+            try Self.parse("""
+                [apple]
+                team_id = "\(team)"
+                key_id = "\(key)"
+                private_key_file = "\(file)"
+                store_key_file = "\(store)"
+                endpoint = "\(endpoint)"
+                """)
+        }
+        let running = try apple()
+        let rotated = try apple(team: "TEAM654321", key: "KEY7654321", file: "/etc/keyhole/AuthKey_B.p8", endpoint: "http://127.0.0.1:9")
+        let (effective, kept) = Reloader.keepingRestartOnly(running, in: rotated)
+        #expect(kept.isEmpty)
+        #expect(effective.apple == rotated.apple)
+        #expect(Reloader.liveChanges(from: running, to: effective) == ["apple.endpoint", "apple.team_id", "apple.key_id", "apple.private_key"])
+
+        // The store key seals the refresh tokens already stored: another one is not taken live.
+        let (sameStore, keptStore) = Reloader.keepingRestartOnly(running, in: try apple(key: "KEY7654321", store: "/etc/keyhole/other.key"))
+        #expect(keptStore == ["apple"])
+        #expect(sameStore.apple?.storeKey == running.apple?.storeKey)
+        #expect(sameStore.apple?.keyID == "KEY7654321")
+
+        // Code exchange turned off, or on: the revocations and refresh checks were set up at start-up.
+        let off = try Self.parse("[apple]\n")
+        let (stillOn, keptOff) = Reloader.keepingRestartOnly(running, in: off)
+        #expect(keptOff == ["apple"])
+        #expect(stillOn.apple == running.apple)
+        let (stillOff, keptOn) = Reloader.keepingRestartOnly(off, in: running)
+        #expect(keptOn == ["apple"])
+        #expect(stillOff.apple?.exchanges == false)
+        #expect(stillOff.apple?.privateKey == nil)
     }
 
     @Test("issuers added, removed or changed are each named")
