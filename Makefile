@@ -188,6 +188,7 @@ bench: build build-lean deps-clients
 	python3 Scripts/http_bench.py $(HTTP_BENCH_ARGS)
 	python3 Scripts/lean_bench.py $(LEAN_BENCH_ARGS)
 	python3 Scripts/pg_bench.py $(PG_BENCH_ARGS)
+	$(CURDIR)/.build/release/keyhole-bench refresh-checks
 
 ## bench-snapshots: bytes written per session.create on a store of 5 000 000 sessions, snapshots at a
 ## fixed size of log against in proportion to the last one (Scripts/snapshot_bench.py, about 10 minutes,

@@ -5,7 +5,7 @@ import KeyholeStore
 /// What a user's record keeps of their grant at Apple, in `ext.apple` (WALRecordTypes.md, "The user
 /// record"): the refresh token sealed with the store key, the client it was issued to, and when it was
 /// last checked. The token is opened only to be sent to Apple.
-struct AppleGrant: Sendable, Equatable {
+package struct AppleGrant: Sendable, Equatable {
     /// The refresh token sealed (AES-256-GCM) with the user's issuer and sub as associated data.
     var sealedToken: [UInt8]
     /// The bundle ID or Services ID the token was issued to: Apple takes it back only from that client.
@@ -22,7 +22,7 @@ struct AppleGrant: Sendable, Equatable {
         self.init(sealedToken: sealed, clientID: clientID, checkedAt: apple["refresh_checked_at"]?.intValue ?? 0)
     }
 
-    init(sealedToken: [UInt8], clientID: String, checkedAt: Int64) {
+    package init(sealedToken: [UInt8], clientID: String, checkedAt: Int64) {
         self.sealedToken = sealedToken
         self.clientID = clientID
         self.checkedAt = checkedAt
@@ -30,7 +30,7 @@ struct AppleGrant: Sendable, Equatable {
 
     /// Stores the grant in `user`'s record, keeping what else `ext.apple` holds. A new grant is new
     /// consent: a `consent_revoked_at` from before goes.
-    func store(in user: inout User) {
+    package func store(in user: inout User) {
         user.fields["consent_revoked_at"] = nil
         var ext = user.fields["ext"]?.objectValue ?? [:]
         var apple = ext["apple"]?.objectValue ?? [:]

@@ -29,8 +29,14 @@ public final class AppleRefreshChecks: Service, Sendable {
         /// Checks per minute at most, across all users.
         public var perMinute = 60
         public var onRevoked = OnRevoked.revokeSessions
-        /// How often the users are looked through for checks that fell due.
+        /// How often the schedule is looked at for checks that fell due.
         public var scanInterval: Duration = .seconds(60)
+        /// How many of the earliest due times a walk through the users keeps
+        /// (`RefreshCheckSchedule`): the users are walked again once they are checked, or sooner.
+        public var scheduleCapacity = 65_536
+        /// The longest time between two walks through the users, in seconds (below a day, the
+        /// shortest interval): how late a check another host claimed and then failed is found here.
+        public var rewalkAfter: Int64 = 3600
         /// The pause after Apple failed or refused a check, at least (Apple's Retry-After when longer).
         public var pauseAfterFailure: Duration = .seconds(900)
 
@@ -73,6 +79,7 @@ public final class AppleRefreshChecks: Service, Sendable {
     private let logger: Logger
     private let state = Mutex(State())
     private let doorbell = Doorbell()
+    private let walks = Mutex(0)
 
     /// Checks for the users of `issuer` in `store`, through `exchange`'s client and key.
     public convenience init(
@@ -109,9 +116,22 @@ public final class AppleRefreshChecks: Service, Sendable {
         return overflow ? (checkedAt > 0 ? .max : .min) : sum
     }
 
-    /// The users whose check is due at `time`, most overdue first (`nil`: the store could not be read).
-    func dueUsers(at time: Int64) async -> [Principal]? {
-        var due: [(Int64, Principal)] = []
+    /// The users whose check is due at `time`, most overdue first (`nil`: the store could not be read):
+    /// a whole walk, kept whole.
+    package func dueUsers(at time: Int64) async -> [Principal]? {
+        guard var schedule = await walk(RefreshCheckSchedule(capacity: .max, rewalkAfter: configuration.rewalkAfter), at: time) else {
+            return nil
+        }
+        var due: [Principal] = []
+        while let principal = schedule.next(at: time) { due.append(principal) }
+        return due
+    }
+
+    /// A walk through every user of `issuer` begun at `time`, into a schedule like `schedule`
+    /// (`nil`: the store could not be read). Users whose token does not open are left out.
+    func walk(_ schedule: RefreshCheckSchedule, at time: Int64) async -> RefreshCheckSchedule? {
+        var walk = schedule.walk(startingAt: time)
+        let skipped = state.withLock { $0.unreadable }
         var cursor: UserCursor?
         repeat {
             let users: [User]
@@ -122,13 +142,11 @@ public final class AppleRefreshChecks: Service, Sendable {
                 return nil
             }
             for user in users {
-                guard let grant = AppleGrant(user) else { continue }
-                let when = self.due(user.principal, checkedAt: grant.checkedAt)
-                if when <= time { due.append((when, user.principal)) }
+                guard let grant = AppleGrant(user), !skipped.contains(user.principal) else { continue }
+                walk.add(user.principal, due: due(user.principal, checkedAt: grant.checkedAt))
             }
         } while cursor != nil
-        let skipped = state.withLock { $0.unreadable }
-        return due.sorted { $0.0 < $1.0 }.map(\.1).filter { !skipped.contains($0) }
+        return walk.end()
     }
 
     /// Checks `principal`'s token at Apple now and acts on the answer. `claiming`: only if the check
@@ -252,31 +270,59 @@ public final class AppleRefreshChecks: Service, Sendable {
         }
     }
 
-    /// Checks what falls due, paced to `perMinute`, until graceful shutdown.
+    /// Checks what falls due, paced to `perMinute`, until graceful shutdown. The users are walked
+    /// only when the schedule says so (`RefreshCheckSchedule`); a pass with nothing due reads no user.
     public func run() async {
         await withGracefulShutdownHandler {
             let spacing = Duration.milliseconds(max(1, 60_000 / max(1, configuration.perMinute)))
+            var schedule = RefreshCheckSchedule(capacity: configuration.scheduleCapacity, rewalkAfter: configuration.rewalkAfter)
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 var pause = configuration.scanInterval
-                for principal in await dueUsers(at: Int64(now().rounded(.down))) ?? [] {
-                    guard !Task.isCancelled && !Task.isShuttingDownGracefully else { return }
-                    let outcome = await check(principal, claiming: true)
-                    if outcome == .skipped { continue }
-                    // The store failing: the next walk tries again (not Apple's long pause).
-                    if case .storageFailed = outcome { break }
-                    if case .failed(let error) = outcome {
-                        // Apple down or refusing: every other check would fail the same way.
-                        pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))
-                        break
-                    }
-                    await doorbell.wait(upTo: spacing)
-                }
+                schedule = await pass(schedule, pause: &pause, spacing: spacing)
                 await doorbell.wait(upTo: pause)
             }
         } onGracefulShutdown: {
             self.doorbell.ring()
         }
     }
+
+    /// One pass: a walk if the schedule needs one, then every check due, in turn. Sets `pause` when
+    /// Apple failed (every other check would fail the same way). Returns the schedule after.
+    package func pass(_ start: RefreshCheckSchedule, pause: inout Duration, spacing: Duration) async -> RefreshCheckSchedule {
+        var schedule = start
+        let began = Int64(now().rounded(.down))
+        if schedule.needsWalk(at: began) {
+            // The store unreadable: the next pass walks again.
+            guard let walked = await walk(schedule, at: began) else { return schedule }
+            schedule = walked
+            walks.withLock { $0 += 1 }
+        }
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let time = Int64(now().rounded(.down))
+            guard let principal = schedule.next(at: time) else { break }
+            let outcome = await check(principal, claiming: true)
+            switch outcome {
+            case .skipped, .noToken, .unreadable:
+                // Not due any more (checked elsewhere, signed in again), or nothing to check: its next
+                // due time, if any, is past the horizon, and the next walk finds it.
+                continue
+            case .storageFailed:
+                // The next pass tries again (not Apple's long pause).
+                schedule.putBack(principal, due: time)
+                return schedule
+            case .failed(let error):
+                schedule.putBack(principal, due: time)
+                pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))
+                return schedule
+            case .valid, .consentRevoked:
+                await doorbell.wait(upTo: spacing)
+            }
+        }
+        return schedule
+    }
+
+    /// Walks through every user since start: for the benchmark and the tests.
+    package var walkCount: Int { walks.withLock { $0 } }
 
     /// Checks completed with the grant still valid (or gone), with consent found withdrawn, and
     /// checks that failed, since start: for the metrics.

@@ -8,7 +8,7 @@ struct KeyholeBench: AsyncParsableCommand {
         commandName: "keyhole-bench",
         abstract: "Benchmarks for keyholed (release builds only).",
         version: KeyholeVersion.current,
-        subcommands: [Load.self, Verify.self, FloorServer.self, RawFloorServer.self, Hostile.self, MetricsCost.self],
+        subcommands: [Load.self, Verify.self, FloorServer.self, RawFloorServer.self, Hostile.self, MetricsCost.self, RefreshChecksCost.self],
         defaultSubcommand: Load.self
     )
 }

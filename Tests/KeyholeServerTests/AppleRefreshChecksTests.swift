@@ -45,11 +45,13 @@ struct AppleRefreshChecksTests {
         }
 
         func checks(
-            _ onRevoked: AppleRefreshChecks.Configuration.OnRevoked = .revokeSessions, perMinute: Int = 60, exchange: AppleOperations.Exchange? = nil
+            _ onRevoked: AppleRefreshChecks.Configuration.OnRevoked = .revokeSessions, perMinute: Int = 60, exchange: AppleOperations.Exchange? = nil,
+            scheduleCapacity: Int = 65_536
         ) -> AppleRefreshChecks {
             var configuration = AppleRefreshChecks.Configuration()
             configuration.onRevoked = onRevoked
             configuration.perMinute = perMinute
+            configuration.scheduleCapacity = scheduleCapacity
             return AppleRefreshChecks(issuer: "apple", store: store.awaited, exchange: exchange ?? self.exchange, configuration: configuration, now: { [clock] in clock.now }, logger: Logger(label: "test"))
         }
 
@@ -253,6 +255,57 @@ struct AppleRefreshChecksTests {
         #expect(asked.allSatisfy { $0["grant_type"] == "refresh_token" })
         #expect(harness.grant("001.s.a")?.checkedAt == later)
         #expect(harness.grant("001.s.b") == nil)
+        try await harness.close()
+    }
+}
+
+extension AppleRefreshChecksTests {
+    @Test("passes walk the users only when the schedule needs it: past its capacity the next pass walks again; with nothing due a pass reads no user; a sign-in after a walk is found by the next one, before it falls due")
+    func scheduledPasses() async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks(scheduleCapacity: 2)
+        for (n, sub) in ["001.p.a", "001.p.b", "001.p.c"].enumerated() {
+            _ = try await harness.signIn(sub, at: t0 + Int64(n), sessions: 0)
+        }
+        var schedule = RefreshCheckSchedule(capacity: 2, rewalkAfter: 3600)
+        var pause = Duration.seconds(60)
+        let t1 = t0 + 2 * 86_400
+        harness.clock.now = Double(t1)
+        let requests = harness.apple.requestCount
+        // The first pass walks and checks the two it kept; the third was left out, so the horizon is
+        // already past and the second pass walks again and checks it.
+        schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        #expect(checks.walkCount == 1)
+        #expect(harness.apple.requestCount == requests + 2)
+        schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        #expect(checks.walkCount == 2)
+        #expect(harness.apple.requestCount == requests + 3)
+        #expect(["001.p.a", "001.p.b", "001.p.c"].allSatisfy { harness.grant($0)?.checkedAt == t1 })
+
+        // Nothing due: passes within the horizon neither walk nor ask Apple.
+        for step in 1...5 {
+            harness.clock.now = Double(t1 + Int64(step) * 600)
+            schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        }
+        #expect(checks.walkCount == 2)
+        #expect(harness.apple.requestCount == requests + 3)
+
+        // A sign-in now is due a day later; the walk at the horizon (an hour after the last) has it.
+        _ = try await harness.signIn("001.p.d", at: t1 + 3000, sessions: 0)
+        let signedIn = harness.apple.requestCount
+        harness.clock.now = Double(t1 + 3600)
+        schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        #expect(checks.walkCount == 3)
+        #expect(schedule.horizon == t1 + 7200)
+        #expect(harness.apple.requestCount == signedIn)
+        // A day and an eighth later all four are due; two at a time (the capacity), walking between.
+        let t2 = t1 + 3000 + 86_400 + 86_400 / 8
+        harness.clock.now = Double(t2)
+        for _ in 1...3 where harness.grant("001.p.d")?.checkedAt != t2 {
+            schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        }
+        #expect(harness.grant("001.p.d")?.checkedAt == t2)
+        #expect(checks.walkCount == 5)
         try await harness.close()
     }
 }
