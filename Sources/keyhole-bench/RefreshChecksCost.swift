@@ -5,7 +5,6 @@ import KeyholeJOSE
 import KeyholeServer
 import KeyholeStore
 import Logging
-import Synchronization
 
 /// `keyhole-bench refresh-checks`: what a pass of the Apple refresh-token checks costs keyholed on a
 /// store of many Apple users when none is due (issue 32: under 1 ms at 1 000 000 users).
@@ -53,7 +52,7 @@ struct RefreshChecksCost: AsyncParsableCommand {
         }
         let filled = ContinuousClock.now - made
 
-        let clock = BenchTime(Double(start + 600))
+        let clock = TestClock(start: Double(start + 600))
         let http = AppleClient.makeHTTPClient()
         let secrets = ClientSecrets(configuration: .init(teamID: "TEAM123456", keyID: "KEY1234567"), key: SigningKey())
         let exchange = AppleOperations.Exchange(
@@ -66,7 +65,7 @@ struct RefreshChecksCost: AsyncParsableCommand {
         var emptyPasses: [Double] = []
         var pause = Duration.seconds(60)
         for round in 0..<rounds {
-            clock.now = Double(start + 600 + Int64(round))
+            clock.advance(by: 1)
             // Before: every pass walked every user.
             let walkStart = ContinuousClock.now
             guard let due = await checks.dueUsers(at: Int64(clock.now)), due.isEmpty else {
@@ -80,8 +79,8 @@ struct RefreshChecksCost: AsyncParsableCommand {
             firstPasses.append(Self.milliseconds(ContinuousClock.now - firstStart))
             let walked = checks.walkCount
             let passStart = ContinuousClock.now
-            for n in 0..<passes {
-                clock.now = Double(start + 600 + Int64(round)) + Double(n) * 0.3
+            for _ in 0..<passes {
+                clock.advance(by: 0.05)
                 schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
             }
             emptyPasses.append(Self.milliseconds(ContinuousClock.now - passStart) * 1e6 / Double(passes))
@@ -105,16 +104,4 @@ struct RefreshChecksCost: AsyncParsableCommand {
     static func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 
     static func rounded(_ value: Double) -> Double { (value * 100).rounded() / 100 }
-}
-
-/// The wall clock the benchmark sets.
-final class BenchTime: Sendable {
-    private let value: Mutex<Double>
-
-    init(_ now: Double) { value = Mutex(now) }
-
-    var now: Double {
-        get { value.withLock { $0 } }
-        set { value.withLock { $0 = newValue } }
-    }
 }
