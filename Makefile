@@ -10,7 +10,7 @@ DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | 
 # service is stopped after installing (SystemdPostgresTests runs that cluster, pg_lsclusters and
 # pg_conftool under systemd in a throwaway container, whose changes vanish with it).
 APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace curl gcc prometheus \
-  prometheus-node-exporter postgresql
+  prometheus-node-exporter postgresql lintian
 # Each language client's toolchain, test runner and (for its example app) framework, from Debian.
 CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
   php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
@@ -198,12 +198,18 @@ bench-snapshots: build build-lean
 	python3 Scripts/snapshot_bench.py $(SNAPSHOT_BENCH_ARGS)
 
 ## deb: the Debian package (keyhole_<version>_<arch>.deb here), from a release build with the Swift
-## runtime linked in, so that it needs only Debian's own packages.
+## runtime linked in, so that it needs only Debian's own packages; lintian must find no error and no
+## warning (packaging/deb/lintian-overrides says why each override is there). DEB_MAINTAINER="NAME
+## <ADDRESS>" names who builds it for a site (the project has no mail domain: a placeholder otherwise).
+DEB_MAINTAINER ?=
+DEB_FILE := $(CURDIR)/keyhole_$(shell sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/KeyholeProtocol/KeyholeVersion.swift)-1_$(shell dpkg --print-architecture 2>/dev/null).deb
 deb: deps
 	$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-deb --product keyholed
 	$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-deb --product keyhole
 	packaging/deb/build-deb.sh --bin $(CURDIR)/.build-deb/release --strip \
-	  --out $(CURDIR)/keyhole_$$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/KeyholeProtocol/KeyholeVersion.swift)-1_$$(dpkg --print-architecture).deb
+	  $(if $(DEB_MAINTAINER),--maintainer "$(DEB_MAINTAINER)") --out $(DEB_FILE)
+	lintian --fail-on error,warning --tag-display-limit 0 $(DEB_FILE)
+	@ls -l $(CURDIR)/.build-deb/release/keyholed $(CURDIR)/.build-deb/release/keyhole $(DEB_FILE)
 
 ## fuzz: builds keyhole-fuzz with libFuzzer and AddressSanitizer, then runs each target for FUZZ_SECONDS
 ## (default 60) on a copy of its seed corpus in Tests/Fuzz; fails when any target crashes. FUZZ_TARGETS
