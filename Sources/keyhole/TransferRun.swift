@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import KeyholeClient
 import KeyholeProtocol
 
@@ -30,7 +30,7 @@ struct TransferRun {
         var seen = Set<ExactString>()
         let items = try Self.lines(of: input).map { line in
             let fields = line.split(separator: "\t", omittingEmptySubsequences: false)
-            return fields.count > column ? String(fields[column]).trimmingCharacters(in: .whitespaces) : ""
+            return fields.count > column ? String(fields[column].trimmingBlanks()) : ""
         }.filter { !$0.isEmpty && seen.insert(ExactString($0)).inserted }
         let file: TransferOutput
         do {
@@ -104,7 +104,18 @@ struct TransferRun {
             Output.error("keyhole: cannot read \(path) as UTF-8 text")
             throw ExitCode(64)
         }
-        return text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+        return text.split(whereSeparator: \.isNewline).map { String($0.trimmingBlanks()) }
             .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+    }
+}
+
+extension Substring {
+    /// Without the blanks at either end (the lines are already split at line ends): Foundation's
+    /// trimming would pull in its internationalisation data, some 30 MB of the binary, for this alone.
+    fileprivate func trimmingBlanks() -> Substring {
+        var text = self
+        while let first = text.first, first.isWhitespace { text.removeFirst() }
+        while let last = text.last, last.isWhitespace { text.removeLast() }
+        return text
     }
 }

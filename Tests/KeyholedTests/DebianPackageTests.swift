@@ -69,6 +69,15 @@ struct DebianPackageTests {
         #expect(depends.contains("init-system-helpers (>= 1.54~)"), "\(depends)")
     }
 
+    @Test("keyhole links Foundation's essentials only, not its internationalisation (ICU's data, most of a static binary): a lighter CLI")
+    func cliFoundation() async throws {
+        let dynamic = try await ChildProcess.runOffPool(["/usr/bin/readelf", "-d", ChildProcess.builtProduct("keyhole").path])
+        #expect(dynamic.status == 0)
+        let needed = dynamic.stdout.split(separator: "\n").filter { $0.contains("(NEEDED)") }
+        #expect(needed.contains { $0.contains("[libFoundationEssentials.so]") }, "\(needed)")
+        #expect(!needed.contains { $0.contains("[libFoundation.so]") || $0.contains("[libFoundationInternationalization.so]") }, "\(needed)")
+    }
+
     @Test("build-deb.sh takes a maintainer of the form NAME <ADDRESS> and refuses others; the placeholder's lintian tags are overridden only without one")
     func maintainer() async throws {
         let directory = try DaemonProcess.makeDirectory()
