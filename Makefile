@@ -209,7 +209,7 @@ deb: deps
 	packaging/deb/build-deb.sh --bin $(CURDIR)/.build-deb/release --strip \
 	  $(if $(DEB_MAINTAINER),--maintainer "$(DEB_MAINTAINER)") --out $(DEB_FILE)
 	lintian --fail-on error,warning --tag-display-limit 0 $(DEB_FILE)
-	@ls -l $(CURDIR)/.build-deb/release/keyholed $(CURDIR)/.build-deb/release/keyhole $(DEB_FILE)
+	@dpkg-deb -c $(DEB_FILE) | grep ' ./usr/bin/'; ls -l $(DEB_FILE)
 
 ## fuzz: builds keyhole-fuzz with libFuzzer and AddressSanitizer, then runs each target for FUZZ_SECONDS
 ## (default 60) on a copy of its seed corpus in Tests/Fuzz; fails when any target crashes. FUZZ_TARGETS
