@@ -202,10 +202,12 @@ bench-snapshots: build build-lean
 ## warning (packaging/deb/lintian-overrides says why each override is there). DEB_MAINTAINER="NAME
 ## <ADDRESS>" names who builds it for a site (the project has no mail domain: a placeholder otherwise).
 DEB_MAINTAINER ?=
-DEB_FILE := $(CURDIR)/keyhole_$(shell sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/KeyholeProtocol/KeyholeVersion.swift)-1_$(shell dpkg --print-architecture 2>/dev/null).deb
+# Hardening: every symbol bound at start and the relocations read-only after (RELRO, BIND_NOW).
+DEB_LINK_FLAGS := -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now
+DEB_FILE = $(CURDIR)/keyhole_$(shell sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/KeyholeProtocol/KeyholeVersion.swift)-1_$(shell dpkg --print-architecture 2>/dev/null).deb
 deb: deps
-	$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-deb --product keyholed
-	$(SWIFT) build -c release --static-swift-stdlib --scratch-path .build-deb --product keyhole
+	$(SWIFT) build -c release --static-swift-stdlib $(DEB_LINK_FLAGS) --scratch-path .build-deb --product keyholed
+	$(SWIFT) build -c release --static-swift-stdlib $(DEB_LINK_FLAGS) --scratch-path .build-deb --product keyhole
 	packaging/deb/build-deb.sh --bin $(CURDIR)/.build-deb/release --strip \
 	  $(if $(DEB_MAINTAINER),--maintainer "$(DEB_MAINTAINER)") --out $(DEB_FILE)
 	lintian --fail-on error,warning --tag-display-limit 0 $(DEB_FILE)

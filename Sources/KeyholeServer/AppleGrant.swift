@@ -22,6 +22,7 @@ package struct AppleGrant: Sendable, Equatable {
         self.init(sealedToken: sealed, clientID: clientID, checkedAt: apple["refresh_checked_at"]?.intValue ?? 0)
     }
 
+    /// A grant of `sealedToken` issued to `clientID`, last found valid at `checkedAt`.
     package init(sealedToken: [UInt8], clientID: String, checkedAt: Int64) {
         self.sealedToken = sealedToken
         self.clientID = clientID

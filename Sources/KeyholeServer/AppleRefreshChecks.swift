@@ -34,9 +34,12 @@ public final class AppleRefreshChecks: Service, Sendable {
         /// How many of the earliest due times a walk through the users keeps
         /// (`RefreshCheckSchedule`): the users are walked again once they are checked, or sooner.
         public var scheduleCapacity = 65_536
-        /// The longest time between two walks through the users, in seconds (below a day, the
-        /// shortest interval): how late a check another host claimed and then failed is found here.
-        public var rewalkAfter: Int64 = 3600
+        /// The longest time between two walks through the users, in seconds, from a minute to half a
+        /// day (below the shortest interval, a day, which the schedule's horizon relies on): how late
+        /// a check another host claimed and then failed is found here.
+        public var rewalkAfter: Int64 = 3600 {
+            didSet { rewalkAfter = min(max(rewalkAfter, 60), 43_200) }
+        }
         /// The pause after Apple failed or refused a check, at least (Apple's Retry-After when longer).
         public var pauseAfterFailure: Duration = .seconds(900)
 
@@ -249,7 +252,7 @@ public final class AppleRefreshChecks: Service, Sendable {
     /// holds its claim too): whether this host checks. Stamped with the time of the claim, not of
     /// the walk that found it due, which may have started long before.
     private func claim(_ principal: Principal, grant: AppleGrant) async -> Result<Bool, StoreError> {
-        let window = max(configuration.pauseAfterFailure.components.seconds, 60)
+        let window = claimWindow
         let time = Int64(now().rounded(.down))
         let due = { @Sendable (checkedAt: Int64) in self.due(principal, checkedAt: checkedAt) }
         do {
@@ -286,40 +289,48 @@ public final class AppleRefreshChecks: Service, Sendable {
         }
     }
 
-    /// One pass: a walk if the schedule needs one, then every check due, in turn. Sets `pause` when
-    /// Apple failed (every other check would fail the same way). Returns the schedule after.
+    /// One pass: a walk if the schedule needs one, then every check due, in turn, walking again
+    /// whenever the last walk is `rewalkAfter` old (a long backlog included). Sets `pause` when Apple
+    /// failed (every other check would fail the same way). Returns the schedule after.
     package func pass(_ start: RefreshCheckSchedule, pause: inout Duration, spacing: Duration) async -> RefreshCheckSchedule {
         var schedule = start
-        let began = Int64(now().rounded(.down))
-        if schedule.needsWalk(at: began) {
-            // The store unreadable: the next pass walks again.
-            guard let walked = await walk(schedule, at: began) else { return schedule }
-            schedule = walked
-            walks.withLock { $0 += 1 }
-        }
+        var time = Int64(now().rounded(.down))
+        // At the start, at the horizon; within the pass only by age: in a backlog the horizon is
+        // already past, and a walk after every check would be the old cost again.
+        var walkDue = schedule.needsWalk(at: time)
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            let time = Int64(now().rounded(.down))
+            if walkDue || schedule.walkIsOld(at: time) {
+                // The store unreadable: the next pass walks again.
+                guard let walked = await walk(schedule, at: time) else { return schedule }
+                schedule = walked
+                walks.withLock { $0 += 1 }
+                walkDue = false
+            }
             guard let principal = schedule.next(at: time) else { break }
             let outcome = await check(principal, claiming: true)
             switch outcome {
             case .skipped, .noToken, .unreadable:
                 // Not due any more (checked elsewhere, signed in again), or nothing to check: its next
                 // due time, if any, is past the horizon, and the next walk finds it.
-                continue
-            case .storageFailed:
-                // The next pass tries again (not Apple's long pause).
-                schedule.putBack(principal, due: time)
-                return schedule
-            case .failed(let error):
-                schedule.putBack(principal, due: time)
-                pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))
+                break
+            case .storageFailed, .failed:
+                // Still due. This host's claim may be written already (the failure came after it):
+                // tried again once that claim's window is over, when the claim no longer stops it.
+                schedule.putBack(principal, due: time + claimWindow)
+                if case .failed(let error) = outcome {
+                    pause = max(configuration.pauseAfterFailure, .milliseconds(error.retryAfterMs ?? 0))
+                }
                 return schedule
             case .valid, .consentRevoked:
                 await doorbell.wait(upTo: spacing)
             }
+            time = Int64(now().rounded(.down))
         }
         return schedule
     }
+
+    /// How long a claim on a check holds, in seconds, either side of the clock of the host that made it.
+    var claimWindow: Int64 { max(configuration.pauseAfterFailure.components.seconds, 60) }
 
     /// Walks through every user since start: for the benchmark and the tests.
     package var walkCount: Int { walks.withLock { $0 } }

@@ -12,9 +12,11 @@ import KeyholeStore
 ///
 /// A kept entry may be stale (the user signed in again, another host checked them): the check
 /// re-reads the user and finds it not due, and the entry is dropped (its new due time is past the
-/// horizon). At the horizon, or once a walk is needed, the users are walked again. The cap on the
-/// horizon also bounds how long a check another host claimed, and then failed, waits here: until the
-/// next walk. No I/O: `AppleRefreshChecks` walks, checks and calls back.
+/// horizon). At the horizon the users are walked again, and also between checks once the last walk
+/// is `rewalkAfter` old, so that a long backlog (keyholed stopped for a day) cannot put the next walk
+/// off: a check another host claimed, and then failed, waits here until the next walk at most, and a
+/// grant stored since the last walk is always found before it falls due. No I/O: `AppleRefreshChecks`
+/// walks, checks and calls back.
 package struct RefreshCheckSchedule: Sendable {
     /// How many due times a walk keeps.
     let capacity: Int
@@ -25,6 +27,8 @@ package struct RefreshCheckSchedule: Sendable {
     private var queue: [(due: Int64, principal: Principal)] = []
     /// Before this time no user outside `queue` falls due; nil until a walk ends.
     package private(set) var horizon: Int64?
+    /// When the walk that made this schedule began; nil until one ends.
+    private var walkedAt: Int64?
 
     /// An empty schedule: the first pass walks.
     package init(capacity: Int, rewalkAfter: Int64) {
@@ -39,6 +43,14 @@ package struct RefreshCheckSchedule: Sendable {
     func needsWalk(at now: Int64) -> Bool {
         guard let horizon else { return true }
         return now >= horizon
+    }
+
+    /// Whether the last walk began `rewalkAfter` ago or more (or there was none): checked between
+    /// checks, so that a long backlog of due users still gets a walk that often.
+    func walkIsOld(at now: Int64) -> Bool {
+        guard let walkedAt else { return true }
+        let (end, overflow) = walkedAt.addingReportingOverflow(rewalkAfter)
+        return !overflow && now >= end
     }
 
     /// The earliest kept user due at `now` or before, taken out of the schedule; nil when none is.
@@ -130,6 +142,7 @@ package struct RefreshCheckSchedule: Sendable {
             let (capped, overflow) = start.addingReportingOverflow(rewalkAfter)
             let cap = overflow ? Int64.max : capped
             schedule.horizon = min(cap, earliestDropped ?? cap)
+            schedule.walkedAt = start
             return schedule
         }
     }

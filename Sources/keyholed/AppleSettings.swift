@@ -4,7 +4,8 @@ import KeyholeIssuers
 import KeyholeServer
 
 /// The `[apple]` section as read from the file: names and paths; the keys themselves are read at
-/// start-up (`AppleSettings+Keys.swift`), so a missing key is a start-up error naming its file.
+/// start-up (`AppleSettings+Keys.swift`), so a missing key is a start-up error naming its file, and the
+/// team's key again at each reload (`AppleExchangeRenewal`).
 struct AppleSettings: Equatable {
     /// Where a key comes from.
     enum KeySource: Equatable, CustomStringConvertible {
@@ -33,7 +34,7 @@ struct AppleSettings: Equatable {
     var endpoint = "https://appleid.apple.com"
     /// How stored refresh tokens are checked.
     var refreshChecks = AppleRefreshChecks.Configuration()
-    /// Sign in with Apple on the web (`web_*`); its endpoint is `endpoint`, set at start-up.
+    /// Sign in with Apple on the web (`web_*`); its endpoint is `endpoint` (a reload changes it).
     var web = AppleOperations.Web()
 
     /// Whether codes can be exchanged (and refresh tokens stored).

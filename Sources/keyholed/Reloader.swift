@@ -99,8 +99,12 @@ final class Reloader: Sendable {
         if let apple = effective.apple {
             try Self.checkApple(apple, issuers: effective.issuers)
             // The team key read again (a rotated .p8 rewritten in place is found this way too): a
-            // key that does not read fails the whole reload, and the running one stays in use.
-            if apple.exchanges, let renewal = targets.appleExchange { renewed = try renewal.make(apple) }
+            // key that does not read fails the whole reload, and the running one stays in use. Only
+            // while the file keeps code exchange on: one that turns it off (a restart's change) must
+            // not fail for the old key, which may be gone.
+            if apple.exchanges, file.apple?.exchanges == true, let renewal = targets.appleExchange {
+                renewed = try renewal.make(apple)
+            }
         }
         do {
             try effective.serverConfiguration.validate()

@@ -310,6 +310,38 @@ extension AppleRefreshChecksTests {
     }
 }
 
+extension AppleRefreshChecksTests {
+    @Test("a check Apple could not answer goes back into the schedule and is tried again once this host's claim on it is over, not dropped")
+    func failedCheckPutBack() async throws {
+        let harness = try await Harness(now: t0)
+        let checks = harness.checks()
+        _ = try await harness.signIn("001.f.a", at: t0, sessions: 0)
+        var schedule = RefreshCheckSchedule(capacity: 16, rewalkAfter: 3600)
+        var pause = Duration.seconds(60)
+        let t1 = t0 + 2 * 86_400
+        harness.clock.now = Double(t1)
+        harness.apple.fail(with: .serviceUnavailable, count: 1)
+        let requests = harness.apple.requestCount
+        schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        #expect(harness.apple.requestCount == requests + 1)
+        #expect(pause == .seconds(900))
+        #expect(schedule.count == 1)
+        #expect(harness.grant("001.f.a")?.checkedAt == t0)
+        // Within the claim's window: not tried (the claim would stop it), and not lost either.
+        harness.clock.now = Double(t1 + 60)
+        schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        #expect(harness.apple.requestCount == requests + 1)
+        #expect(schedule.count == 1)
+        harness.clock.now = Double(t1 + 900)
+        schedule = await checks.pass(schedule, pause: &pause, spacing: .milliseconds(1))
+        #expect(harness.apple.requestCount == requests + 2)
+        #expect(harness.grant("001.f.a")?.checkedAt == t1 + 900)
+        #expect(schedule.count == 0)
+        #expect(checks.walkCount == 1)
+        try await harness.close()
+    }
+}
+
 /// A wall clock the test sets.
 final class ManualTime: Sendable {
     private let value: Mutex<Double>

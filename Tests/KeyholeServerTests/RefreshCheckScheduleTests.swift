@@ -45,6 +45,18 @@ struct RefreshCheckScheduleTests {
         #expect(Self.walked([], capacity: 1, rewalkAfter: 3600, at: .max - 10).horizon == .max)
     }
 
+    @Test("a walk is old rewalkAfter after it began, whatever the horizon: a backlog still gets walks that often")
+    func walkAge() {
+        var none = RefreshCheckSchedule(capacity: 1, rewalkAfter: 3600)
+        #expect(none.walkIsOld(at: 0))
+        // A backlog: the horizon (the earliest left out) is long past, the walk itself is new.
+        none = Self.walked([("a", 10), ("b", 20)], capacity: 1, rewalkAfter: 3600, at: 1000)
+        #expect(none.horizon == 20)
+        #expect(!none.walkIsOld(at: 4599))
+        #expect(none.walkIsOld(at: 4600))
+        #expect(!Self.walked([], capacity: 1, rewalkAfter: 3600, at: .max - 10).walkIsOld(at: .max))
+    }
+
     @Test("a check that failed goes back in due order; equal due times come out in the order of the subs' bytes, composed and decomposed forms apart")
     func putBackAndTies() {
         var schedule = Self.walked([("b", 100), ("d", 300), ("\u{e9}", 200), ("e\u{301}", 200)], capacity: 10)

@@ -84,6 +84,17 @@ struct AppleKeyRotationEndToEndTests {
         // A reload that changes nothing names nothing: the same key read again is no change.
         #expect(try connection.result("admin.reload")["applied"] == [])
 
+        // A file that turns code exchange off (a restart's change), the key deleted: the reload says
+        // so and goes on, rather than failing for the key it no longer names; the running key stays.
+        try FileManager.default.removeItem(at: newPath)
+        let without = config.split(separator: "\n", omittingEmptySubsequences: false)
+            .filter { !["team_id", "key_id", "private_key_file", "store_key_file"].contains(where: $0.trimmingCharacters(in: .whitespaces).hasPrefix) }
+            .joined(separator: "\n")
+        try ReloadEndToEndTests.rewrite(daemon, without)
+        let off = try connection.result("admin.reload")
+        #expect(off["needs_restart"] == ["apple"], "\(off)")
+        #expect(try Self.signIn(apple, connection, sub: "001.rot.e")["result"]?["created"] == true, "\(apple.refusals)")
+
         // One connection throughout (a restart would have closed it), and no key in the log.
         #expect(try connection.result("ping")["protocol"] == 1)
         #expect(try daemon.terminate() == 0)

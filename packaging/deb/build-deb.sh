@@ -53,7 +53,7 @@ install -d -m 0755 "$root/DEBIAN" "$root/usr/bin" "$root/usr/lib/systemd/system"
     "$root/usr/lib/tmpfiles.d" "$root/etc/keyhole" "$root/usr/share/doc/keyhole"
 for b in keyholed keyhole; do
     install -m 0755 "$bin/$b" "$root/usr/bin/$b"
-    [ "$strip" = no ] || strip --strip-unneeded "$root/usr/bin/$b"
+    [ "$strip" = no ] || strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/$b"
 done
 install -m 0644 "$packaging/systemd/keyholed.service" "$packaging/systemd/keyholed.socket" "$packaging/systemd/keyholed-http.socket" \
     "$root/usr/lib/systemd/system/"
@@ -115,6 +115,9 @@ sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$(dpkg --print-architecture)/" -e "s
     -e "s|@MAINTAINER@|$maintainer|" "$here/control.in" > "$root/DEBIAN/control"
 install -m 0644 "$here/conffiles" "$root/DEBIAN/conffiles"
 for script in postinst prerm postrm; do install -m 0755 "$here/$script" "$root/DEBIAN/$script"; done
+# What `dpkg --verify` checks the installed files against (conffiles are dpkg's own business).
+(cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum) > "$root/DEBIAN/md5sums"
+chmod 0644 "$root/DEBIAN/md5sums"
 
 dpkg-deb --root-owner-group -Z"$compression" --build "$root" "$out" >/dev/null
 echo "$out"
