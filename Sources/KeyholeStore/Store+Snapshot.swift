@@ -33,7 +33,7 @@ extension Store {
     /// Whether a snapshot is wanted: the log has grown past its threshold (`snapshotThreshold`), or a
     /// failed sync left acknowledged changes to write again.
     public var snapshotDue: Bool {
-        state.withLock { state in state.resyncDue || (state.snapshotThreshold(configuration).map { state.counters.walBytes >= $0 } ?? false) }
+        state.withLock { $0.snapshotWanted(configuration) }
     }
 
     /// The log's size on disk at which the next snapshot is taken (`nil`: only when asked for).
@@ -186,11 +186,16 @@ extension Store.State {
         return overflow ? .max : max(floor, scaled / 100)
     }
 
-    /// Whether a snapshot is wanted (the log grew past its threshold, or a failed sync left changes to
-    /// write again) and the snapshotter must be told (once, and again after a snapshot that failed).
+    /// Whether a snapshot is wanted: the log grew past its threshold, or a failed sync left changes to
+    /// write again.
+    func snapshotWanted(_ configuration: Store.Configuration) -> Bool {
+        resyncDue || (snapshotThreshold(configuration).map { counters.walBytes >= $0 } ?? false)
+    }
+
+    /// Whether a snapshot is wanted and the snapshotter must be told (once, and again after a
+    /// snapshot that failed).
     mutating func signalSnapshotIfDue(_ configuration: Store.Configuration) -> Bool {
-        let due = resyncDue || (snapshotThreshold(configuration).map { counters.walBytes >= $0 } ?? false)
-        guard due, !snapshotSignalled else { return false }
+        guard snapshotWanted(configuration), !snapshotSignalled else { return false }
         snapshotSignalled = true
         return true
     }
