@@ -175,6 +175,14 @@ public struct ProtocolError: Error, Sendable, Hashable, CustomStringConvertible 
     public static func shuttingDown() -> ProtocolError {
         ProtocolError(code: .shuttingDown, message: "keyholed is shutting down", retryAfterMs: 100)
     }
+    /// The last frame of a connection closed by a graceful shutdown (sent with a null id): every
+    /// request on it still unanswered was never read, so a client sends each again on a new
+    /// connection, whatever its operation (PROTOCOL.md sections 5 and 8).
+    public static func goodbye() -> ProtocolError {
+        ProtocolError(
+            code: .shuttingDown,
+            message: "keyholed is shutting down: requests on this connection still unanswered were not read; send them again on a new connection")
+    }
     /// An unexpected failure inside the server.
     public static func `internal`(_ message: String = "internal error") -> ProtocolError {
         ProtocolError(code: .internal, message: message)

@@ -51,6 +51,10 @@ struct ConnectionStateMachine {
     private(set) var requestsStarted = 0
     /// Set while shutdown waits for this connection's first request (see `quiesce`).
     private(set) var firstRequestDeadline: NIODeadline?
+    /// Shutdown stopped this connection's reading (`quiesce`), so once drained it ends with keyholed's
+    /// goodbye: a null-id `shutting_down` that tells the client no unanswered request was read.
+    /// Not when reading had stopped for another reason first, nor on a forced close.
+    private(set) var endsWithGoodbye = false
 
     init(maxInFlight: Int, idleTimeout: TimeAmount, frameTimeout: TimeAmount, drainTimeout: TimeAmount, now: NIODeadline) {
         precondition(maxInFlight >= 1)
@@ -156,6 +160,7 @@ struct ConnectionStateMachine {
     /// sending its first request, which closing now would fail. Any other connection stops reading now.
     mutating func quiesce(now: NIODeadline, grace: TimeAmount) -> QuiesceVerdict {
         guard state == .open else { return .none }
+        endsWithGoodbye = true
         if requestsStarted == 0 {
             let deadline = now + min(grace, drainTimeout)
             firstRequestDeadline = deadline

@@ -146,6 +146,7 @@ extension ServedConnection {
             armDrainDeadline()
         }
         if machine.state == .draining, machine.drainedIfIdle(framesLeft: decoder.hasCompleteFrame) {
+            if machine.endsWithGoodbye { writeGoodbye() }
             closeAfterWritesOnce()
         }
         return frames
@@ -205,6 +206,18 @@ extension ServedConnection {
         prepareOutbound()
         let before = outbound.readableBytes
         FrameEncoder.writeFrame(into: &outbound) { response.write(to: &$0) }
+        outboundWritten(outbound.readableBytes - before)
+    }
+
+    /// The last frame of a connection drained at shutdown, after every answer: a null-id
+    /// `shutting_down` that promises the client that whatever it sent and got no answer to was never
+    /// read (reading stopped before it, and bytes that came later were dropped), so it may send it
+    /// again on a new connection even when it is a change. Not counted as an error: it answers nothing.
+    private func writeGoodbye() {
+        guard !closing else { return }
+        prepareOutbound()
+        let before = outbound.readableBytes
+        FrameEncoder.writeFrame(into: &outbound) { Response(id: nil, outcome: .failure(.goodbye())).write(to: &$0) }
         outboundWritten(outbound.readableBytes - before)
     }
 

@@ -64,8 +64,11 @@ extension SocketLoop {
         refusedThisPass = true
     }
 
-    func acceptAll() {
-        guard let listener else { return }
+    /// Accepts up to `acceptsPerWake` connections. Returns whether more may be waiting (it took that
+    /// many without finding the backlog empty).
+    @discardableResult
+    func acceptAll() -> Bool {
+        guard let listener else { return false }
         var accepted = false
         defer {
             if refusedThisPass {
@@ -83,21 +86,22 @@ extension SocketLoop {
                 case EINTR, ECONNABORTED:
                     continue
                 case EAGAIN:
-                    return
+                    return false
                 case EMFILE, ENFILE, ENOBUFS, ENOMEM:
                     // Level-triggered, the socket would wake the loop on every pass until a descriptor
                     // frees up: look away for a moment instead.
                     listener.failed(errno)
                     pauseListening(for: configuration.acceptPause)
-                    return
+                    return false
                 default:
                     listener.failed(errno)
-                    return
+                    return false
                 }
             }
             accepted = true
             adopt(fd, accepted: listener.accepted)
         }
+        return true
     }
 
     private func pauseListening(for pause: TimeAmount) {
@@ -127,12 +131,22 @@ extension SocketLoop {
 
     // MARK: Ending
 
+    /// At most this many `acceptAll` passes take the backlog at shutdown, so that a flood of
+    /// connections cannot hold it off.
+    static let backlogPassesAtQuiesce = 64
+
     /// Graceful shutdown: stops accepting, asks every connection's delegate to finish (`quiesce`), and
     /// ends the thread once none is left. On the loop's thread.
     public func quiesce() {
         precondition(inLoop, "quiesce: on the loop")
         guard !quiescing else { return }
         quiescing = true
+        // Connections already in the backlog are taken, and quiesced below like the rest: their
+        // clients have sent or are sending a request, which keyholed answers before it says goodbye.
+        // Left there, they would be reset when keyholed holds the socket's last reference (the socket
+        // unit stopped too), failing a request that may have been a change.
+        var passes = 0
+        while passes < Self.backlogPassesAtQuiesce, acceptAll() { passes += 1 }
         stopListening()
         for index in connections.indices {
             guard let connection = connections[index] else { continue }
