@@ -3,11 +3,12 @@ import KeyholeProtocol
 /// The reconnect and re-send rules of PROTOCOL.md section 8 for one call, without I/O: the call tells
 /// it what happened (and when), it answers what to do next.
 ///
-/// - A request not yet written when its connection was found closed is sent on a new connection.
+/// - A request not yet written when its connection was found closed, or left unanswered by keyholed's
+///   goodbye (which says it was never read), is sent on a new connection, whatever its operation.
 /// - A request written and left unanswered when the connection ended, or answered `shutting_down`, is
 ///   sent again once on a new connection if its operation is safe to repeat (`KeyholeOperations`);
 ///   otherwise the call fails with `connection_lost` (or gets the `shutting_down` answer).
-/// - An error with a null id ends the connection: the call gets that error, and is not sent again.
+/// - Any other error with a null id ends the connection: the call gets that error, and is not sent again.
 /// - `overloaded` with `retry_after_ms` reaches the caller, unless the caller asked to wait it out and
 ///   the wait ends before the deadline.
 /// - Failed connection attempts are retried after a wait doubling from 10 ms to at most 500 ms, until
@@ -93,7 +94,8 @@ struct CallStateMachine {
             if error.code == .overloaded, let wait = overloadWait(error, now: now) { return .wait(until: wait) }
             return finish(.success(response))
         case .notWritten:
-            // It never reached keyholed: send it on a new connection, as often as the deadline allows.
+            // It never reached keyholed, or keyholed said goodbye without reading it: send it on a new
+            // connection, as often as the deadline allows.
             return backOff(now: now)
         case .lost:
             failures = 0

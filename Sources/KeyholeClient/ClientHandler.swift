@@ -102,6 +102,10 @@ final class ClientHandler: ChannelDuplexHandler {
                 status.retire()
             }
             waiting.promise.succeed(.answered(response))
+        } else if response.id == nil, case .failure(let error) = response.outcome, error.code == .shuttingDown {
+            // keyholed's goodbye: it answered everything it read and closes the connection, so the
+            // calls still waiting were never read, and go again on a new connection (section 8, rule 3).
+            status.sayGoodbye()
         } else if response.id == nil, case .failure(let error) = response.outcome {
             // An error without an id concerns the connection (overloaded, a framing error): nothing
             // more goes on it, but keyholed still answers the requests it had read before it closes

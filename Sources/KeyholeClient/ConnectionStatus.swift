@@ -7,13 +7,15 @@ final class ConnectionStatus: Sendable {
     private struct State {
         var usable = true
         var refusal: ProtocolError?
+        /// keyholed said goodbye (a null-id `shutting_down`): nothing unanswered on the connection was read.
+        var saidGoodbye = false
         /// Whether a call has been told of `refusal` (it failed with it).
         var refusalTold = false
     }
 
     private let state = Mutex(State())
 
-    /// False once the connection has ended, broke the protocol, or was answered `shutting_down`:
+    /// False once the connection has ended, broke the protocol, was answered `shutting_down`, or got the goodbye:
     /// nothing more is sent on it (PROTOCOL.md section 8).
     var isUsable: Bool { state.withLock { $0.usable } }
 
@@ -24,9 +26,13 @@ final class ConnectionStatus: Sendable {
     }
 
     /// What the calls still waiting when the connection ends come to: the null-id error keyholed
-    /// sent before closing it (rule 4), else `lost`.
+    /// sent before closing it (rule 4); `notWritten` after its goodbye, which promises that it read
+    /// none of them (rule 3: each is sent on a new connection, whatever its operation); else `lost`.
     var endOutcome: SendOutcome {
-        state.withLock { $0.refusal.map(SendOutcome.connectionRefused) ?? .lost }
+        state.withLock { state in
+            if let refusal = state.refusal { return .connectionRefused(refusal) }
+            return state.saidGoodbye ? .notWritten : .lost
+        }
     }
 
     /// The null-id error keyholed ended this connection with, if no call has been told of it yet;
@@ -49,6 +55,15 @@ final class ConnectionStatus: Sendable {
     /// Nothing more is to be sent on this connection.
     func retire() {
         state.withLock { $0.usable = false }
+    }
+
+    /// keyholed said goodbye: it is closing the connection gracefully and read nothing it has not
+    /// answered (PROTOCOL.md section 5).
+    func sayGoodbye() {
+        state.withLock { state in
+            state.usable = false
+            state.saidGoodbye = true
+        }
     }
 
     /// keyholed ended the connection with `error`, an error with a null id.

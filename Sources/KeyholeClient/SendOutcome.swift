@@ -5,7 +5,8 @@ import KeyholeProtocol
 enum SendOutcome: Sendable, Equatable {
     /// keyholed answered it (a result or one of its errors).
     case answered(Response)
-    /// It never went out: the connection was found closed before a byte of it was written.
+    /// keyholed never read it: the connection was found closed before a byte of it was written, or
+    /// keyholed said goodbye on it without answering it (PROTOCOL.md section 8, rules 1 and 3).
     case notWritten
     /// It was written, and the connection ended before its answer.
     case lost

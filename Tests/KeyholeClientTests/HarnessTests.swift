@@ -89,7 +89,7 @@ struct HarnessTests {
         #expect(status == 0, "\(stderr)")
     }
 
-    @Test("creates across restarts and bounces (chaos 6 200): each succeeds or is connection_lost; none applied twice")
+    @Test("creates across restarts and bounces (chaos 6 200): every one succeeds, each applied once (keyholed's goodbye)")
     func createsAcrossRestarts() async throws {
         let harness = try await Harness.start()
         let client = KeyholeClient(socketPath: harness.socket)
@@ -97,31 +97,24 @@ struct HarnessTests {
         #expect(await harness.command("chaos 6 200")?["ok"] == true)
         async let chaos = Self.chaosEnd(harness, done: done)
         var created: [String: String] = [:]
-        var lost: [String] = []
-        var other: [String] = []
+        var failed: [String] = []
         var n = 0
         while !done.isSet {
             let sub = "restart-\(n)"
             n += 1
             do {
                 created[sub] = try await client.createSession(sub: sub, issuer: harness.issuer).id
-            } catch let error as KeyholeClientError where error.code == "connection_lost" {
-                lost.append(sub)
             } catch {
-                other.append("\(sub): \(error)")
+                failed.append("\(sub): \(error)")
             }
         }
         let outcome = await chaos
         #expect(outcome?["chaos"] == "done", "\(String(describing: outcome))")
-        #expect(other.isEmpty, "creates that failed otherwise than connection_lost: \(other.prefix(5))")
-        #expect(!created.isEmpty, "no create succeeded during the chaos (\(lost.count) connection_lost)")
+        #expect(failed.isEmpty, "\(failed.count) of \(n) creates failed: \(failed.prefix(5))")
+        #expect(created.count >= 6, "creates during the chaos (at least one a cycle): \(created.count)")
         for (sub, id) in created {
             let sessions = try await client.listSessions(sub: sub, issuer: harness.issuer)
             #expect(sessions.map { $0["id"]?.stringValue } == [id], "\(sub)")
-        }
-        for sub in lost {
-            let sessions = try await client.listSessions(sub: sub, issuer: harness.issuer)
-            #expect(sessions.count <= 1, "\(sub) has \(sessions.count) sessions")
         }
         try await client.close()
         let (status, stderr) = await harness.stop()

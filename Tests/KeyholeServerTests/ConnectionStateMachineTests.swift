@@ -223,4 +223,32 @@ struct ConnectionStateMachineTests {
         let capped = long.quiesce(now: start, grace: .seconds(600))
         #expect(capped == .awaitFirstRequest(start + .seconds(30)))
     }
+
+    @Test("shutdown's drain ends with the goodbye; a drain that began otherwise (a frame error, the client's end of input) and a close by timer do not")
+    func goodbyeOnlyAfterShutdownsDrain() {
+        var used = machine()
+        #expect(!used.endsWithGoodbye)
+        used.requestStarted()
+        _ = used.requestFinished(now: start)
+        _ = used.quiesce(now: start, grace: .seconds(1))
+        #expect(used.endsWithGoodbye)
+        let closes = used.drainedIfIdle(framesLeft: false)
+        #expect(closes)
+
+        var fresh = machine()
+        _ = fresh.quiesce(now: start, grace: .seconds(1))
+        #expect(fresh.endsWithGoodbye, "also a connection shutdown waited on for its first request")
+
+        var failed = machine()
+        failed.requestStarted()
+        failed.stopReading(now: start)
+        let verdict = failed.quiesce(now: start, grace: .seconds(1))
+        #expect(verdict == .none)
+        #expect(!failed.endsWithGoodbye, "reading had stopped before shutdown: no promise about what came after")
+
+        var idle = machine()
+        let timedOut = idle.idleTimerFired(now: start + .seconds(3600))
+        #expect(timedOut == .close)
+        #expect(!idle.endsWithGoodbye)
+    }
 }

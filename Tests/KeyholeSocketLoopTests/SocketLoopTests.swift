@@ -274,6 +274,28 @@ struct SocketLoopTests {
         #expect(events.all.contains("closed"))
     }
 
+    @Test("graceful shutdown takes the connections waiting in the backlog and asks each to finish, rather than leaving them to be reset")
+    func quiesceTakesTheBacklog() async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        let group = try start(socket, loops: 1, events: events)
+        // Connected and sent from the loop's own thread, in the job that quiesces: the loop has no
+        // pass in between to accept them, so they are still in the backlog when shutdown begins.
+        let loop = group.loops[0]
+        let clients = await onLoop(loop) { () -> [RawConnection] in
+            let clients = (0..<3).map { _ in try! socket.connect() }
+            for client in clients { try! client.send([7]) }
+            loop.quiesce()
+            return clients
+        }
+        for client in clients {
+            #expect(try client.receiveAll().isEmpty, "closed after its writes")
+        }
+        await group.finished()
+        #expect(events.all.filter { $0 == "quiesce" }.count == 3, "\(events.all)")
+        #expect(events.all.filter { $0 == "closed" }.count == 3, "\(events.all)")
+    }
+
     /// Only the connection: this test process ignores SIGPIPE (SwiftNIO does, once it opened a socket),
     /// so that keyholed is not killed by one is shown end to end (UnreadAnswersEndToEndTests).
     @Test("a client gone before its answer is sent costs its connection, and the loop serves on")

@@ -141,6 +141,15 @@ package final class RawConnection: @unchecked Sendable {
         return poll(&entry, 1, 0) > 0
     }
 
+    /// Whether the next frame is keyholed's goodbye (a null-id `shutting_down`, PROTOCOL.md section 5),
+    /// which it sends last on a connection drained at shutdown. `false` for any other frame or the end
+    /// of the stream.
+    package func readsGoodbye() throws -> Bool {
+        guard let body = try readFrame() else { return false }
+        let frame = try JSONValue.parse(ByteBuffer(bytes: body))
+        return frame["id"] == .null && frame["ok"] == false && frame["error"]?["code"] == "shutting_down"
+    }
+
     /// `true` when the server closed the connection with no further bytes.
     ///
     /// A server that closes while bytes we sent are unread makes Linux report ECONNRESET instead of a

@@ -22,6 +22,7 @@ struct LifecycleEndToEndTests {
             answered.insert(response["id"]!)
         }
         #expect(answered == [1, 2, 3, 4, 5])
+        #expect(try connection.readsGoodbye(), "the goodbye comes after the last answer")
         #expect(try connection.readsEndOfStream())
         #expect(try daemon.waitForExit() == 0)
         #expect(!FileManager.default.fileExists(atPath: daemon.socketPath))
@@ -41,17 +42,57 @@ struct LifecycleEndToEndTests {
         #expect(try used.readResponse()["id"] == "before")
         daemon.signal(SIGTERM)
         try daemon.waitForStderr(containing: "server.draining")
-        // A connection that had been used is idle at shutdown: it is closed.
+        // A connection that had been used is idle at shutdown: it gets the goodbye and is closed.
+        #expect(try used.readsGoodbye())
         #expect(try used.readsEndOfStream())
         try fresh.sendFrame(#"{"op":"ping","id":"late"}"#)
         let answer = try fresh.readResponse()
         #expect(answer["id"] == "late")
         #expect(answer["ok"] == true)
+        #expect(try fresh.readsGoodbye())
         #expect(try fresh.readsEndOfStream())
         // The silent one holds shutdown up for the grace (1 s), not the drain timeout.
+        #expect(try silent.readsGoodbye())
         #expect(try silent.readsEndOfStream())
         #expect(try daemon.waitForExit(seconds: 120) == 0)
         #expect(!daemon.stderr.contains("connection.drain_timeout"))
+    }
+
+    @Test("SIGTERM: a change sent after keyholed stopped reading its connection is not applied, and the goodbye after the last answer says so")
+    func goodbyePromisesUnreadRequestsHadNoEffect() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // One loop: shutdown stops reading every connection in one pass, so the goodbye on one
+        // connection shows that the other has stopped being read too.
+        let config = "[server]\nthreads = 1\n"
+        let daemon = try DaemonProcess(config: config, arguments: ["--enable-debug-ops"], directory: directory)
+        try daemon.waitUntilReady()
+        let idle = try RawConnection(path: daemon.socketPath)
+        let busy = try RawConnection(path: daemon.socketPath)
+        try idle.sendFrame(#"{"op":"ping","id":"before"}"#)
+        #expect(try idle.readResponse()["id"] == "before")
+        try busy.sendFrame(#"{"op":"debug.sleep","id":1,"args":{"ms":1500}}"#)
+        try busy.sendFrame(#"{"op":"ping","id":"marker"}"#)
+        #expect(try busy.readResponse()["id"] == "marker", "the sleep has been read and started")
+        daemon.signal(SIGTERM)
+        #expect(try idle.readsGoodbye())
+        #expect(try idle.readsEndOfStream())
+        // A pooled client writing at this moment: keyholed is still answering on this connection,
+        // but no longer reads it.
+        try busy.sendFrame(#"{"op":"session.create","id":2,"args":{"sub":"unread"}}"#)
+        let slept = try busy.readResponse()
+        #expect(slept["id"] == 1)
+        #expect(slept["ok"] == true)
+        #expect(try busy.readsGoodbye(), "after the last answer; none for id 2")
+        #expect(try busy.readsEndOfStream())
+        #expect(try daemon.waitForExit() == 0)
+
+        // The promise held: the create was never applied, so a client may send it again.
+        let again = try DaemonProcess(config: config, arguments: ["--enable-debug-ops"], directory: directory)
+        try again.waitUntilReady()
+        let check = try RawConnection(path: again.socketPath)
+        #expect(try check.result("stats")["store"]?["sessions"]?.intValue == 0)
+        #expect(try again.terminate() == 0)
     }
 
     @Test("a client that pipelines and never reads cannot hold up shutdown past drain_timeout")

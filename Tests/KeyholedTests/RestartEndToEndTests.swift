@@ -15,8 +15,8 @@ import Glibc
 struct RestartEndToEndTests {
     /// What the clients saw, and a wait for a number of answers.
     final class Tally: Sendable {
-        private let state = Mutex<(answers: Int, retries: Int, errors: [String], tokens: [String], waiters: [(Int, DispatchSemaphore)])>(
-            (0, 0, [], [], []))
+        private let state = Mutex<(answers: Int, retries: Int, goodbyes: Int, errors: [String], tokens: [String], waiters: [(Int, DispatchSemaphore)])>(
+            (0, 0, 0, [], [], []))
         let stop = Atomic<Bool>(false)
 
         func answered(token: String?) {
@@ -32,10 +32,12 @@ struct RestartEndToEndTests {
         }
 
         func retried() { state.withLock { $0.retries += 1 } }
+        func saidGoodbye() { state.withLock { $0.goodbyes += 1 } }
         func failed(_ error: String) { state.withLock { $0.errors.append(error) } }
 
         var answers: Int { state.withLock { $0.answers } }
         var retries: Int { state.withLock { $0.retries } }
+        var goodbyes: Int { state.withLock { $0.goodbyes } }
         var errors: [String] { state.withLock { $0.errors } }
         var tokens: [String] { state.withLock { $0.tokens } }
 
@@ -51,9 +53,11 @@ struct RestartEndToEndTests {
         }
     }
 
-    /// A client as the protocol allows: a request left unanswered when the connection closes was
-    /// never read (PROTOCOL.md section 5), so it is sent again on a new connection. Anything else
-    /// (an error answer, a refused or timed-out connection) is an error.
+    /// A strict client: a request whose write failed (the connection was closed) never went out, and
+    /// one left unanswered by keyholed's goodbye was never read (PROTOCOL.md section 5): both are
+    /// sent again on a new connection. Anything else (an error answer, an end of stream without the
+    /// goodbye, a refused or timed-out connection) is an error: a graceful restart owes every
+    /// request either its answer or the goodbye.
     final class Client {
         let path: String
         let tally: Tally
@@ -69,25 +73,33 @@ struct RestartEndToEndTests {
             while true {
                 do {
                     if connection == nil { connection = try RawConnection(path: path, receiveTimeoutSeconds: 30) }
-                    try connection!.sendFrame(request.jsonText)
-                    if let body = try connection!.readFrame() {
-                        let response = try JSONValue.parse(ByteBuffer(bytes: body))
-                        guard response["ok"] == true else {
-                            tally.failed("\(op): \(response.jsonText)")
-                            return nil
-                        }
-                        return response["result"]
+                    do {
+                        try connection!.sendFrame(request.jsonText)
+                    } catch let failure as RawConnection.Failure where failure.description.contains("Broken pipe") {
+                        // keyholed had closed the connection: nothing of the request went out.
+                        connection = nil
+                        tally.retried()
+                        continue
                     }
-                } catch let failure as RawConnection.Failure
-                    where ["Connection reset by peer", "Broken pipe"].contains(where: failure.description.contains)
-                {
-                    // Closed with our request unread: as end of stream.
+                    guard let body = try connection!.readFrame() else {
+                        tally.failed("\(op): end of stream with neither an answer nor keyholed's goodbye")
+                        return nil
+                    }
+                    let response = try JSONValue.parse(ByteBuffer(bytes: body))
+                    if response["id"] == .null, response["error"]?["code"] == "shutting_down" {
+                        connection = nil
+                        tally.saidGoodbye()
+                        continue
+                    }
+                    guard response["ok"] == true else {
+                        tally.failed("\(op): \(response.jsonText)")
+                        return nil
+                    }
+                    return response["result"]
                 } catch {
                     tally.failed("\(op): \(error)")
                     return nil
                 }
-                connection = nil
-                tally.retried()
             }
         }
 
@@ -141,6 +153,7 @@ struct RestartEndToEndTests {
         #expect(done.wait(timeout: .now() + .seconds(60)) == .success)
 
         #expect(tally.errors.isEmpty, "\(tally.errors.prefix(5))")
+        #expect(tally.goodbyes >= 1, "the clients' connections ended with keyholed's goodbye")
         #expect(first.stderr.contains("systemd.socket_adopted"))
         #expect(second.stderr.contains("records_replayed="))
         // Every session a client was told about survived the restart.
@@ -150,7 +163,7 @@ struct RestartEndToEndTests {
             #expect(try check.call("session.get", ["session": .string(token)])["ok"] == true)
         }
         #expect(try check.result("stats")["store"]?["sessions"]?.intValue == Int64(tokens.count))
-        print("restart under load: \(tally.answers) answers, \(tokens.count) sessions, \(tally.retries) requests sent again after a close")
+        print("restart under load: \(tally.answers) answers, \(tokens.count) sessions, \(tally.goodbyes) goodbyes, \(tally.retries) requests sent again after a failed write")
         #expect(try second.terminate() == 0)
         // The socket file is the test's: neither keyholed removed it.
         #expect(FileManager.default.fileExists(atPath: socket.path))
