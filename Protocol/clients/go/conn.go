@@ -15,11 +15,13 @@ import (
 const MaxFrameBytes = 16 << 20
 
 // outcome is what a call waiting on a connection learns: an answer (result or err), or that the
-// connection ended before it (lost, the cause); or, with lead, that it is now the one to read.
+// connection ended before it (lost, the cause; with unread, keyholed said goodbye and never read
+// the request); or, with lead, that it is now the one to read.
 type outcome struct {
 	result json.RawMessage
 	err    *Error
 	lost   error
+	unread bool
 	lead   bool
 	// decoded: the result was read into the call's own target by the reading call itself, which
 	// was this call (parseResponse); result is then nil.
@@ -31,7 +33,7 @@ type status int
 
 const (
 	answered   status = iota // outcome holds the answer, or a final error (protocol_error, a null-id error)
-	notWritten               // no byte went out: the connection was found closed (outcome.err: what keyholed said about it, if anything)
+	notWritten               // never read by keyholed: no byte went out (the connection was found closed; outcome.err: what keyholed said about it, if anything), or keyholed's goodbye turned it away
 	lost                     // written, and the connection ended before the answer (outcome.lost: why)
 	timedOut                 // the deadline passed or the context ended
 )
@@ -61,6 +63,7 @@ type conn struct {
 	pending   map[uint64]chan outcome
 	accepting bool
 	connErr   *Error        // keyholed's error with a null id: about the connection, which it then closes
+	goodbye   bool          // keyholed said goodbye (shutting_down with a null id): no request unanswered on it was read
 	reading   bool          // a call has the reader's role
 	writing   uint64        // the call between joining pending and the end of its write (0: none): never handed the role
 	over      bool          // the connection ended: done is closed
@@ -116,7 +119,8 @@ func (c *conn) closeIfIdle() {
 }
 
 // end ends the connection (mu held): closes the socket, fails every pending call with fail (nil:
-// keyholed's null-id error if it sent one, else lost with cause), and closes done.
+// keyholed's null-id error if it sent one, else lost with cause, or unread after its goodbye), and
+// closes done.
 func (c *conn) end(fail *Error, cause error) {
 	c.nc.Close()
 	c.accepting = false
@@ -125,9 +129,12 @@ func (c *conn) end(fail *Error, cause error) {
 		fail = c.connErr
 	}
 	for id, ch := range c.pending {
-		if fail != nil {
+		switch {
+		case fail != nil:
 			ch <- outcome{err: fail.clone()}
-		} else {
+		case c.goodbye:
+			ch <- outcome{lost: errGoodbye, unread: true}
+		default:
 			ch <- outcome{lost: cause}
 		}
 		delete(c.pending, id)
@@ -214,20 +221,18 @@ func (c *conn) send(ctx *callCtx, id uint64, frame []byte) (status, outcome) {
 			<-c.wturn
 			return timedOut, outcome{}
 		}
-		if n > 0 {
+		if n > 0 && timeout {
 			// A frame cut short: nothing may follow it. Closed before the turn is given back.
 			c.forget(id, ch)
 			c.close()
 			<-c.wturn
-			if timeout {
-				return timedOut, outcome{}
-			}
-			return lost, outcome{lost: werr}
+			return timedOut, outcome{}
 		}
-		// Not a byte went out (EPIPE, ECONNRESET): keyholed closed the connection, and may have said
-		// why first (overloaded on connect). Send nothing more on it, but read what is there up to
-		// the end of the stream (rule 4), as long as ctx allows: the call stays pending (its id was
-		// never sent, so no answer has it) until the connection ends.
+		// The write failed (EPIPE, ECONNRESET): keyholed closed the connection, and may have said
+		// why first (overloaded on connect, rule 4), or said goodbye (rule 3). Send nothing more on
+		// it (so that nothing follows a frame cut short: it stops accepting before the turn is given
+		// back), but read what is there up to the end of the stream, as long as ctx allows: the call
+		// stays pending (no answer can have its id: it was not sent whole) until the connection ends.
 		c.stopAccepting()
 		<-c.wturn
 		if st, _ := c.wait(ctx, id, ch); st == timedOut {
@@ -235,8 +240,16 @@ func (c *conn) send(ctx *callCtx, id uint64, frame []byte) (status, outcome) {
 			<-c.done
 		}
 		c.mu.Lock()
-		err := c.connErr
+		err, goodbye := c.connErr, c.goodbye
 		c.mu.Unlock()
+		switch {
+		case goodbye:
+			// keyholed stopped reading before it, whether or not part of it went out: rule 1.
+			return notWritten, outcome{lost: werr}
+		case n > 0:
+			// Part of it went out, and no goodbye says keyholed did not read it: rule 2.
+			return lost, outcome{lost: werr}
+		}
 		return notWritten, outcome{err: err, lost: werr}
 	}
 	<-c.wturn
@@ -289,6 +302,9 @@ func (c *conn) wait(ctx *callCtx, id uint64, ch chan outcome) (status, outcome) 
 }
 
 func classify(o outcome) (status, outcome) {
+	if o.unread {
+		return notWritten, o
+	}
 	if o.lost != nil {
 		return lost, o
 	}
@@ -462,6 +478,19 @@ func (c *conn) dispatch() {
 			return
 		}
 		c.mu.Lock()
+		if !hasID && o.err != nil && o.err.Code == CodeShuttingDown {
+			// keyholed's goodbye (rule 3): its last frame, after every answer it will give, saying
+			// that each request still unanswered here was never read. The connection is over now:
+			// each call still waiting goes to a new connection (end: unread), a change too, and
+			// nothing more is sent here. Whatever follows it is not read.
+			c.goodbye = true
+			if !c.over {
+				c.end(nil, nil)
+			}
+			c.mu.Unlock()
+			c.buf = c.buf[:0]
+			return
+		}
 		if !hasID {
 			// Every request of ours has an id, so this is about the connection (overloaded on
 			// connect, bad_frame, frame_too_large): keyholed answers what it has read, then closes.
@@ -487,6 +516,9 @@ func (c *conn) dispatch() {
 		c.buf = c.buf[:copy(c.buf, b)]
 	}
 }
+
+// errGoodbye is the cause of a call keyholed's goodbye turned away: it was never read.
+var errGoodbye = errors.New("keyholed said goodbye (shutting down) before reading the request")
 
 // fail ends the connection with a final error for every call on it (protocol_error).
 func (c *conn) fail(e *Error) {

@@ -408,3 +408,343 @@ func (s *signalBigWrite) Write(b []byte) (int, error) {
 	}
 	return s.Conn.Write(b)
 }
+
+// goodbyeFrame is keyholed's goodbye (PROTOCOL.md section 5): every request unanswered on the
+// connection was never read.
+var goodbyeFrame = frameOf([]byte(`{"id":null,"ok":false,"error":{"code":"shutting_down","message":"keyholed is shutting down: requests on this connection still unanswered were not read; send them again on a new connection"}}`))
+
+// newSessionResult is a session.create result, as a scripted server answers it.
+const newSessionResult = `{"session":"kh_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","id":"AAAAAAAAAAAAAAAAAAAAAA","issuer":"local","sub":"alice","created_at":1,"expires_at":2}`
+
+// scriptedRequest is a request frame as a scripted server reads it.
+type scriptedRequest struct {
+	ID   json.RawMessage `json:"id"`
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args"`
+}
+
+func readRequest(nc net.Conn) (scriptedRequest, error) {
+	var r scriptedRequest
+	body, err := readFrame(nc)
+	if err != nil {
+		return r, err
+	}
+	err = json.Unmarshal(body, &r)
+	return r, err
+}
+
+// answerWith writes an ok answer to request r.
+func answerWith(nc net.Conn, r scriptedRequest, result string) error {
+	_, err := nc.Write(frameOf([]byte(`{"id":` + string(r.ID) + `,"ok":true,"result":` + result + `}`)))
+	return err
+}
+
+// serveInTurn plays keyholed with one script per connection: it accepts a connection, runs its
+// script (each read and write bounded by 10 s), closes it, and only then accepts the next one.
+// Connections after the last script are closed at once. finish stops it and returns the first
+// script's error, if any; every script must have run.
+func serveInTurn(t *testing.T, scripts ...func(nc net.Conn) error) (socket string, finish func() error) {
+	t.Helper()
+	socket = filepath.Join(t.TempDir(), "k.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan error, 1)
+	go func() {
+		var first error
+		ran := 0
+		defer func() {
+			if first == nil && ran < len(scripts) {
+				first = fmt.Errorf("only %d of %d connections came", ran, len(scripts))
+			}
+			result <- first
+		}()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if ran < len(scripts) {
+				nc.SetDeadline(time.Now().Add(10 * time.Second))
+				if err := scripts[ran](nc); err != nil && first == nil {
+					first = fmt.Errorf("connection %d: %w", ran+1, err)
+				}
+				ran++
+			}
+			nc.Close()
+		}
+	}()
+	var once sync.Once
+	var ended error
+	finish = func() error {
+		once.Do(func() {
+			ln.Close()
+			ended = <-result
+		})
+		return ended
+	}
+	t.Cleanup(func() { finish() })
+	return socket, finish
+}
+
+// The scripts of one connection: keyholed says goodbye after reading one request (the goodbye
+// promises it did not read it, and the script takes the request only to check it), closes without
+// a word after reading one (a crash: the request's fate is unknown), or answers it.
+func saysGoodbye(op string) func(net.Conn) error {
+	return func(nc net.Conn) error {
+		r, err := readRequest(nc)
+		if err != nil {
+			return err
+		}
+		if r.Op != op {
+			return fmt.Errorf("want %s, got %s", op, r.Op)
+		}
+		_, err = nc.Write(goodbyeFrame)
+		return err
+	}
+}
+
+func closesSilently(op string) func(net.Conn) error {
+	return func(nc net.Conn) error {
+		r, err := readRequest(nc)
+		if err == nil && r.Op != op {
+			err = fmt.Errorf("want %s, got %s", op, r.Op)
+		}
+		return err
+	}
+}
+
+func answers(op, result string) func(net.Conn) error {
+	return func(nc net.Conn) error {
+		r, err := readRequest(nc)
+		if err != nil {
+			return err
+		}
+		if r.Op != op {
+			return fmt.Errorf("want %s, got %s", op, r.Op)
+		}
+		return answerWith(nc, r, result)
+	}
+}
+
+// keyholed's goodbye came while the connection was idle, and the client, which reads only while a
+// call waits, wrote its next request there before it read the goodbye: that request was never
+// read, so it goes to a new connection, a change too (rule 3), and nothing more is written on the
+// old one, which the client closes.
+func TestGoodbyeFoundAfterWriting(t *testing.T) {
+	pinged := make(chan struct{})
+	goodbyeSent := make(chan struct{})
+	var afterGoodbye []scriptedRequest
+	var resent scriptedRequest
+	socket, finish := serveInTurn(t,
+		func(nc net.Conn) error {
+			r, err := readRequest(nc)
+			if err != nil {
+				return err
+			}
+			if err := answerWith(nc, r, `{"protocol":1,"version":"x","uptime_ms":1}`); err != nil {
+				return err
+			}
+			<-pinged // the ping's answer is in, and nobody reads the connection now
+			_, err = nc.Write(goodbyeFrame)
+			close(goodbyeSent)
+			if err != nil {
+				return err
+			}
+			// Read (keyholed would not) only to see what the client wrote after the goodbye, up to
+			// the end of the stream, which the client must bring.
+			for {
+				r, err := readRequest(nc)
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("the client did not close the connection after the goodbye: %w", err)
+				}
+				afterGoodbye = append(afterGoodbye, r)
+			}
+		},
+		func(nc net.Conn) error {
+			r, err := readRequest(nc)
+			if err != nil {
+				return err
+			}
+			resent = r
+			return answerWith(nc, r, newSessionResult)
+		})
+	c, conns := dialWatched(t, socket, 0, WithTimeout(3*time.Second))
+	_, err := c.Ping(context.Background())
+	close(pinged)
+	if err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	<-goodbyeSent
+	ns, err := c.CreateSession(context.Background(), "alice", SessionOptions{})
+	if err != nil || ns.ID != "AAAAAAAAAAAAAAAAAAAAAA" {
+		t.Fatalf("session.create after the goodbye: %+v %v, want the session of its re-send", ns, err)
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	first := <-conns
+	if writes := first.results(); len(writes) != 2 || writes[1].err != nil {
+		t.Errorf("want the ping and the create written whole on the first connection, got %+v", writes)
+	}
+	if len(afterGoodbye) != 1 || afterGoodbye[0].Op != "session.create" {
+		t.Fatalf("written on the first connection after the goodbye: %+v, want the create only", afterGoodbye)
+	}
+	if resent.Op != "session.create" || string(resent.Args) != string(afterGoodbye[0].Args) || string(resent.ID) == string(afterGoodbye[0].ID) {
+		t.Errorf("re-sent %s %s (id %s), want session.create with the same args %s and a new id (was %s)",
+			resent.Op, resent.Args, resent.ID, afterGoodbye[0].Args, afterGoodbye[0].ID)
+	}
+}
+
+// keyholed said goodbye, or refused the connection (overloaded on connect), and closed it before
+// the client's write, which fails with nothing sent. The client reads what keyholed left: after a
+// goodbye the change goes to a new connection and succeeds (rule 3); after the refusal, which is
+// not a goodbye, the call fails with it and is not sent again (rule 4): the socket is gone by
+// then, so a re-send would have ended unavailable.
+func TestGoodbyeOrRefusalAfterAFailedWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		frame   []byte
+		goodbye bool
+	}{
+		{"goodbye", goodbyeFrame, true},
+		{"overloaded", frameOf([]byte(`{"id":null,"ok":false,"error":{"code":"overloaded","message":"too many connections","retry_after_ms":250}}`)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			closed := make(chan struct{})
+			scripts := []func(net.Conn) error{func(nc net.Conn) error {
+				_, err := nc.Write(tc.frame)
+				nc.Close()
+				close(closed)
+				return err
+			}}
+			if tc.goodbye {
+				scripts = append(scripts, answers("session.create", newSessionResult))
+			}
+			socket, finish := serveInTurn(t, scripts...)
+			c, conns := dialWatched(t, socket, 0, WithTimeout(2*time.Second))
+			c.wrap = func(wrap func(net.Conn) net.Conn) func(net.Conn) net.Conn {
+				return func(nc net.Conn) net.Conn {
+					<-closed // the client writes only once keyholed has closed the first connection
+					return wrap(nc)
+				}
+			}(c.wrap)
+			ns, err := c.CreateSession(context.Background(), "alice", SessionOptions{})
+			if tc.goodbye {
+				if err != nil || ns.ID != "AAAAAAAAAAAAAAAAAAAAAA" {
+					t.Errorf("want the session of the re-send, got %+v %v", ns, err)
+				}
+			} else {
+				var ke *Error
+				if !errors.As(err, &ke) || ke.Code != CodeOverloaded || ke.RetryAfterMs != 250 {
+					t.Errorf("want overloaded (retry_after_ms 250), got %v", err)
+				}
+			}
+			if err := finish(); err != nil {
+				t.Error(err)
+			}
+			if writes := (<-conns).results(); len(writes) != 1 || writes[0].n != 0 || writes[0].err == nil {
+				t.Errorf("want one write on the first connection that failed with nothing sent, got %+v", writes)
+			}
+			want := 1
+			if tc.goodbye {
+				want = 2
+			}
+			if len(conns)+1 != want {
+				t.Errorf("%d connections, want %d", len(conns)+1, want)
+			}
+		})
+	}
+}
+
+// Goodbyes are not the one re-send of rule 2: a change turned away by three goodbyes in a row goes a
+// fourth time; a safe call lost once (re-sent) and then turned away twice still succeeds; one lost,
+// turned away, and lost again fails connection_lost (its one re-send was lost too), with no fifth
+// connection.
+func TestGoodbyesInARow(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		op       string
+		scripts  []func(net.Conn) error
+		wantCode string // "": a result
+	}{
+		{"change turned away thrice", "session.create", []func(net.Conn) error{
+			saysGoodbye("session.create"), saysGoodbye("session.create"), saysGoodbye("session.create"),
+			answers("session.create", newSessionResult)}, ""},
+		{"read lost then turned away twice", "session.get", []func(net.Conn) error{
+			closesSilently("session.get"), saysGoodbye("session.get"), saysGoodbye("session.get"),
+			answers("session.get", `{"id":"AAAAAAAAAAAAAAAAAAAAAA","issuer":"local","sub":"alice","created_at":1,"expires_at":2,"last_seen_at":1,"data":{},"user":null}`)}, ""},
+		{"read turned away, lost, turned away, lost", "session.get", []func(net.Conn) error{
+			saysGoodbye("session.get"), closesSilently("session.get"), saysGoodbye("session.get"),
+			closesSilently("session.get")}, CodeConnectionLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			socket, finish := serveInTurn(t, tc.scripts...)
+			c, conns := dialWatched(t, socket, 0, WithTimeout(3*time.Second))
+			args := map[string]any{"sub": "alice"}
+			if tc.op == "session.get" {
+				args = map[string]any{"session": "kh_" + strings.Repeat("A", 43)}
+			}
+			_, err := c.Call(context.Background(), tc.op, args)
+			if tc.wantCode == "" && err != nil {
+				t.Errorf("want a result, got %v", err)
+			}
+			if tc.wantCode != "" && ErrorCode(err) != tc.wantCode {
+				t.Errorf("want %s, got %v", tc.wantCode, err)
+			}
+			// Counted before finish: a connection made at all, even one never accepted, is in conns.
+			if len(conns) != len(tc.scripts) {
+				t.Errorf("%d connections, want %d", len(conns), len(tc.scripts))
+			}
+			if err := finish(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// A change cut short in its write, because keyholed closed the connection: with a goodbye before the
+// close, keyholed never read it, so it is sent whole on a new connection and succeeds; without one,
+// its fate is unknown (rule 2): connection_lost.
+func TestGoodbyeAfterAWriteCutShort(t *testing.T) {
+	for _, goodbye := range []bool{true, false} {
+		t.Run(fmt.Sprintf("goodbye=%v", goodbye), func(t *testing.T) {
+			scripts := []func(net.Conn) error{func(nc net.Conn) error {
+				var header [4]byte // the frame has begun: some of it went out
+				if _, err := io.ReadFull(nc, header[:]); err != nil {
+					return err
+				}
+				if goodbye {
+					_, err := nc.Write(goodbyeFrame)
+					return err
+				}
+				return nil
+			}}
+			if goodbye {
+				scripts = append(scripts, answers("session.create", newSessionResult))
+			}
+			socket, finish := serveInTurn(t, scripts...)
+			c, conns := dialWatched(t, socket, 0, WithTimeout(3*time.Second))
+			_, err := c.Call(context.Background(), "session.create", map[string]any{"sub": "alice", "pad": bigEcho["pad"]})
+			if goodbye && err != nil {
+				t.Errorf("want the re-send's result, got %v", err)
+			}
+			if !goodbye && !errors.Is(err, ErrConnectionLost) {
+				t.Errorf("want connection_lost, got %v", err)
+			}
+			if err := finish(); err != nil {
+				t.Error(err)
+			}
+			if writes := (<-conns).results(); len(writes) != 1 || writes[0].n == 0 || writes[0].err == nil {
+				t.Errorf("want one write cut short on the first connection, got %+v", writes)
+			}
+			if want := len(scripts) - 1; len(conns) != want {
+				t.Errorf("%d more connections, want %d", len(conns), want)
+			}
+		})
+	}
+}

@@ -47,6 +47,8 @@ const (
 	CodeUnavailable = "unavailable"
 	// CodeConnectionLost: the connection ended after the request was written and before its answer,
 	// and the operation is not safe to repeat (or its one re-send was lost too). Outcome unknown.
+	// Never after keyholed's goodbye (a graceful shutdown): the calls it turned away were not read,
+	// and are sent again on a new connection.
 	CodeConnectionLost = "connection_lost"
 	// CodeTimeout: the call's deadline passed (or its context was canceled) before the answer.
 	CodeTimeout = "timeout"

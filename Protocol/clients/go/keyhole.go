@@ -191,6 +191,9 @@ func (c *Client) call(ctx context.Context, op string, args any, into any) (json.
 			}
 			return nil, false, o.err
 		case notWritten: // rule 1, unless keyholed said why it closed (rule 4)
+			// Also a call keyholed's goodbye turned away (rule 3): it was never read, so it goes to
+			// a new connection whatever its operation, without using up the one re-send of rule 2,
+			// and "written" stays as it was. Several goodbyes in a row are bounded by the deadline.
 			if o.err != nil {
 				if o.err.Code == CodeOverloaded && c.waitOverloaded && o.err.RetryAfterMs > 0 &&
 					waitWithin(ctx, time.Duration(o.err.RetryAfterMs)*time.Millisecond) {

@@ -2,7 +2,6 @@ package keyhole
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -61,45 +60,35 @@ func TestRestartReads(t *testing.T) {
 	t.Logf("%d session.get calls across the restarts", calls)
 }
 
-// Creates: each succeeds or fails with connection_lost, and none is applied twice.
-func TestRestartCreates(t *testing.T) {
+// Creates: with keyholed's goodbye a graceful restart fails no call (PROTOCOL.md section 8, rule 3),
+// so every session.create succeeds, a change turned away by a goodbye included, and each sub then
+// has exactly the one session its create returned: nothing lost, nothing applied twice.
+func TestRestartCreatesAllSucceedOnce(t *testing.T) {
 	h := keyholed(t)
 	c := dialHarness(t, h)
 	prefix := uniqueSub("restart")
-	type attempt struct {
-		sub string
-		id  string // "" when it failed
-	}
-	var attempts []attempt
+	type created struct{ sub, id string }
+	var creates []created
 	done := startChaos(t, h)
-	lostCount := 0
 	for n := 0; !chaosOver(t, done); n++ {
 		sub := fmt.Sprintf("%s-%d", prefix, n)
 		ns, err := c.CreateSession(context.Background(), sub, SessionOptions{})
-		switch {
-		case err == nil:
-			attempts = append(attempts, attempt{sub, ns.ID})
-		case errors.Is(err, ErrConnectionLost):
-			attempts = append(attempts, attempt{sub, ""})
-			lostCount++
-		default:
-			t.Fatalf("session.create %d: %v", n, err)
-		}
-	}
-	if len(attempts) == 0 {
-		t.Error("no creates during the restarts")
-	}
-	for _, a := range attempts {
-		list, err := c.ListSessions(context.Background(), a.sub, "")
 		if err != nil {
-			t.Fatalf("session.list %s: %v", a.sub, err)
+			t.Fatalf("session.create %d failed during the restarts: %v", n, err)
 		}
-		if a.id != "" && (len(list) != 1 || list[0].ID != a.id) {
-			t.Errorf("%s: created %s, sessions %+v", a.sub, a.id, list)
+		creates = append(creates, created{sub, ns.ID})
+	}
+	if len(creates) <= 6 {
+		t.Errorf("only %d creates during 6 restarts", len(creates))
+	}
+	for _, cr := range creates {
+		list, err := c.ListSessions(context.Background(), cr.sub, "")
+		if err != nil {
+			t.Fatalf("session.list %s: %v", cr.sub, err)
 		}
-		if a.id == "" && len(list) > 1 {
-			t.Errorf("%s: applied %d times", a.sub, len(list))
+		if len(list) != 1 || list[0].ID != cr.id {
+			t.Errorf("%s: created %s, sessions %+v", cr.sub, cr.id, list)
 		}
 	}
-	t.Logf("%d creates, %d connection_lost", len(attempts), lostCount)
+	t.Logf("%d session.create calls across the restarts", len(creates))
 }

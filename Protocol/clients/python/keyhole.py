@@ -22,8 +22,11 @@ alone costs no switch between threads. The connection opens on the first call an
 again when it ends (keyholed restarted, or closed an idle connection), within each call's deadline.
 A request written and left unanswered by a connection that ended is sent again once if its operation
 is safe to repeat (SAFE_TO_REPEAT: reads and session.revoke); any other fails with
-KeyholeConnectionError code "connection_lost": it may or may not have taken effect. PROTOCOL.md,
-section 8, has the whole rule, which every Keyhole client follows.
+KeyholeConnectionError code "connection_lost": it may or may not have taken effect. But a connection
+that keyholed ended with its goodbye (a graceful shutdown: an error with a null id and code
+shutting_down) had every request it left unanswered never read: those are sent again on a new
+connection whatever their operation, as often as goodbyes turn them away within the deadline, so a
+restart fails no call. PROTOCOL.md, section 8, has the whole rule, which every Keyhole client follows.
 
 KeyholeError.code is one of ERROR_CODES (a code keyholed sends that this module does not know is
 reported as "internal", as the protocol asks) or, for KeyholeConnectionError, one of CLIENT_CODES.
@@ -164,7 +167,8 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.010, 0.500
 
 
 class _NotSent(Exception):
-    """Nothing of the request was written: the connection was found closed. args[0]: why."""
+    """The request never reached keyholed: nothing of it was written (the connection was found
+    closed), or keyholed's goodbye said it was not read. args[0]: why."""
 
 
 class _Lost(Exception):
@@ -207,8 +211,8 @@ class _Connection:
             return self.error is None and not self.retired
 
     def retire(self):
-        """Send nothing more on this connection (keyholed said it is shutting down); it is closed
-        once no call waits on it."""
+        """Send nothing more on this connection (keyholed said it is shutting down, or a write found
+        it closed while another call reads it); it is closed once no call waits on it."""
         with self.cond:
             self.retired = True
             self._close_if_idle()
@@ -252,9 +256,10 @@ class _Connection:
     def request(self, rid, frame, deadline):
         """Send a frame with id rid and return its response.
 
-        Raises _NotSent when nothing was written, _Lost when the connection ended with the request
-        written and unanswered, KeyholeError (keyholed's, about the connection) or
-        KeyholeConnectionError (timeout, protocol_error).
+        Raises _NotSent when nothing was written or keyholed's goodbye said it did not read the
+        request, _Lost when the connection ended with the request written and unanswered,
+        KeyholeError (keyholed's, about the connection) or KeyholeConnectionError (timeout,
+        protocol_error).
         """
         slot = _Slot()
         with self.cond:
@@ -311,13 +316,22 @@ class _Connection:
             raise KeyholeConnectionError("timeout", str(error))
         with self.cond:
             self.pending.pop(rid, None)
-            if sent == 0 and isinstance(error, (BrokenPipeError, ConnectionResetError)):
-                # keyholed closed the connection, maybe after saying why (overloaded): read what it
-                # sent, so that the caller hears it.
-                self._drain_closed()
-            # A part of a frame went out, or the socket failed: the connection cannot carry more.
-            self._fail(_Lost(f"connection to keyholed lost: {error}"))
-            why = self.error
+            closed = isinstance(error, (BrokenPipeError, ConnectionResetError))
+            if closed and self.reading:
+                # keyholed closed the connection, and another call is reading it: what keyholed wrote
+                # before closing (answers, its goodbye) is still to be read, and decides how the
+                # requests waiting there end, so the reader ends the connection at end of stream,
+                # not this write. Nothing more is sent on it meanwhile.
+                self.retired = True
+                why = self.error or f"connection to keyholed lost: {error}"
+            else:
+                if closed:
+                    # keyholed closed the connection, maybe after saying why (overloaded) or saying
+                    # goodbye: read what it sent, so that the callers hear it.
+                    self._drain_closed()
+                # A part of a frame went out, or the socket failed: the connection cannot carry more.
+                self._fail(_Lost(f"connection to keyholed lost: {error}"))
+                why = self.error
         if isinstance(error, socket.timeout):
             raise KeyholeConnectionError("timeout", str(error))
         if isinstance(why, KeyholeError) and not isinstance(why, KeyholeConnectionError):
@@ -325,11 +339,11 @@ class _Connection:
         raise _NotSent(why)
 
     def _drain_closed(self):
-        """Under cond, the peer gone: take in the frames it left (an answer with a null id)."""
-        if self.reading or self.sock.fileno() < 0:
+        """Under cond, the peer gone: take in the frames it left (answers, an error with a null id)."""
+        if self.reading:
             return
         try:
-            while True:
+            while self.sock.fileno() >= 0:  # a goodbye closes it (_fail)
                 chunk = self.sock.recv(65536)
                 if not chunk:
                     break
@@ -386,10 +400,17 @@ class _Connection:
             msg = decode_response(bytes(buffer[4:4 + length]))
             del buffer[:4 + length]
             if msg.get("id") is None:
-                # Our requests all have ids, so this is about the connection (overloaded, bad_frame,
-                # frame_too_large): keyholed answers the requests it has read, then closes; the
-                # others fail with this error.
-                if not msg["ok"] and self.error is None:
+                # Our requests all have ids, so this is about the connection.
+                if msg["ok"] or self.error is not None:
+                    continue
+                if msg["error"]["code"] == "shutting_down":
+                    # keyholed's goodbye: its last frame, after every answer it owed. It read none
+                    # of the requests still waiting here, so each is sent again on a new
+                    # connection (whatever its operation); nothing more is sent on this one.
+                    self._fail(_NotSent("keyholed is shutting down and did not read this request"))
+                else:
+                    # overloaded, bad_frame, frame_too_large: keyholed answers the requests it has
+                    # read, then closes; the others fail with this error.
                     self.error = _error(msg["error"])
             else:
                 slot = self.pending.pop(msg["id"], None)
@@ -402,6 +423,8 @@ def _fresh(error):
     """A new exception like `error`, for one waiting thread (one exception object each)."""
     if isinstance(error, _Lost):
         return _Lost(*error.args)
+    if isinstance(error, _NotSent):
+        return _NotSent(*error.args)
     if isinstance(error, KeyholeConnectionError):
         return KeyholeConnectionError(error.code, error.message)
     return KeyholeError(error.code, error.message, error.retry_after_ms, error.apple_error, error.received_code)
@@ -461,7 +484,10 @@ class Client(Operations):
         Raises KeyholeError if keyholed answers with an error, KeyholeConnectionError (a
         KeyholeError whose code is unavailable, connection_lost, timeout or protocol_error) if it
         cannot be reached or does not answer in time, TypeError/ValueError if args cannot be sent
-        as JSON. Requests are sent again as PROTOCOL.md section 8 says.
+        as JSON. Requests are sent again as PROTOCOL.md section 8 says: one never written, or left
+        unanswered on a connection keyholed ended with its goodbye, goes out on a new connection;
+        one written and left unanswered otherwise (or answered shutting_down) goes again once if
+        safe to repeat, else raises connection_lost (or the shutting_down error).
         """
         if not isinstance(op, str):
             raise TypeError(f"op must be a str, not {type(op).__name__}")
@@ -486,7 +512,10 @@ class Client(Operations):
                     continue
                 raise
             except _NotSent:
-                backoff = self._pause(backoff, deadline)  # reconnect; never reached keyholed
+                # Never reached keyholed (the connection was found closed, or keyholed's goodbye
+                # said it was not read): sent on a new connection whatever its operation, without
+                # using up the one re-send, as often as it takes within the deadline.
+                backoff = self._pause(backoff, deadline)
                 continue
             except _Lost as e:
                 if safe and not resent:

@@ -275,6 +275,141 @@ class RetiredConnectionTests(unittest.TestCase):
         self.assertEqual(ours.fileno(), -1, "the last answer read: closed")
 
 
+GOODBYE = {"id": None, "ok": False, "error": {
+    "code": "shutting_down", "message": "keyholed is shutting down: requests on this connection still "
+    "unanswered were not read; send them again on a new connection"}}
+
+
+def _read_frames(sock, n):
+    """Read n request frames from sock (blocking) and return them as dicts."""
+    requests, data = [], b""
+    while len(requests) < n:
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">I", data)[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise AssertionError(f"end of stream after {len(requests)} of {n} requests")
+            data += chunk
+        (length,) = struct.unpack_from(">I", data)
+        requests.append(json.loads(data[4:4 + length]))
+        data = data[4 + length:]
+    return requests
+
+
+class GoodbyeConnectionTests(unittest.TestCase):
+    """keyholed's goodbye (a null id, shutting_down) on one _Connection: every request it left
+    unanswered was never read, so it ends as _NotSent (Client.call sends it on a new connection
+    whatever its operation), never as _Lost (connection_lost for a change)."""
+
+    def setUp(self):
+        self.ours, self.theirs = socket.socketpair()
+        self.addCleanup(self.theirs.close)
+        self.conn = keyhole._Connection(self.ours)
+        self.addCleanup(self.ours.close)
+
+    def request(self, rid, op="session.create"):
+        frame = keyhole.encode_frame({"id": rid, "op": op, "args": {"sub": f"s{rid}"}, "v": 1})
+        return self.conn.request(rid, frame, time.monotonic() + 5)
+
+    def in_thread(self, rid, outcomes):
+        def run():
+            try:
+                outcomes[rid] = self.request(rid)
+            except Exception as e:  # noqa: BLE001 - the outcome under test
+                outcomes[rid] = e
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def test_goodbye_after_an_answer_turns_the_other_request_away_unread(self):
+        outcomes = {}
+        threads = [self.in_thread(1, outcomes), self.in_thread(2, outcomes)]
+        self.assertEqual(sorted(r["id"] for r in _read_frames(self.theirs, 2)), [1, 2])
+        # keyholed answers the one it read, then says goodbye in the same write, and closes.
+        self.theirs.sendall(keyhole.encode_frame({"id": 1, "ok": True, "result": {"id": "A"}})
+                            + keyhole.encode_frame(GOODBYE))
+        self.theirs.close()
+        for thread in threads:
+            thread.join(10)
+        self.assertEqual(outcomes[1], {"id": 1, "ok": True, "result": {"id": "A"}})
+        self.assertIsInstance(outcomes[2], keyhole._NotSent)
+        self.assertFalse(self.conn.usable())
+        self.assertEqual(self.ours.fileno(), -1, "nobody waits on it any more: closed")
+
+    def test_goodbye_read_before_end_of_stream_even_if_the_request_was_written(self):
+        # The goodbye came while the connection was idle; keyholed still has it open (its sending
+        # side shut), so the next request is written and then the goodbye found.
+        self.theirs.sendall(keyhole.encode_frame(GOODBYE))
+        self.theirs.shutdown(socket.SHUT_WR)
+        with self.assertRaises(keyhole._NotSent):
+            self.request(1)
+        self.assertEqual([r["id"] for r in _read_frames(self.theirs, 1)], [1])
+        with self.assertRaises(keyhole._NotSent):  # nothing more is sent on it
+            self.request(2)
+        self.assertEqual(self.theirs.recv(1), b"", "request 2 was written on the old connection")
+
+    def test_goodbye_read_after_a_write_that_met_the_close(self):
+        # keyholed said goodbye and closed: the write fails (EPIPE), and the goodbye before the end
+        # of stream still tells the request was not read.
+        self.theirs.sendall(keyhole.encode_frame(GOODBYE))
+        self.theirs.close()
+        with self.assertRaises(keyhole._NotSent):
+            self.request(1)
+        self.assertFalse(self.conn.usable())
+
+    def test_goodbye_found_by_the_reader_after_another_write_met_the_close(self):
+        # Request 1's thread reads; keyholed says goodbye and closes; request 2's write meets the
+        # close before the reader has read the goodbye. Request 1 must not be failed as lost by
+        # that write: the goodbye after it says it was not read.
+        entered, go_on = threading.Event(), threading.Event()
+        real_poller = self.conn.poller
+
+        class HeldPoller:
+            def poll(self, timeout_ms):
+                entered.set()
+                if not go_on.wait(10):
+                    raise AssertionError("the test did not release the reader")
+                return real_poller.poll(timeout_ms)
+        self.conn.poller = HeldPoller()
+        outcomes = {}
+        reader = self.in_thread(1, outcomes)
+        self.assertEqual([r["id"] for r in _read_frames(self.theirs, 1)], [1])
+        self.assertTrue(entered.wait(10))
+        self.theirs.sendall(keyhole.encode_frame(GOODBYE))
+        self.theirs.close()
+        with self.assertRaises(keyhole._NotSent):
+            self.request(2)
+        go_on.set()
+        reader.join(10)
+        self.assertIsInstance(outcomes[1], keyhole._NotSent)
+
+    def test_other_null_id_errors_still_fail_the_request(self):
+        # overloaded with a null id (or bad_frame, frame_too_large) is not a goodbye: keyholed may
+        # have read the request; it fails with that error and is not sent again.
+        outcomes = {}
+        thread = self.in_thread(1, outcomes)
+        _read_frames(self.theirs, 1)
+        self.theirs.sendall(keyhole.encode_frame({"id": None, "ok": False, "error": {
+            "code": "overloaded", "message": "too many connections", "retry_after_ms": 1000}}))
+        self.theirs.close()
+        thread.join(10)
+        self.assertIsInstance(outcomes[1], keyhole.KeyholeError)
+        self.assertNotIsInstance(outcomes[1], keyhole.KeyholeConnectionError)
+        self.assertEqual((outcomes[1].code, outcomes[1].retry_after_ms), ("overloaded", 1000))
+
+    def test_shutting_down_with_an_id_is_an_answer_not_a_goodbye(self):
+        outcomes = {}
+        threads = [self.in_thread(1, outcomes), self.in_thread(2, outcomes)]
+        _read_frames(self.theirs, 2)
+        self.theirs.sendall(keyhole.encode_frame({"id": 1, "ok": False, "error": {
+            "code": "shutting_down", "message": "keyholed is shutting down"}}))
+        threads[0].join(10)
+        self.assertEqual(outcomes[1]["error"]["code"], "shutting_down")  # for Client.call's rule 3
+        self.assertTrue(self.conn.usable(), "not a goodbye: the connection still carries request 2")
+        self.theirs.sendall(keyhole.encode_frame({"id": 2, "ok": True, "result": {}}))
+        threads[1].join(10)
+        self.assertEqual(outcomes[2], {"id": 2, "ok": True, "result": {}})
+
+
 class RequestVectorTests(ServerTestCase):
     """Every case of vectors/requests.json, against keyholed without --enable-debug-ops."""
 

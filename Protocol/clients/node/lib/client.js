@@ -24,10 +24,10 @@ function resolveSocketPath(given) {
  * and a call lost with it is sent again when the rules of section 8 allow.
  *
  * A call's life: waiting for a connection (`this.waiting`), then pending on one
- * (`connection.pending`, by id) until answered, expired, or the connection ends. Its `written`
- * state says whether its frame reached the kernel: 'pending' until the socket's write callback,
- * then 'done' or 'failed' (a write that failed never delivered a whole frame, so keyholed never
- * acted on it: rule 1).
+ * (`connection.pending`, by id) until answered, expired, keyholed's goodbye on that connection
+ * (back to waiting, see goodbye), or the connection ends. Its `written` state says whether its
+ * frame reached the kernel: 'pending' until the socket's write callback, then 'done' or 'failed'
+ * (a write that failed never delivered a whole frame, so keyholed never acted on it: rule 1).
  *
  * Every unfinished call is in `this.deadlines` (one timer for all of them, see Deadlines), from
  * the moment it is made until it finishes, however it does.
@@ -84,7 +84,7 @@ class Client {
         safe: safeToRepeat(op),
         deadline: monotonicNow() + this.timeoutMs,
         older: null, newer: null,
-        resent: false, everWritten: false, finished: false,
+        resent: false, everWritten: false, everWrittenBefore: false, finished: false,
         connection: null, id: null, written: null, decideOnWrite: false,
         retryTimer: null, retryError: null, lastError: null,
       };
@@ -135,6 +135,7 @@ class Client {
     call.id = id;
     call.written = 'pending';
     call.decideOnWrite = false;
+    call.everWrittenBefore = call.everWritten;
     connection.pending.set(id, call);
     connection.write(requestFrame(id, call.tail, call.ascii), (error) => {
       if (call.connection !== connection || call.id !== id) return;
@@ -196,15 +197,21 @@ class Client {
     this.backoffMs = BACKOFF_FIRST_MS;
     const id = message.id;
     if (id === undefined || id === null) {
-      // Rule 4: an error about the connection (overloaded on connect, bad_frame,
-      // frame_too_large). keyholed still answers the requests it had read before it closes the
-      // connection, so it goes on being read; nothing more is sent on it, and the calls still
-      // unanswered when it ends fail with this error (onEnd), not sent again.
-      if (message.ok === false && connection.connectionError === null) {
-        connection.connectionError = KeyholeError.fromResponse(message.error);
-        this.retire(connection);
-        if (connection.pending.size === 0) connection.close();
+      // An error about the connection, not about a call. Only the first counts: keyholed gives
+      // no goodbye to a connection it had stopped reading for a frame error (section 5), so a
+      // rule 4 error stands whatever follows it.
+      if (message.ok !== false || connection.connectionError !== null) return;
+      if (message.error.code === 'shutting_down') {
+        this.goodbye(connection); // rule 3: keyholed's goodbye
+        return;
       }
+      // Rule 4: any other (overloaded on connect, bad_frame, frame_too_large). keyholed still
+      // answers the requests it had read before it closes the connection, so it goes on being
+      // read; nothing more is sent on it, and the calls still unanswered when it ends fail with
+      // this error (onEnd), not sent again.
+      connection.connectionError = KeyholeError.fromResponse(message.error);
+      this.retire(connection);
+      if (connection.pending.size === 0) connection.close();
       return;
     }
     const call = connection.pending.get(id);
@@ -237,6 +244,34 @@ class Client {
       return;
     }
     this.fail(call, error);
+  }
+
+  /**
+   * Rule 3, keyholed's goodbye (shutting_down with a null id, the last frame of a connection its
+   * shutdown drained): keyholed stopped reading the connection before every request it has not
+   * answered, so each call still pending on it never reached keyholed, whatever its write callback
+   * said or will say. Each is sent on a new connection as in rule 1, whatever its operation: this
+   * is not rule 2's one re-send (`resent` is left alone), so a call turned away by several
+   * restarts in a row goes each time, bounded by its deadline alone. A call written on the
+   * connection after keyholed said goodbye, before the goodbye was read here, is among them: the
+   * promise covers it too.
+   */
+  goodbye(connection) {
+    this.retire(connection);
+    const calls = [...connection.pending.values()];
+    connection.pending.clear();
+    connection.close(); // keyholed closes it too; nothing more comes on it
+    for (const call of calls) {
+      call.connection = null;
+      call.id = null; // its write callback, if still to come, is then ignored
+      call.written = null;
+      call.decideOnWrite = false;
+      // Nothing of it was read on this connection: a call that then never gets another one
+      // before its deadline is unavailable (no effect), not timeout (unknown), unless an
+      // earlier connection may have read it.
+      call.everWritten = call.everWrittenBefore;
+      this.dispatch(call);
+    }
   }
 
   /** Rule 3: nothing more is sent on a connection that answered shutting_down. */

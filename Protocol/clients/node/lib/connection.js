@@ -1,5 +1,6 @@
 'use strict';
 
+const fs = require('node:fs');
 const net = require('node:net');
 const { KeyholeError } = require('./errors');
 const { FrameReader, MAX_RESPONSE_BYTES, payloadText } = require('./frames');
@@ -96,11 +97,44 @@ class Connection {
 
   /**
    * Writes one frame (a Buffer, or a string of single-byte characters); `written(error)` tells
-   * whether it reached the kernel (see Client).
+   * whether it reached the kernel (see Client). A write that failed has what keyholed sent before
+   * it closed read first (drain), so that the client learns of keyholed's goodbye before it
+   * learns of the failure.
    */
   write(frame, written) {
-    if (typeof frame === 'string') this.socket.write(frame, 'latin1', written);
-    else this.socket.write(frame, written);
+    const done = (error) => {
+      if (error) this.drain();
+      written(error);
+    };
+    if (typeof frame === 'string') this.socket.write(frame, 'latin1', done);
+    else this.socket.write(frame, done);
+  }
+
+  /**
+   * Reads at once what is left unread in the kernel, after a write failed (EPIPE: keyholed had
+   * closed the connection). Node destroys a socket whose write failed right after the write's
+   * callback, and the bytes still unread go with it; those may be keyholed's last answers and its
+   * goodbye (PROTOCOL.md section 5), which arrived while the event loop was busy, and without
+   * which the calls written before this one would be taken for lost with their answers (rule 2)
+   * when keyholed promised it never read them (rule 3). The descriptor is the socket's own
+   * (non-blocking): read until end of stream or until nothing more is there. Where the socket
+   * has no descriptor to read (not a Unix platform), the failure is handled as before.
+   */
+  drain() {
+    const handle = this.socket._handle;
+    const fd = handle ? handle.fd : -1;
+    if (!(Number.isInteger(fd) && fd >= 0)) return;
+    const buffer = Buffer.allocUnsafe(READ_BUFFER_BYTES);
+    while (!this.ended) {
+      let length;
+      try {
+        length = fs.readSync(fd, buffer, 0, buffer.length, null);
+      } catch {
+        return; // EAGAIN (nothing more yet) or a reset after the last byte: nothing left to read
+      }
+      if (length === 0) return; // end of stream
+      this.receive(buffer, length);
+    }
   }
 
   /** `buffer[0, length)` just read; the buffer is read into again once this returns. */

@@ -191,8 +191,8 @@ final class Client
         $safe = self::SAFE_TO_REPEAT[$op] ?? false;
         $args = Wire::objectify($op, $args);
         $resent = false;  // the one re-send of a written request has been used
-        $written = false; // an attempt of this call went out: its effect may be unknown
-        $unsent = 0;
+        $written = false; // an attempt of this call may have been read: its effect may be unknown
+        $unsent = 0;      // attempts that never reached keyholed (rule 1, or turned away by a goodbye)
         while (true) {
             if ($this->stream !== null && $this->pid !== getmypid()) {
                 $this->abandon();
@@ -204,21 +204,22 @@ final class Client
             $id = $this->prefix . ++$this->counter;
             $frame = Wire::encode($id, $op, $args);
             $state = $this->write($frame, $deadline, $op, $written);
-            if ($state === self::UNSENT) {
-                // Rule 1: nothing of it went out; the connection was closed. Send it on a new
-                // one, unless keyholed said why it closed it (overloaded on connect: rule 4).
-                $refusal = $this->refusal();
+            $answer = $state === self::WRITTEN ? $this->await($id, $deadline, $op) : $this->leftBehind($state);
+            if ($answer === self::UNSENT) {
+                // Rule 1: nothing of it went out, the connection was found closed. Or rule 3's
+                // goodbye: keyholed said it stopped reading before this request, which it never
+                // read. Either way it never reached keyholed, so it goes on a new connection
+                // whatever its operation, and this is not rule 2's one re-send: a call turned away
+                // by several restarts in a row goes again each time, within its deadline. The same
+                // backoff as reconnecting, from the second attempt on.
                 $this->close();
-                if ($refusal === null) {
-                    if (++$unsent > 1) {
-                        $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
-                    }
-                    continue;
+                if (++$unsent > 1) {
+                    $this->pause(min(self::BACKOFF_FIRST * 2 ** ($unsent - 2), self::BACKOFF_MAX), $deadline);
                 }
-                $answer = $refusal;
-            } else {
+                continue;
+            }
+            if ($state !== self::UNSENT) {
                 $written = true;
-                $answer = $state === self::WRITTEN ? $this->await($id, $deadline, $op) : null;
             }
             if ($answer === null) {
                 // Rule 2: written, and the connection ended before its answer.
@@ -236,7 +237,8 @@ final class Client
             }
             $error = $answer;
             if ($error->code() === 'shutting_down') {
-                // Rule 3: not completed; nothing more goes on this connection.
+                // Rule 3, answered with its id: read and not completed; sent again like rule 2's
+                // lost request. Nothing more goes on this connection.
                 $this->close();
                 if ($safe && !$resent) {
                     $resent = true;
@@ -392,13 +394,19 @@ final class Client
 
     /**
      * Reads frames until the answer with $id: its result, or its error; null when the connection
-     * ended first.
+     * ended first; UNSENT when keyholed said goodbye first.
      *
-     * Rule 4: after an error with a null id keyholed still answers the requests it had read, then
-     * closes; the call gets its answer if it comes, else that error when the connection ends. The
-     * connection is closed either way.
+     * Rule 3: the goodbye (`shutting_down` with a null id) is the last frame keyholed sends on a
+     * connection, after the answers to everything it read: the request was never read. That
+     * holds on a persistent socket PHP handed back too (the goodbye is about every request on the
+     * connection, whoever sent it), so it is taken whether or not the connection is this
+     * Client's own. The connection is closed.
+     *
+     * Rule 4: after another error with a null id keyholed still answers the requests it had read,
+     * then closes; the call gets its answer if it comes, else that error when the connection ends.
+     * The connection is closed either way.
      */
-    private function await(string $id, int $deadline, string $op): array|KeyholeException|null
+    private function await(string $id, int $deadline, string $op): array|KeyholeException|int|null
     {
         while (true) {
             $payload = $this->readFrame($deadline, $op);
@@ -418,8 +426,14 @@ final class Client
                     throw $e;
                 }
                 if ($message['id'] !== $id) {
-                    if ($message['id'] === null && !$message['ok'] && $this->own) {
-                        $this->refused ??= $message['error'];
+                    if ($message['id'] === null && !$message['ok']) {
+                        if ($message['error']->code() === 'shutting_down') {
+                            $this->close(); // the goodbye: nothing more is sent on it
+                            return self::UNSENT;
+                        }
+                        if ($this->own) {
+                            $this->refused ??= $message['error'];
+                        }
                     }
                     // An answer to an id this call does not wait for (an earlier call's, late),
                     // or an error with a null id that may have been about what others sent on a
@@ -438,17 +452,42 @@ final class Client
     }
 
     /**
-     * On a connection found closed before a request went out: the error with a null id that
-     * keyholed sent before closing it (overloaded on connect), if it is there to read. Only on a
-     * socket this Client opened itself (or has had answers on): on a persistent socket PHP handed
-     * back it may be a stale one, left there for an earlier request, and the request is then
-     * sent on a new connection like any other that was not sent (rule 1).
+     * On a connection found closed while a request was being written, before a byte of it went
+     * out ($state UNSENT) or after some (PARTLY_WRITTEN): what became of it, from what keyholed
+     * left on the connection before closing.
+     *
+     * - Its goodbye (rule 3): the request was never read, whatever of it went out: UNSENT.
+     * - Another error with a null id (overloaded on connect), before the request went out: that
+     *   error is the call's (rule 4). Only on a socket this Client opened itself (or has had
+     *   answers on): on a persistent socket PHP handed back it may be a stale one, left there
+     *   for an earlier request, and the request is then sent on a new connection like any other
+     *   that was not sent (rule 1).
+     * - Otherwise UNSENT when nothing of it went out (rule 1), null when part of it did (rule 2:
+     *   the connection ended with the request cut short, and keyholed did not say it was unread).
+     *
+     * The connection is closed.
      */
-    private function refusal(): ?KeyholeException
+    private function leftBehind(int $state): KeyholeException|int|null
     {
-        if (!$this->own) {
+        $error = $this->nullIdError();
+        $own = $this->own;
+        $this->close();
+        if ($error !== null && $error->code() === 'shutting_down') {
+            return self::UNSENT;
+        }
+        if ($state !== self::UNSENT) {
             return null;
         }
+        return $error !== null && $own ? $error : self::UNSENT;
+    }
+
+    /**
+     * The first error with a null id among what is left to read on a connection found closed
+     * (what fill() left in the buffer, PHP's stream buffer, the kernel's), or null. Frames with an
+     * id are late answers to earlier calls, skipped. Reads without blocking: keyholed has closed.
+     */
+    private function nullIdError(): ?KeyholeException
+    {
         $data = $this->buffer;
         stream_set_blocking($this->stream, false);
         while (strlen($data) < 65536 && is_string($chunk = @fread($this->stream, 65536)) && $chunk !== '') {

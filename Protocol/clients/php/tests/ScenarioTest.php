@@ -44,7 +44,7 @@ final class ScenarioTest extends TestCase
                 $this->assertTrue($scenario['pipelined'], $scenario['name']);
             }
         }
-        $this->assertSame(['pipelined-split-every-byte', 'coalesced', 'out-of-order', 'null-id-error-then-answers'], $left);
+        $this->assertSame(['pipelined-split-every-byte', 'coalesced', 'out-of-order', 'null-id-error-then-answers', 'goodbye-after-answers'], $left);
         $this->assertGreaterThanOrEqual(18, count($this->scenarios()));
     }
 

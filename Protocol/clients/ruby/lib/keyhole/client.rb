@@ -109,8 +109,11 @@ module Keyhole
 
           raise error
         when :not_sent
-          # Rule 1: it never reached keyholed; connection_for opens a new connection. A connection
-          # that keeps ending before a request goes out counts as a failed attempt: back off.
+          # Rule 1: it never reached keyholed; connection_for opens a new connection. So too after
+          # keyholed's goodbye (rule 3), whatever the operation: the request was never read, so this
+          # is not the one re-send, and only the deadline bounds how many goodbyes a call may meet.
+          # A connection that keeps ending before a request goes out (or is read) counts as a
+          # failed attempt: back off.
           unsent += 1
           backoff(deadline, unsent, op, written) if unsent > 1
           next

@@ -15,7 +15,9 @@ module Keyhole
   #
   # #request answers a pair [kind, value], for the Client to apply PROTOCOL.md section 8:
   # - [:answer, response]  the response object (ok or error) with this id
-  # - [:not_sent, nil]     not a byte of the request went out: the connection was over (rule 1)
+  # - [:not_sent, nil]     not a byte of the request went out: the connection was over (rule 1);
+  #                        or keyholed's goodbye (a null-id shutting_down) said that it was never
+  #                        read, whether it was written or not (rule 3)
   # - [:lost, nil]         written (in part or whole), and the connection ended before its answer
   # - [:failed, error]     the connection failed as a whole: protocol_error, or keyholed's error
   #                        with a null id about the connection (rule 4), for a call it left
@@ -30,7 +32,8 @@ module Keyhole
     DRAIN_LIMIT = 1024 * 1024
     EMPTY = "".b.freeze
 
-    # One request waiting for its answer. +state+: :pending, :answered, :lost, :failed.
+    # One request waiting for its answer. +state+: :pending, :answered, :lost, :failed, :unread
+    # (keyholed's goodbye said it was never read).
     Waiter = Struct.new(:state, :value)
 
     # The ForkTracker generation of the process that opened it: a forked child must not use its
@@ -48,6 +51,7 @@ module Keyhole
       @over = false     # ended or failed: nothing more is read or written
       @retired = false  # no new requests (shutting_down, a torn write); answers still read
       @error = nil      # keyholed's error with a null id: the calls it leaves unanswered fail with it
+      @goodbye = false  # keyholed said goodbye: every request it left unanswered was never read
       @buffer = EMPTY # frozen: replaced, never appended to, while empty (#take_frames)
       @next_id = 0      # ids are unique on the connection, which is where answers are matched
     end
@@ -180,15 +184,17 @@ module Keyhole
       true
     end
 
-    # After a write found the connection closed: once the frames keyholed left are read, its error
-    # with a null id fails this call (rule 4). Otherwise :not_sent (rule 1), or :lost when part of
-    # the frame went out (rule 2).
+    # After a write found the connection closed: once the frames keyholed left are read, its
+    # goodbye means this call was never read, even when part of it went out (:not_sent, rule 3:
+    # keyholed had stopped reading before it said goodbye), and its error with a null id fails this
+    # call (rule 4). Otherwise :not_sent (rule 1), or :lost when part of the frame went out (rule 2).
     def closed_on_write(outcome, drain)
       drain_closed if drain
       @mu.synchronize do
         @reader = nil if drain
         @cv.broadcast
         close_if_idle
+        return [:not_sent, nil] if @goodbye
         return [:failed, @error] if @error
       end
       outcome == :broken ? [:lost, nil] : [:not_sent, nil]
@@ -261,6 +267,7 @@ module Keyhole
       case waiter.state
       when :answered then [:answer, waiter.value]
       when :lost then [:lost, waiter.value]
+      when :unread then [:not_sent, nil]
       else [:failed, waiter.value]
       end
     end
@@ -279,12 +286,17 @@ module Keyhole
     end
 
     # Called with @mu held. Fails every waiting request and closes the socket: with +error+, else
-    # with keyholed's error with a null id if it sent one (rule 4), else as lost.
+    # as never read after keyholed's goodbye (rule 3), else with keyholed's error with a null id if
+    # it sent one (rule 4), else as lost.
     def end_connection(error)
       @over = true
-      error ||= @error
+      error ||= @error unless @goodbye
+      state = if error then :failed
+              elsif @goodbye then :unread
+              else :lost
+              end
       @waiters.each_value do |w|
-        w.state = error ? :failed : :lost
+        w.state = state
         w.value = error
       end
       @waiters.clear
@@ -364,8 +376,9 @@ module Keyhole
       @buffer = offset.zero? ? buffer : buffer.byteslice(offset, size - offset)
     end
 
-    # Hands one answer to its waiter. False when the connection is over. +last+: nothing follows it
-    # in the buffer, so when the answer is the reader's own, the reading is handed over at once.
+    # Hands one answer to its waiter. False when the connection is over (keyholed's goodbye ends it).
+    # +last+: nothing follows it in the buffer, so when the answer is the reader's own, the reading is
+    # handed over at once.
     def dispatch(payload, last)
       payload.force_encoding(Encoding::UTF_8)
       unless payload.valid_encoding?
@@ -386,6 +399,16 @@ module Keyhole
       id = response["id"]
       @mu.synchronize do
         if id.nil?
+          if !response["ok"] && response["error"]["code"] == "shutting_down"
+            # keyholed's goodbye (rule 3), the last frame of a connection drained at shutdown: it
+            # stopped reading before every request it has not answered, so each waiting call was
+            # never read, whatever its operation, and goes again on a new connection (:unread, not
+            # rule 2's one re-send). Nothing follows it, so the connection ends now: no request
+            # goes on it, and the calls need not wait for the end of stream.
+            @goodbye = true
+            end_connection(nil)
+            return false
+          end
           # About the connection (overloaded on connect, bad_frame, frame_too_large): nothing more
           # is sent on it, but keyholed still answers the requests it had read before it closes it;
           # those it leaves unanswered fail with this error at the close (rule 4). An ok answer

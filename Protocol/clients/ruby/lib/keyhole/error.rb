@@ -58,8 +58,9 @@ module Keyhole
     def initialize(message) = super("unavailable", message)
   end
 
-  # The connection ended after the request was written and before its answer, and the operation
-  # is not safe to repeat (or its one re-send was lost too): its outcome is unknown.
+  # The connection ended after the request was written and before its answer, without keyholed's
+  # goodbye (which would have said it was never read), and the operation is not safe to repeat (or
+  # its one re-send was lost too): its outcome is unknown.
   class ConnectionLost < Error
     def initialize(message) = super("connection_lost", message)
   end
