@@ -181,6 +181,12 @@ struct ConnectionStateMachine {
         drainDeadline = now + drainTimeout
     }
 
+    /// The connection broke the framing: its null-id error (`bad_frame`, `frame_too_large`) is the last
+    /// frame it gets, not the goodbye, even when shutdown had begun (PROTOCOL.md section 5).
+    mutating func framingFailed() {
+        endsWithGoodbye = false
+    }
+
     /// The channel closed.
     mutating func closed() {
         state = .closed
@@ -196,6 +202,12 @@ struct ConnectionStateMachine {
         if inFlight > 0 { return .rearm(now + idleTimeout) }
         let deadline = lastActivity + idleTimeout
         if deadline <= now {
+            if endsWithGoodbye {
+                // Shutdown is waiting for this connection's first request: it ends as shutdown
+                // ends a connection, with the goodbye, so a client writing now sends again.
+                stopReading(now: now)
+                return .drain
+            }
             state = .closed
             return .close
         }

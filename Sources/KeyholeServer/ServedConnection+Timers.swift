@@ -4,7 +4,8 @@ import NIOCore
 /// What a connection's timers do when they fire, and its asynchronous work.
 extension ServedConnection {
     /// The timer `kind` fired (the loop has already forgotten it). Each kind's verdicts are the state
-    /// machine's: idle and drain timers close, frame and first-request timers stop reading.
+    /// machine's: idle and drain timers close (an idle one during shutdown drains, to say goodbye),
+    /// frame and first-request timers stop reading.
     func timerFired(_ kind: ConnectionTimer) {
         let now = self.now
         let verdict: ConnectionStateMachine.TimerVerdict
@@ -29,6 +30,8 @@ extension ServedConnection {
         case .drain:
             if kind == .frame {
                 noteLimited("connection.frame_timeout", ["buffered_bytes": "\(decoder.bufferedBytes)"])
+            } else if kind == .idle {
+                logger.debug("connection.idle_timeout")
             } else {
                 logger.debug("connection.draining")
             }

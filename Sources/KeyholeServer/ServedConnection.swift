@@ -234,6 +234,7 @@ extension ServedConnection {
     private func failFraming(_ error: ProtocolError) {
         core.metrics.frameErrors.increment()
         access.committedFrameError = true
+        machine.framingFailed()
         noteLimited("connection.bad_frame", ["code": "\(error.code)"])
         // The error answers no request, so it takes no in-flight slot.
         write(Response(id: nil, outcome: .failure(error)))

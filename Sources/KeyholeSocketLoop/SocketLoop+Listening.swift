@@ -66,8 +66,10 @@ extension SocketLoop {
 
     /// Accepts up to `acceptsPerWake` connections. Returns whether more may be waiting (it took that
     /// many without finding the backlog empty).
+    /// `stoppingAtRefusal`: stop after a connection refused at connect (`pauseAccepting`), and say
+    /// no more are waiting.
     @discardableResult
-    func acceptAll() -> Bool {
+    func acceptAll(stoppingAtRefusal: Bool = false) -> Bool {
         guard let listener else { return false }
         var accepted = false
         defer {
@@ -100,6 +102,7 @@ extension SocketLoop {
             }
             accepted = true
             adopt(fd, accepted: listener.accepted)
+            if stoppingAtRefusal, refusedThisPass { return false }
         }
         return true
     }
@@ -145,8 +148,10 @@ extension SocketLoop {
         // clients have sent or are sending a request, which keyholed answers before it says goodbye.
         // Left there, they would be reset when keyholed holds the socket's last reference (the socket
         // unit stopped too), failing a request that may have been a change.
+        // Up to the first refusal (a limit): the rest stay in the backlog, where the next keyholed on
+        // a socket systemd holds serves them, rather than being refused here.
         var passes = 0
-        while passes < Self.backlogPassesAtQuiesce, acceptAll() { passes += 1 }
+        while passes < Self.backlogPassesAtQuiesce, acceptAll(stoppingAtRefusal: true) { passes += 1 }
         stopListening()
         for index in connections.indices {
             guard let connection = connections[index] else { continue }

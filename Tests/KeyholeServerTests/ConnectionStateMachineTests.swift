@@ -250,5 +250,18 @@ struct ConnectionStateMachineTests {
         let timedOut = idle.idleTimerFired(now: start + .seconds(3600))
         #expect(timedOut == .close)
         #expect(!idle.endsWithGoodbye)
+
+        var waiting = machine()
+        _ = waiting.quiesce(now: start, grace: .seconds(1))
+        let idleAtShutdown = waiting.idleTimerFired(now: start + .seconds(3600))
+        #expect(idleAtShutdown == .drain, "idle while shutdown waits for its first request: it drains, to say goodbye")
+        #expect(waiting.state == .draining)
+        #expect(waiting.endsWithGoodbye)
+
+        var broken = machine()
+        broken.requestStarted()
+        _ = broken.quiesce(now: start, grace: .seconds(1))
+        broken.framingFailed()
+        #expect(!broken.endsWithGoodbye, "its framing error is its last frame")
     }
 }

@@ -296,6 +296,41 @@ struct SocketLoopTests {
         #expect(events.all.filter { $0 == "closed" }.count == 3, "\(events.all)")
     }
 
+    @Test("the backlog taken at shutdown stops at the first connection refused: the rest stay for the next keyholed on the socket")
+    func quiesceLeavesTheBacklogAfterARefusal() async throws {
+        let socket = try TestSocket()
+        let events = Events()
+        let group = try SocketLoopGroup(count: 1)
+        let accepted = Atomic<Int>(0)
+        group.start(
+            listeningOn: socket.fd,
+            accepted: { connection in
+                // Every connection is refused at connect (a limit), as keyholed refuses one.
+                accepted.add(1, ordering: .relaxed)
+                connection.delegate = EchoDelegate(events: events)
+                connection.loop.pauseAccepting()
+                connection.closeAfterWrites()
+            },
+            failed: { code in events.add("accept failed \(code)") },
+            released: {})
+        let loop = group.loops[0]
+        let clients = await onLoop(loop) { () -> [RawConnection] in
+            let clients = (0..<3).map { _ in try! socket.connect() }
+            loop.quiesce()
+            return clients
+        }
+        await group.finished()
+        #expect(accepted.load(ordering: .relaxed) == 1, "one refused; two left waiting")
+        #expect(try clients[0].receiveAll().isEmpty)
+        // Still queued on the socket (the test holds it, as systemd does): taken by the next accept.
+        for _ in 1..<3 {
+            let next = accept(socket.fd, nil, nil)
+            #expect(next >= 0)
+            close(next)
+        }
+        _ = clients
+    }
+
     /// Only the connection: this test process ignores SIGPIPE (SwiftNIO does, once it opened a socket),
     /// so that keyholed is not killed by one is shown end to end (UnreadAnswersEndToEndTests).
     @Test("a client gone before its answer is sent costs its connection, and the loop serves on")

@@ -71,7 +71,8 @@ struct LifecycleEndToEndTests {
         let busy = try RawConnection(path: daemon.socketPath)
         try idle.sendFrame(#"{"op":"ping","id":"before"}"#)
         #expect(try idle.readResponse()["id"] == "before")
-        try busy.sendFrame(#"{"op":"debug.sleep","id":1,"args":{"ms":1500}}"#)
+        // Long enough to outlast the steps below on a loaded machine; shutdown waits for it anyway.
+        try busy.sendFrame(#"{"op":"debug.sleep","id":1,"args":{"ms":5000}}"#)
         try busy.sendFrame(#"{"op":"ping","id":"marker"}"#)
         #expect(try busy.readResponse()["id"] == "marker", "the sleep has been read and started")
         daemon.signal(SIGTERM)
