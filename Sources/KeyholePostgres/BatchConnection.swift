@@ -44,16 +44,19 @@ final class BatchConnection: Sendable {
     /// The connection's prepared statement, the connection made first if there is none (or it
     /// closed). On `eventLoop`, for one batch at a time.
     func statement() -> EventLoopFuture<PreparedQuery> {
+        let stale: PostgresConnection?
         switch slot.value.state {
         case .ready(let connection, let statement) where !connection.isClosed: return eventLoop.makeSucceededFuture(statement)
         case .shutDown: return eventLoop.makeFailedFuture(PostgresStoreError.unavailable("the store is shut down"))
-        case .ready(let connection, _): Self.close(connection)
-        case .connecting(_, let connection): if let connection { Self.close(connection) }
-        case .none: break
+        case .ready(let connection, _): stale = connection
+        case .connecting(_, let connection): stale = connection
+        case .none: stale = nil
         }
         slot.value.attempts += 1
         let attempt = slot.value.attempts
         slot.value.state = .connecting(attempt: attempt, nil)
+        // Closed only once the slot no longer names it (see `abandon`).
+        if let stale { Self.close(stale) }
         let logger = self.logger, schema = self.schema, sql = self.sql, slot = self.slot
         /// Whether `attempt` is still the one wanted (not given up, nor the store shut down).
         @Sendable func current() -> Bool {
@@ -90,13 +93,19 @@ final class BatchConnection: Sendable {
     /// Closes the connection a batch overran its bound on, or the one being made for it (its
     /// statement fails; the next batch makes a new one). On `eventLoop`.
     func abandon() {
+        let abandoned: PostgresConnection?
         switch slot.value.state {
-        case .ready(let connection, _): Self.close(connection)
-        case .connecting(_, let connection): if let connection { Self.close(connection) }
+        case .ready(let connection, _): abandoned = connection
+        case .connecting(_, let connection): abandoned = connection
         case .none, .shutDown: return
         }
+        // The slot forgets the connection before it is closed: closing fails the query in flight at
+        // once, on this loop, and that failure ends the batch and starts the next one (a call that
+        // waited behind it) before `close` returns. Still named here, the connection, not yet
+        // inactive, would take that batch, which would then fail with "connection closed".
         slot.value.state = .none
         logger.warning("postgres.batch_connection_abandoned", metadata: ["connection": "\(id)"])
+        if let abandoned { Self.close(abandoned) }
     }
 
     /// Closes the connection for good: a later batch fails at once. A store must be shut down
