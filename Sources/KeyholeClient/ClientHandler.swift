@@ -102,15 +102,17 @@ final class ClientHandler: ChannelDuplexHandler {
                 status.retire()
             }
             waiting.promise.succeed(.answered(response))
-        } else if response.id == nil, case .failure(let error) = response.outcome, error.code == .shuttingDown {
-            // keyholed's goodbye: it answered everything it read and closes the connection, so the
-            // calls still waiting were never read, and go again on a new connection (section 8, rule 3).
-            status.sayGoodbye()
         } else if response.id == nil, case .failure(let error) = response.outcome {
-            // An error without an id concerns the connection (overloaded, a framing error): nothing
-            // more goes on it, but keyholed still answers the requests it had read before it closes
-            // it; the calls still waiting then fail with this error (PROTOCOL.md section 8, rule 4).
-            status.refuse(error)
+            // An error without an id concerns the connection: nothing more goes on it.
+            if error.code == .shuttingDown {
+                // keyholed's goodbye: it answered everything it read and closes the connection, so
+                // the calls still waiting were never read, and go again on a new one (section 8, rule 3).
+                status.sayGoodbye()
+            } else {
+                // Overloaded, a framing error: keyholed still answers the requests it had read before
+                // it closes the connection; the calls still waiting then fail with this error (rule 4).
+                status.refuse(error)
+            }
         }
         // Anything else answers a request nobody waits for (a call that timed out): dropped.
     }

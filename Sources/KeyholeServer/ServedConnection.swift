@@ -203,6 +203,11 @@ extension ServedConnection {
             core.stats.countError(error.code)
             logger.debug("request.failed", metadata: ["code": "\(error.code)"])
         }
+        append(response)
+    }
+
+    /// Encodes `response` as a frame at the end of `outbound`, to be sent soon.
+    private func append(_ response: Response) {
         prepareOutbound()
         let before = outbound.readableBytes
         FrameEncoder.writeFrame(into: &outbound) { response.write(to: &$0) }
@@ -215,10 +220,7 @@ extension ServedConnection {
     /// again on a new connection even when it is a change. Not counted as an error: it answers nothing.
     private func writeGoodbye() {
         guard !closing else { return }
-        prepareOutbound()
-        let before = outbound.readableBytes
-        FrameEncoder.writeFrame(into: &outbound) { Response(id: nil, outcome: .failure(.goodbye())).write(to: &$0) }
-        outboundWritten(outbound.readableBytes - before)
+        append(Response(id: nil, outcome: .failure(.goodbye())))
     }
 
     // MARK: Ending

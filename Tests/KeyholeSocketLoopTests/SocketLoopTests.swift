@@ -328,7 +328,7 @@ struct SocketLoopTests {
             #expect(next >= 0)
             close(next)
         }
-        _ = clients
+        withExtendedLifetime(clients) {}
     }
 
     /// Only the connection: this test process ignores SIGPIPE (SwiftNIO does, once it opened a socket),

@@ -493,39 +493,38 @@ func serveInTurn(t *testing.T, scripts ...func(nc net.Conn) error) (socket strin
 // a word after reading one (a crash: the request's fate is unknown), or answers it.
 func saysGoodbye(op string) func(net.Conn) error {
 	return func(nc net.Conn) error {
-		r, err := readRequest(nc)
-		if err != nil {
+		if _, err := readOp(nc, op); err != nil {
 			return err
 		}
-		if r.Op != op {
-			return fmt.Errorf("want %s, got %s", op, r.Op)
-		}
-		_, err = nc.Write(goodbyeFrame)
+		_, err := nc.Write(goodbyeFrame)
 		return err
 	}
 }
 
 func closesSilently(op string) func(net.Conn) error {
 	return func(nc net.Conn) error {
-		r, err := readRequest(nc)
-		if err == nil && r.Op != op {
-			err = fmt.Errorf("want %s, got %s", op, r.Op)
-		}
+		_, err := readOp(nc, op)
 		return err
 	}
 }
 
 func answers(op, result string) func(net.Conn) error {
 	return func(nc net.Conn) error {
-		r, err := readRequest(nc)
+		r, err := readOp(nc, op)
 		if err != nil {
 			return err
 		}
-		if r.Op != op {
-			return fmt.Errorf("want %s, got %s", op, r.Op)
-		}
 		return answerWith(nc, r, result)
 	}
+}
+
+// readOp reads the next request and checks it is op.
+func readOp(nc net.Conn, op string) (scriptedRequest, error) {
+	r, err := readRequest(nc)
+	if err == nil && r.Op != op {
+		err = fmt.Errorf("want %s, got %s", op, r.Op)
+	}
+	return r, err
 }
 
 // keyholed's goodbye came while the connection was idle, and the client, which reads only while a
