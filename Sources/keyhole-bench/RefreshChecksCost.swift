@@ -64,7 +64,7 @@ struct RefreshChecksCost: AsyncParsableCommand {
         var firstPasses: [Double] = []
         var emptyPasses: [Double] = []
         var pause = Duration.seconds(60)
-        for round in 0..<rounds {
+        for _ in 0..<rounds {
             clock.advance(by: 1)
             // Before: every pass walked every user.
             let walkStart = ContinuousClock.now

@@ -121,6 +121,12 @@ package final class DaemonProcess: Sendable {
         return ["--loop", loop]
     }
 
+    /// Whether this run is the second pass of keyholed's end-to-end suites, on another event loop
+    /// than the default (`KEYHOLE_TEST_LOOP`). Suites whose keyholed does not take `loopArguments`
+    /// (the packaged service under systemd runs its shipped configuration) or that test nothing of
+    /// the loop, at a cost, run in the first pass only.
+    package static var onAnotherLoop: Bool { !loopArguments.isEmpty }
+
     /// Starts keyholed and waits until it says it is ready.
     package static func start(config: String = "", arguments: [String] = ["--enable-debug-ops"]) throws -> DaemonProcess {
         let daemon = try DaemonProcess(config: config, arguments: arguments)
