@@ -153,7 +153,11 @@ struct RestartEndToEndTests {
         #expect(done.wait(timeout: .now() + .seconds(60)) == .success)
 
         #expect(tally.errors.isEmpty, "\(tally.errors.prefix(5))")
-        #expect(tally.goodbyes >= 1, "the clients' connections ended with keyholed's goodbye")
+        // Each connection open at the restart ended in the goodbye: read by a client that read again
+        // first, or left unread by one whose next write met the close (EPIPE), which is then sent
+        // again. Which of the two a client sees is timing (all eight wrote first in one run here).
+        // Without the goodbye, keyholed's close resets a written request: an error above.
+        #expect(tally.goodbyes + tally.retries >= 1, "the clients' connections ended with keyholed's goodbye or its close")
         #expect(first.stderr.contains("systemd.socket_adopted"))
         #expect(second.stderr.contains("records_replayed="))
         // Every session a client was told about survived the restart.

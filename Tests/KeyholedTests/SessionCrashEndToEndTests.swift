@@ -26,8 +26,13 @@ struct SessionCrashEndToEndTests {
     /// Small, so that snapshots are taken (and cut short by kill -9) in most rounds.
     static let config = "[storage]\nsnapshot_wal_bytes = \"64KiB\"\n"
 
+    /// Two to three minutes of waiting: on a thread of its own (`onOwnThread`).
     @Test("20 rounds of kill -9 under concurrent session.create and session.revoke")
-    func killNine() throws {
+    func killNine() async throws {
+        try await onOwnThread { try killNineRounds() }
+    }
+
+    private func killNineRounds() throws {
         let directory = try DaemonProcess.makeDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let ledger = Ledger()
