@@ -1,5 +1,6 @@
 import Foundation
 import KeyholeTestSupport
+import Testing
 
 /// The Debian packages of the binaries under test, built by packaging/deb/build-deb.sh (what `make
 /// deb` runs) once per version for the whole test process, in a directory of its own that goes when
@@ -39,5 +40,14 @@ actor BuiltPackages {
         }
         builds[version] = build
         return try await build.value
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// For the suites that install `BuiltPackages` and run the packaged service under systemd: not in
+    /// the second pass on another loop (`DaemonProcess.onAnotherLoop`), which the service would not
+    /// take (it runs its shipped configuration).
+    static var packagedServiceOnFirstPass: Self {
+        .disabled(if: DaemonProcess.onAnotherLoop, "the packaged service runs its shipped configuration's loop, whatever KEYHOLE_TEST_LOOP says: the first pass ran it")
     }
 }

@@ -8,7 +8,7 @@ import Testing
 /// keyholed after PostgreSQL and starts it, keyholed logs in over the socket by peer authentication
 /// and over TCP with a SCRAM password handed over as a systemd credential, access control holds, and
 /// PostgreSQL restarted under a running keyholed neither stops nor restarts it.
-@Suite("PostgreSQL under systemd", .serialized, .disabled(if: DaemonProcess.onAnotherLoop, "the packaged service runs its shipped configuration's loop, whatever KEYHOLE_TEST_LOOP says: the first pass ran it"))
+@Suite("PostgreSQL under systemd", .serialized, .packagedServiceOnFirstPass)
 struct SystemdPostgresTests {
     /// Runs in the container: prints a `name=value` line per finding (`say` and `as` are
     /// SystemdAccessTests' helpers).

@@ -7,7 +7,7 @@ import Testing
 /// creating sessions, changes that are not safe to repeat, and none may fail. keyholed answers what
 /// it read and says goodbye on each connection; the client sends what it did not read again; the
 /// socket, held by keyholed.socket, keeps new connections in its backlog for the next keyholed.
-@Suite("restart under systemd", .serialized, .disabled(if: DaemonProcess.onAnotherLoop, "the packaged service runs its shipped configuration's loop, whatever KEYHOLE_TEST_LOOP says: the first pass ran it"))
+@Suite("restart under systemd", .serialized, .packagedServiceOnFirstPass)
 struct SystemdRestartTests {
     /// The app, run as a member of keyhole-clients: creates sessions on one client (one connection,
     /// kept) until told to stop, counting those created in a file the script polls, then checks each
