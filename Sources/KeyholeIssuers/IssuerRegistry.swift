@@ -108,6 +108,14 @@ public struct IssuerRegistry: Sendable {
     public func attempt(
         token: String, issuer: String?, audience: String?, nonce: String?, now: Double
     ) throws(ProtocolError) -> Attempt {
+        try attempt(token: ByteBuffer(string: token), issuer: issuer, audience: audience, nonce: nonce, now: now)
+    }
+
+    /// `attempt` for a token given as its bytes (as they lie in a request's frame): a cached token
+    /// is found without a `String` made of it.
+    public func attempt(
+        token: ByteBuffer, issuer: String?, audience: String?, nonce: String?, now: Double
+    ) throws(ProtocolError) -> Attempt {
         var routed: String?
         do {
             let outcome = try attemptUncounted(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed)
@@ -121,19 +129,19 @@ public struct IssuerRegistry: Sendable {
 
     /// `attempt`, without the count; `routed` is the issuer the token went to, once known.
     private func attemptUncounted(
-        token: String, issuer: String?, audience: String?, nonce: String?, now: Double, routed: inout String?
+        token bytes: ByteBuffer, issuer: String?, audience: String?, nonce: String?, now: Double, routed: inout String?
     ) throws(ProtocolError) -> Attempt {
-        var digest: SHA256.Digest?
         let entries = directory.issuers
-        // Without a digest (libcrypto failed), the cache is skipped, never consulted with a wrong key.
-        if let cache, token.utf8.count <= CompactJWS.maximumLength, let key = SHA256.digest(utf8: token) {
-            digest = key
-            if let hit = try cached(key, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed) {
+        // One too long for a token is never looked up (nor kept): parsing refuses it by its length.
+        let cacheable = bytes.readableBytes <= CompactJWS.maximumLength
+        if let cache, cacheable {
+            if let hit = try cached(bytes, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed) {
                 VerificationMetrics.shared.cacheHits.increment()
                 return .verified(hit)
             }
             VerificationMetrics.shared.cacheMisses.increment()
         }
+        let token = String(buffer: bytes)
         let jws: CompactJWS
         do {
             jws = try CompactJWS.parse(token)
@@ -159,14 +167,14 @@ public struct IssuerRegistry: Sendable {
             var verification = Verification(
                 issuer: name, token: verified, payload: verified.claimsAreVerbatim ? jws.payload : nil)
             verification.encoded = encoder?(verification)
-            if let cache, let digest {
+            if let cache, cacheable {
                 let evictAt = verified.expiresAt + Double(verifier.policy.leeway)
                 // With the answer kept, the claims are not: a cached token stays small, and the
                 // payload's many small allocations are freed now, while still in the CPU's caches.
                 let kept = verification.encoded == nil ? verified : verified.strippingClaims()
                 cache.insert(
                     .init(issuer: name, token: kept, key: key, evictAt: evictAt, encoded: verification.encoded, keysSerial: keys.serial),
-                    for: digest)
+                    for: bytes)
             }
             return .verified(verification)
         } catch where error.code == .tokenKeyUnknown && keys.fetchMayHelp() {
@@ -213,10 +221,10 @@ public struct IssuerRegistry: Sendable {
     /// A cache hit still vouched for: same issuer as asked, its key still in the set; then the
     /// request's and the clock's checks.
     private func cached(
-        _ digest: SHA256.Digest, in cache: VerifiedTokenCache, entries: [IssuerKeys], issuer: String?, audience: String?,
+        _ token: ByteBuffer, in cache: VerifiedTokenCache, entries: [IssuerKeys], issuer: String?, audience: String?,
         nonce: String?, now: Double, routed: inout String?
     ) throws(ProtocolError) -> Verification? {
-        guard let hit = cache.entry(for: digest, now: now), issuer.map({ ExactString.equal($0, hit.issuer) }) ?? true,
+        guard let hit = cache.entry(for: token, now: now), issuer.map({ ExactString.equal($0, hit.issuer) }) ?? true,
             let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial,
             let verifier = keys.verifier(), verifier.signatures.keys.contains(hit.key)
         else { return nil }

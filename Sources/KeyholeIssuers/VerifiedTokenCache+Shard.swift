@@ -1,18 +1,21 @@
 import KeyholeJOSE
 
 extension VerifiedTokenCache {
-    /// One shard: a dictionary into a doubly linked list kept in an array, most recently used first.
-    /// Slots are reused, so a full cache allocates nothing per insert.
+    /// One shard: a dictionary from a token's index key (`TokenKey`) into a doubly linked list kept
+    /// in an array, most recently used first. A node holds its token's bytes, and a lookup is a hit
+    /// only when they equal the token asked for: the index key only finds the candidate. Slots are
+    /// reused, so a full cache allocates nothing per insert but the token's bytes.
     struct Shard {
         struct Node {
-            var digest: SHA256.Digest
+            var key: UInt64
+            var token: [UInt8]
             var entry: Entry?
             var previous: Int32
             var next: Int32
         }
 
         let capacity: Int
-        var index: [SHA256.Digest: Int32] = [:]
+        var index: [UInt64: Int32] = [:]
         var nodes: [Node] = []
         var free: [Int32] = []
         /// Most and least recently used; -1 when empty.
@@ -25,8 +28,12 @@ extension VerifiedTokenCache {
 
         init(capacity: Int) { self.capacity = capacity }
 
-        mutating func entry(for digest: SHA256.Digest, now: Double) -> Entry? {
-            guard let slot = index[digest], let entry = nodes[Int(slot)].entry else {
+        mutating func entry(for token: TokenKey, now: Double) -> Entry? {
+            // Compared in constant time: how long a wrong token took must not tell how much of a
+            // cached one it matched.
+            guard let slot = index[token.key], let entry = nodes[Int(slot)].entry,
+                nodes[Int(slot)].token.withUnsafeBytes({ ConstantTime.equal($0, token.bytes) })
+            else {
                 misses += 1
                 return nil
             }
@@ -41,8 +48,13 @@ extension VerifiedTokenCache {
             return entry
         }
 
-        mutating func insert(_ entry: Entry, for digest: SHA256.Digest) {
-            if let slot = index[digest] {
+        mutating func insert(_ entry: Entry, for token: TokenKey) {
+            if let slot = index[token.key] {
+                // The same token again, or another with the same index key: either way the newer
+                // one is kept, and the other one is a miss from now on.
+                if !nodes[Int(slot)].token.withUnsafeBytes({ ConstantTime.equal($0, token.bytes) }) {
+                    nodes[Int(slot)].token = Array(token.bytes)
+                }
                 nodes[Int(slot)].entry = entry
                 moveToFront(slot)
                 return
@@ -51,7 +63,7 @@ extension VerifiedTokenCache {
                 release(tail)
                 evictions += 1
             }
-            let node = Node(digest: digest, entry: entry, previous: -1, next: head)
+            let node = Node(key: token.key, token: Array(token.bytes), entry: entry, previous: -1, next: head)
             let slot: Int32
             if let reused = free.popLast() {
                 slot = reused
@@ -63,11 +75,7 @@ extension VerifiedTokenCache {
             if head >= 0 { nodes[Int(head)].previous = slot }
             head = slot
             if tail < 0 { tail = slot }
-            index[digest] = slot
-        }
-
-        mutating func remove(_ digest: SHA256.Digest) {
-            if let slot = index[digest] { release(slot) }
+            index[token.key] = slot
         }
 
         mutating func removeAll(where shouldRemove: (Entry) -> Bool) {
@@ -95,11 +103,12 @@ extension VerifiedTokenCache {
             if tail < 0 { tail = slot }
         }
 
-        /// Unlinks the slot, forgets its digest and entry (the claims and key are freed now), and keeps
+        /// Unlinks the slot, forgets its token and entry (the claims and key are freed now), and keeps
         /// the slot for reuse.
         private mutating func release(_ slot: Int32) {
             unlink(slot)
-            index.removeValue(forKey: nodes[Int(slot)].digest)
+            index.removeValue(forKey: nodes[Int(slot)].key)
+            nodes[Int(slot)].token = []
             nodes[Int(slot)].entry = nil
             nodes[Int(slot)].previous = -1
             nodes[Int(slot)].next = -1

@@ -84,16 +84,7 @@ struct Arguments {
     /// A string of 1 to `maxBytes` UTF-8 bytes, as its bytes: read where they lie in the frame, without
     /// a `String` made of them (a session token on every session.get).
     mutating func stringBytes(_ name: StaticString, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> ByteBuffer? {
-        let found: CheckedJSONObject.Member?
-        if let sent, count > 0 {
-            found = name.withUTF8Buffer { sent.member(UnsafeRawBufferPointer($0)) }
-            noteRead(name, present: found != nil)
-        } else {
-            found = member(name).map { value in
-                if case .string(let text) = value { return .string(ByteBuffer(string: text)) }
-                return .value(value)
-            }
-        }
+        let found = stringMember(name)
         switch found {
         case .string(let bytes)?:
             guard bytes.readableBytes > 0, bytes.readableBytes <= maxBytes else {
@@ -105,6 +96,27 @@ struct Arguments {
             return nil
         default:
             throw .badRequest("'\(name)' must be a string")
+        }
+    }
+
+    /// A string of any length (none included), as its bytes read where they lie in the frame; throws
+    /// `bad_request` when it is missing or not a string.
+    mutating func anyStringBytes(_ name: StaticString) throws(ProtocolError) -> ByteBuffer {
+        let found = stringMember(name)
+        guard case .string(let bytes)? = found else { throw .badRequest("'\(name)' is required and must be a string") }
+        return bytes
+    }
+
+    /// A member with a string's bytes read where they lie in the frame, when it came in one.
+    private mutating func stringMember(_ name: StaticString) -> CheckedJSONObject.Member? {
+        if let sent, count > 0 {
+            let found = name.withUTF8Buffer { sent.member(UnsafeRawBufferPointer($0)) }
+            noteRead(name, present: found != nil)
+            return found
+        }
+        return member(name).map { value in
+            if case .string(let text) = value { return .string(ByteBuffer(string: text)) }
+            return .value(value)
         }
     }
 

@@ -14,9 +14,8 @@ public enum TokenOperations {
             "token.verify": .deferrable { request, _ throws(ProtocolError) in
                 var arguments = Arguments(request)
                 // Any string: what a token may be (its length included) is token_malformed's to say.
-                guard case .string(let token)? = arguments.value("token") else {
-                    throw .badRequest("'token' is required and must be a string")
-                }
+                // Its bytes where they lie in the frame: a cached token needs no String of them.
+                let token = try arguments.anyStringBytes("token")
                 let issuer = try arguments.string("issuer")
                 let audience = try arguments.string("audience", maxBytes: 1024)
                 let nonce = try arguments.string("nonce", maxBytes: 1024)
@@ -25,6 +24,8 @@ public enum TokenOperations {
                 case .verified(let verification):
                     return .encoded(verification.encoded ?? encode(verification))
                 case .needsKeys(let keys, _):
+                    // Its own copy: the frame's buffer is not kept for the fetch.
+                    let token = String(buffer: token)
                     return .later { () async throws(ProtocolError) in
                         result(try await registry.verifyAfterFetch(
                             of: keys, token: token, issuer: issuer, audience: audience, nonce: nonce, now: now))

@@ -116,6 +116,34 @@ struct IssuerRegistryTests {
         #expect(cache.count == 0)
     }
 
+    @Test("a token changed where the cache's index key does not look is verified in full, never served from the cache")
+    func cacheNeedsTheVeryToken() throws {
+        let cache = VerifiedTokenCache()
+        let registry = IssuerRegistry(issuers: [IssuerKeys(configuration: appleIssuer(), keys: keys)], cache: cache)
+        _ = try registry.verify(token: token, issuer: nil, audience: nil, nonce: nil, now: now)
+        #expect(cache.count == 1)
+        // One character of the payload changed: the same length and the same signature, so the
+        // same index key (VerifiedTokenCache.TokenKey), but not the token that verified.
+        var bytes = Array(token.utf8)
+        let inPayload = bytes.firstIndex(of: UInt8(ascii: "."))! + 10
+        bytes[inPayload] = bytes[inPayload] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        let changed = String(decoding: bytes, as: UTF8.self)
+        #expect(throws: ProtocolError(code: .tokenSignatureInvalid, message: "")) {
+            // Named, so that the changed payload's iss does not decide where it goes.
+            try registry.verify(token: changed, issuer: "apple", audience: nil, nonce: nil, now: now)
+        }
+        #expect(cache.statistics.hits == 0 && cache.statistics.misses == 2)
+        // The token itself is still served from the cache, as its bytes, wherever they lie.
+        var frame = ByteBuffer(string: "{\"token\":\"\(token)\"}")
+        frame.moveReaderIndex(forwardBy: 10)
+        let slice = frame.readSlice(length: token.utf8.count)!
+        guard case .verified(let verification) = try registry.attempt(token: slice, issuer: nil, audience: nil, nonce: nil, now: now) else {
+            Issue.record("the cached token was not verified")
+            return
+        }
+        #expect(verification.issuer == "apple" && cache.statistics.hits == 1)
+    }
+
     @Test("presets: Apple's and Google's issuers, key-set URLs and algorithms")
     func presets() {
         let apple = IssuerPreset.apple.configuration(name: "a", audiences: ["x"])

@@ -1,6 +1,7 @@
 import KeyholeIssuers
 import KeyholeJOSE
 import KeyholeProtocol
+import NIOCore
 import Testing
 
 /// The bounded LRU of verified tokens, without I/O.
@@ -22,7 +23,7 @@ struct VerifiedTokenCacheTests {
     @Test("bounded: the least recently used entry goes first")
     func leastRecentlyUsed() throws {
         let cache = VerifiedTokenCache(capacity: 3)
-        let digests = (0..<5).map { SHA256.digest(utf8: "token \($0)")! }
+        let digests = (0..<5).map { ByteBuffer(string: "token \($0)") }
         for index in 0..<3 { cache.insert(try Self.entry("s\(index)"), for: digests[index]) }
         // Touch 0, so 1 is now the oldest.
         #expect(cache.entry(for: digests[0], now: 1)?.token.subject == "s0")
@@ -41,7 +42,7 @@ struct VerifiedTokenCacheTests {
     @Test("an entry goes when its token expires; replacing keeps one entry")
     func expiry() throws {
         let cache = VerifiedTokenCache(capacity: 10)
-        let digest = SHA256.digest(utf8: "token")!
+        let digest = ByteBuffer(string: "token")
         cache.insert(try Self.entry("a", exp: 100), for: digest)
         cache.insert(try Self.entry("b", exp: 100), for: digest)
         #expect(cache.count == 1)
@@ -56,14 +57,14 @@ struct VerifiedTokenCacheTests {
     func keyRemoval() throws {
         let cache = VerifiedTokenCache()
         for index in 0..<300 {
-            cache.insert(try Self.entry("s\(index)", key: index % 3, issuer: index % 2 == 0 ? "a" : "b"), for: SHA256.digest(utf8: "t\(index)")!)
+            cache.insert(try Self.entry("s\(index)", key: index % 3, issuer: index % 2 == 0 ? "a" : "b"), for: ByteBuffer(string: "t\(index)"))
         }
         #expect(cache.count == 300)
         // Issuer a keeps keys 0 and 1: its 50 entries of key 2 go.
         cache.removeEntries(of: "a", keptKeys: JWKSet(keys: Array(Self.keys.keys.prefix(2))))
         #expect(cache.count == 250)
         for index in 0..<300 {
-            let present = cache.entry(for: SHA256.digest(utf8: "t\(index)")!, now: 0) != nil
+            let present = cache.entry(for: ByteBuffer(string: "t\(index)"), now: 0) != nil
             #expect(present == !(index % 2 == 0 && index % 3 == 2))
         }
     }
@@ -72,9 +73,53 @@ struct VerifiedTokenCacheTests {
     func bound() throws {
         let cache = VerifiedTokenCache(capacity: 5000)
         let entry = try Self.entry("s")
-        for index in 0..<20_000 { cache.insert(entry, for: SHA256.digest(utf8: "t\(index)")!) }
+        for index in 0..<20_000 { cache.insert(entry, for: ByteBuffer(string: "t\(index)")) }
         #expect(cache.count <= 5000 + 16)
         #expect(cache.count >= 4000)
+    }
+
+    @Test("a hit needs the very bytes that verified: a token sharing a cached one's length and end is a miss")
+    func exactBytes() throws {
+        let cache = VerifiedTokenCache(capacity: 10)
+        // The index key is made of a token's length and its last bytes (TokenKey): these two share it.
+        let tail = String(repeating: "s", count: 100)
+        let verified = "eyJhIjoxfQ.payload-one." + tail, forged = "eyJhIjoxfQ.payload-two." + tail
+        cache.insert(try Self.entry("a"), for: ByteBuffer(string: verified))
+        #expect(cache.entry(for: ByteBuffer(string: forged), now: 1) == nil)
+        // The same bytes anywhere (a slice of a request's frame) are found.
+        var frame = ByteBuffer(string: "{\"token\":\"" + verified + "\"}")
+        frame.moveReaderIndex(forwardBy: 10)
+        let slice = frame.readSlice(length: verified.utf8.count)!
+        #expect(cache.entry(for: slice, now: 1)?.token.subject == "a")
+        // One byte off anywhere, or one byte more or less, is a miss.
+        for index in verified.utf8.indices {
+            var bytes = Array(verified.utf8)
+            bytes[verified.utf8.distance(from: verified.utf8.startIndex, to: index)] ^= 0x01
+            #expect(cache.entry(for: ByteBuffer(bytes: bytes), now: 1) == nil)
+        }
+        #expect(cache.entry(for: ByteBuffer(string: verified + "s"), now: 1) == nil)
+        #expect(cache.entry(for: ByteBuffer(string: String(verified.dropFirst())), now: 1) == nil)
+        // Verified too, the other one takes the index key's place; each is then found by its own bytes.
+        cache.insert(try Self.entry("b"), for: ByteBuffer(string: forged))
+        #expect(cache.entry(for: ByteBuffer(string: forged), now: 1)?.token.subject == "b")
+        #expect(cache.entry(for: ByteBuffer(string: verified), now: 1) == nil)
+        #expect(cache.count == 1)
+    }
+
+    @Test("constant-time comparison: equal bytes of every length up to a few words, and one bit off anywhere")
+    func constantTimeEqual() {
+        for count in 0..<40 {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            bytes.withUnsafeBytes { a in
+                Array(bytes).withUnsafeBytes { b in #expect(ConstantTime.equal(a, b)) }
+                for index in 0..<count {
+                    var other = bytes
+                    other[index] ^= 0x80
+                    other.withUnsafeBytes { b in #expect(!ConstantTime.equal(a, b)) }
+                }
+                (bytes + [0]).withUnsafeBytes { b in #expect(!ConstantTime.equal(a, b)) }
+            }
+        }
     }
 
     @Test("digests of distinct tokens differ, of equal ones agree")

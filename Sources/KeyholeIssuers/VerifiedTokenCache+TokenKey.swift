@@ -1,0 +1,27 @@
+extension VerifiedTokenCache {
+    /// A token as the cache looks it up: its bytes, in place, and the index key made of them.
+    ///
+    /// The index key only finds the one candidate entry; a hit needs the whole token equal to the
+    /// one that verified (`Shard`). So the key need not be a cryptographic digest, and is not: a
+    /// SHA-256 of an 800-byte token was a quarter of a cached verification's CPU on a machine
+    /// without SHA extensions. It is the process's seeded `Hasher` over the token's length and its
+    /// last bytes, which are its signature's: unpredictable for every token that can verify, so
+    /// cached tokens spread over the index. A token made to share a cached one's key is a miss (and
+    /// then verified in full); two verified tokens that share one are a miss for the older one.
+    struct TokenKey {
+        /// Valid only while the buffer it was made from is.
+        let bytes: UnsafeRawBufferPointer
+        let key: UInt64
+
+        /// Bytes of a token's end that the key is made of.
+        static let hashedTail = 64
+
+        init(_ bytes: UnsafeRawBufferPointer) {
+            self.bytes = bytes
+            var hasher = Hasher()
+            hasher.combine(bytes.count)
+            hasher.combine(bytes: UnsafeRawBufferPointer(rebasing: bytes.suffix(Self.hashedTail)))
+            key = UInt64(truncatingIfNeeded: hasher.finalize())
+        }
+    }
+}
