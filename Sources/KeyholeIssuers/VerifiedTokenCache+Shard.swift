@@ -53,6 +53,7 @@ extension VerifiedTokenCache {
                 // The same token again, or another with the same index key: either way the newer
                 // one is kept, and the other one is a miss from now on.
                 if !nodes[Int(slot)].token.withUnsafeBytes({ ConstantTime.equal($0, token.bytes) }) {
+                    nodes[Int(slot)].token.withUnsafeMutableBytes { LocalFile.wipe($0) }
                     nodes[Int(slot)].token = Array(token.bytes)
                 }
                 nodes[Int(slot)].entry = entry
@@ -103,11 +104,12 @@ extension VerifiedTokenCache {
             if tail < 0 { tail = slot }
         }
 
-        /// Unlinks the slot, forgets its token and entry (the claims and key are freed now), and keeps
-        /// the slot for reuse.
+        /// Unlinks the slot, forgets its token (its bytes zeroed first: a bearer token is not left in
+        /// freed memory) and entry (the claims and key are freed now), and keeps the slot for reuse.
         private mutating func release(_ slot: Int32) {
             unlink(slot)
             index.removeValue(forKey: nodes[Int(slot)].key)
+            nodes[Int(slot)].token.withUnsafeMutableBytes { LocalFile.wipe($0) }
             nodes[Int(slot)].token = []
             nodes[Int(slot)].entry = nil
             nodes[Int(slot)].previous = -1

@@ -6,7 +6,9 @@ import Synchronization
 /// Tokens that verified, found by their bytes, so that a token seen again costs a lookup and a
 /// comparison of its bytes instead of a signature check (issue 3, "Verified-token cache"). Each
 /// entry holds its token's bytes (an identity token's 1-2 KiB) to compare them with, in constant
-/// time (`TokenKey` says why not a digest).
+/// time (`TokenKey` says why not a digest), until it leaves the cache, when they are zeroed. So a
+/// verified token stays in keyholed's memory until it expires at the latest (never on disk, nor in
+/// a log).
 ///
 /// Bounded: least recently used entries go first once `capacity` is reached, and an entry goes when
 /// its token expires (`exp` plus leeway). An entry remembers the key object that verified its token;
