@@ -121,6 +121,17 @@ public final class IssuerKeys: Sendable {
         return state.withLock { $0.cache.usableKeys(now: now) == nil ? nil : $0.verifier }
     }
 
+    /// `body` on the verifier `verifier()` would return, lent rather than copied (a copy counts a
+    /// reference for each of its keys' and policy's parts: on every cached token's check); `nil`
+    /// when there is none. Under the keys' lock: `body` must be brief and must not call back.
+    func withVerifier<Result>(_ body: (borrowing JWTVerifier) -> Result) -> Result? {
+        let now = clock.now()
+        return state.withLock { state in
+            guard state.cache.usableKeys(now: now) != nil, let verifier = state.verifier else { return nil }
+            return body(verifier)
+        }
+    }
+
     /// A token names a `kid` the keys lack, or there are no keys: joins the running fetch or starts
     /// one (at most one per cool-down), and returns when it ends. Look for the key again after
     /// `.succeeded`; any other outcome means the token cannot be verified now.

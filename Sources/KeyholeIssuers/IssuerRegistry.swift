@@ -76,18 +76,40 @@ public struct IssuerRegistry: Sendable {
         public let issuer: String
         /// The verified token. From a cache hit with `encoded` set, its `claims` are empty (the
         /// answer holds them).
-        public let token: VerifiedToken
+        public var token: VerifiedToken {
+            switch source {
+            case .verified(let token): token
+            case .cached(let entry): entry.token
+            }
+        }
         /// The token's payload as sent, when it equals `token.claims` (strict JSON, already checked).
         public let payload: [UInt8]?
         /// The answer made by the registry's encoder, if it has one.
         public fileprivate(set) var encoded: ByteBuffer?
+        /// Where `token` is: a cache hit keeps its entry rather than a copy of the token, which
+        /// would count a reference for each of its strings and arrays (`token.verify` answers a
+        /// hit with `encoded` alone).
+        private let source: Source
+
+        private enum Source: Sendable {
+            case verified(VerifiedToken)
+            case cached(VerifiedTokenCache.Entry)
+        }
 
         /// A verification.
         public init(issuer: String, token: VerifiedToken, payload: [UInt8]? = nil, encoded: ByteBuffer? = nil) {
             self.issuer = issuer
-            self.token = token
+            self.source = .verified(token)
             self.payload = payload
             self.encoded = encoded
+        }
+
+        /// A verification answered from the cache's `entry`.
+        init(issuer: String, cached entry: VerifiedTokenCache.Entry) {
+            self.issuer = issuer
+            self.source = .cached(entry)
+            self.payload = nil
+            self.encoded = entry.encoded
         }
     }
 
@@ -225,16 +247,33 @@ public struct IssuerRegistry: Sendable {
         nonce: String?, now: Double, routed: inout String?
     ) throws(ProtocolError) -> Verification? {
         guard let hit = cache.entry(for: token, now: now), issuer.map({ ExactString.equal($0, hit.issuer) }) ?? true,
-            let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial,
-            let verifier = keys.verifier(), verifier.signatures.keys.contains(hit.key)
+            let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial
         else { return nil }
-        routed = hit.issuer
-        do {
-            try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
-        } catch {
-            throw Self.protocolError(error)
+        // On the verifier as lent, not a copy of it: the key still in the set, then the checks.
+        let checked = keys.withVerifier { verifier -> HitCheck in
+            guard verifier.signatures.keys.contains(hit.key) else { return .keyGone }
+            do throws(JOSEError) {
+                try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
+                return .passed
+            } catch {
+                return .refused(error)
+            }
         }
-        return Verification(issuer: hit.issuer, token: hit.token, encoded: hit.encoded)
+        switch checked {
+        case nil, .keyGone?: return nil
+        case .refused(let error)?:
+            routed = hit.issuer
+            throw Self.protocolError(error)
+        case .passed?:
+            routed = hit.issuer
+            return Verification(issuer: hit.issuer, cached: hit)
+        }
+    }
+
+    /// What a cached token's checks found.
+    private enum HitCheck {
+        case keyGone, passed
+        case refused(JOSEError)
     }
 
     private static func route(_ entries: [IssuerKeys], issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {

@@ -18,8 +18,9 @@ import Synchronization
 ///
 /// Split into shards with a lock each, so that event loops on different cores rarely wait for each other.
 public final class VerifiedTokenCache: Sendable {
-    /// A verified token and what vouches for it.
-    public struct Entry: Sendable {
+    /// A verified token and what vouches for it. A class: a hit hands it out with one reference
+    /// count, not one for each of its token's strings and arrays.
+    public final class Entry: Sendable {
         /// The configured name of the issuer whose key verified it.
         public let issuer: String
         /// Its claims.
