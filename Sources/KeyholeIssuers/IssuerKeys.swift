@@ -117,11 +117,10 @@ public final class IssuerKeys: Sendable {
     /// The verifier over the keys usable now, or `nil` when there are none (not fetched yet, or the
     /// last good set is older than the staleness limit).
     public func verifier() -> JWTVerifier? {
-        let now = clock.now()
-        return state.withLock { $0.cache.usableKeys(now: now) == nil ? nil : $0.verifier }
+        withVerifier { copy $0 }
     }
 
-    /// `body` on the verifier `verifier()` would return, lent rather than copied (a copy counts a
+    /// `body` on the verifier over the keys usable now, lent rather than copied (a copy counts a
     /// reference for each of its keys' and policy's parts: on every cached token's check); `nil`
     /// when there is none. Under the keys' lock: `body` must be brief and must not call back.
     func withVerifier<Result>(_ body: (borrowing JWTVerifier) -> Result) -> Result? {

@@ -84,8 +84,7 @@ struct Arguments {
     /// A string of 1 to `maxBytes` UTF-8 bytes, as its bytes: read where they lie in the frame, without
     /// a `String` made of them (a session token on every session.get).
     mutating func stringBytes(_ name: StaticString, required: Bool = false, maxBytes: Int = 255) throws(ProtocolError) -> ByteBuffer? {
-        let found = stringMember(name)
-        switch found {
+        switch stringMember(name) {
         case .string(let bytes)?:
             guard bytes.readableBytes > 0, bytes.readableBytes <= maxBytes else {
                 throw .badRequest("'\(name)' must be 1 to \(maxBytes) bytes long")
@@ -102,8 +101,7 @@ struct Arguments {
     /// A string of any length (none included), as its bytes read where they lie in the frame; throws
     /// `bad_request` when it is missing or not a string.
     mutating func anyStringBytes(_ name: StaticString) throws(ProtocolError) -> ByteBuffer {
-        let found = stringMember(name)
-        guard case .string(let bytes)? = found else { throw .badRequest("'\(name)' is required and must be a string") }
+        guard case .string(let bytes)? = stringMember(name) else { throw .badRequest("'\(name)' is required and must be a string") }
         return bytes
     }
 

@@ -92,9 +92,9 @@ struct VerifiedTokenCacheTests {
         let slice = frame.readSlice(length: verified.utf8.count)!
         #expect(cache.entry(for: slice, now: 1)?.token.subject == "a")
         // One byte off anywhere, or one byte more or less, is a miss.
-        for index in verified.utf8.indices {
+        for index in 0..<verified.utf8.count {
             var bytes = Array(verified.utf8)
-            bytes[verified.utf8.distance(from: verified.utf8.startIndex, to: index)] ^= 0x01
+            bytes[index] ^= 0x01
             #expect(cache.entry(for: ByteBuffer(bytes: bytes), now: 1) == nil)
         }
         #expect(cache.entry(for: ByteBuffer(string: verified + "s"), now: 1) == nil)
