@@ -10,65 +10,81 @@ import NIOCore
 /// (`ByteBuffer.writeJSON(guess:)`).
 ///
 /// Only `ByteBuffer.writeJSON` makes one, and it cannot be copied out of the closure it is lent to.
+///
+/// The pieces are `@inlinable`: answers are written from other modules (the store writes
+/// `session.get`'s), and a call per piece, with a `memmove` for each literal, was most of an answer's
+/// cost; inlined, a literal's copy is a few stores of constants.
 public struct JSONOutput: ~Copyable {
-    private let base: UnsafeMutableRawBufferPointer
-    /// Bytes written so far.
-    public private(set) var count = 0
-    /// A piece did not fit: what was written is incomplete and must not be used.
-    public private(set) var overflowed = false
+    @usableFromInline let base: UnsafeMutableRawBufferPointer
+    /// Bytes written so far (`count`).
+    @usableFromInline var written = 0
+    /// A piece did not fit (`overflowed`).
+    @usableFromInline var didOverflow = false
     /// Once overflowed: what was written plus what was only counted.
-    private var counted = 0
+    @usableFromInline var counted = 0
+
+    /// Bytes written so far.
+    @inlinable public var count: Int { written }
+    /// A piece did not fit: what was written is incomplete and must not be used.
+    @inlinable public var overflowed: Bool { didOverflow }
     /// The bytes the whole output takes: `count` while everything fits, and also what was only counted
     /// once a piece did not.
-    public var needed: Int { overflowed ? counted : count }
+    @inlinable public var needed: Int { didOverflow ? counted : written }
 
     /// Output into `base`, which outlives it (internal for the tests, which give it exact regions).
-    init(_ base: UnsafeMutableRawBufferPointer) {
+    @usableFromInline init(_ base: UnsafeMutableRawBufferPointer) {
         self.base = base
     }
 
     /// Whether `bytes` more fit; when they do not, marks the output overflowed and counts them.
-    @inline(__always)
-    private mutating func room(for bytes: Int) -> Bool {
-        guard !overflowed, bytes <= base.count &- count else {
-            if !overflowed {
-                overflowed = true
-                counted = count
-            }
-            counted &+= bytes
+    @inlinable @inline(__always)
+    mutating func room(for bytes: Int) -> Bool {
+        guard !didOverflow, bytes <= base.count &- written else {
+            overflow(counting: bytes)
             return false
         }
         return true
     }
 
+    /// The slow part of `room(for:)`, out of line.
+    @usableFromInline mutating func overflow(counting bytes: Int) {
+        if !didOverflow {
+            didOverflow = true
+            counted = written
+        }
+        counted &+= bytes
+    }
+
     /// Writes text that needs no escaping as it is (keys, punctuation, literals).
-    @inline(__always)
+    @inlinable @inline(__always)
     public mutating func write(_ text: StaticString) {
         // withUTF8Buffer, not utf8Start: a one-scalar literal may be stored as a scalar, not as bytes.
         text.withUTF8Buffer { bytes in
             guard bytes.count > 0, room(for: bytes.count) else { return }
-            (base.baseAddress! + count).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
-            count &+= bytes.count
+            (base.baseAddress! + written).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            written &+= bytes.count
         }
     }
 
     /// Writes bytes that are JSON already (a stored object, an encoded id).
+    @inlinable
     public mutating func write(json bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0, room(for: bytes.count), let source = bytes.baseAddress else { return }
-        (base.baseAddress! + count).copyMemory(from: source, byteCount: bytes.count)
-        count &+= bytes.count
+        (base.baseAddress! + written).copyMemory(from: source, byteCount: bytes.count)
+        written &+= bytes.count
     }
 
     /// Writes one byte of JSON punctuation.
-    @inline(__always)
+    @inlinable @inline(__always)
     public mutating func write(byte: UInt8) {
         guard room(for: 1) else { return }
-        base[count] = byte
-        count &+= 1
+        base[written] = byte
+        written &+= 1
     }
 
     /// Writes an integer in decimal: its length counted first, then its digits written in place from
     /// the end, two at a time (every answer has several times in it).
+    @inlinable
     public mutating func write(integer value: Int64) {
         let magnitude = value.magnitude
         var digits = 1
@@ -83,7 +99,7 @@ public struct JSONOutput: ~Copyable {
         }
         let length = digits &+ (value < 0 ? 1 : 0)
         guard room(for: length) else { return }
-        let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self) + count
+        let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self) + written
         if value < 0 { out[0] = UInt8(ascii: "-") }
         var position = length
         var rest = magnitude
@@ -103,17 +119,21 @@ public struct JSONOutput: ~Copyable {
                 out[position &- 1] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest)
             }
         }
-        count &+= length
+        written &+= length
     }
 
-    /// "00" to "99", the two digits of each number below 100.
-    private static let pairs: StaticString = """
+    /// "00" to "99", the two digits of each number below 100 (a literal, not a stored global: no
+    /// initialisation check where it is inlined).
+    @inlinable static var pairs: StaticString {
+        """
         00010203040506070809101112131415161718192021222324252627282930313233343536373839\
         40414243444546474849505152535455565758596061626364656667686970717273747576777879\
         8081828384858687888990919293949596979899
         """
+    }
 
     /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
+    @inlinable
     public mutating func write(string: String) {
         // A native string's bytes are read where they are; `withUTF8` would copy (and retain) it first.
         if string.utf8.withContiguousStorageIfAvailable({ write(stringBytes: $0) }) != nil { return }
@@ -122,21 +142,31 @@ public struct JSONOutput: ~Copyable {
     }
 
     /// Writes UTF-8 `bytes` as a JSON string literal.
+    @inlinable
     public mutating func write(stringBytes bytes: UnsafeBufferPointer<UInt8>) {
         // Measured first, so that the room is checked once and a string is never written in part.
         let length = Self.quotedLength(bytes)
         guard room(for: length) else { return }
-        let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self)
-        out[count] = UInt8(ascii: "\"")
-        count &+= 1
         guard length != bytes.count &+ 2 else {
             // Nearly every string needs no escaping: one copy.
-            if bytes.count > 0 { (out + count).update(from: bytes.baseAddress!, count: bytes.count) }
-            count &+= bytes.count
-            out[count] = UInt8(ascii: "\"")
-            count &+= 1
+            let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            out[written] = UInt8(ascii: "\"")
+            if bytes.count > 0 { (out + (written &+ 1)).update(from: bytes.baseAddress!, count: bytes.count) }
+            written &+= bytes.count &+ 2
+            out[written &- 1] = UInt8(ascii: "\"")
             return
         }
+        write(escaping: bytes)
+    }
+
+    /// `write(stringBytes:)` of a string with something to escape, whose room is checked (out of line:
+    /// rare).
+    @usableFromInline
+    mutating func write(escaping bytes: UnsafeBufferPointer<UInt8>) {
+        let out = base.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        var count = written
+        out[count] = UInt8(ascii: "\"")
+        count &+= 1
         for byte in bytes {
             guard Self.needsEscape(byte) else {
                 out[count] = byte
@@ -157,17 +187,17 @@ public struct JSONOutput: ~Copyable {
             count &+= 2
         }
         out[count] = UInt8(ascii: "\"")
-        count &+= 1
+        written = count &+ 1
     }
 
-    @inline(__always)
-    private static func needsEscape(_ byte: UInt8) -> Bool {
+    @inlinable @inline(__always)
+    static func needsEscape(_ byte: UInt8) -> Bool {
         byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
     }
 
     /// The character after the backslash of a two-byte escape, or `nil` for a byte written "\u00XX".
-    @inline(__always)
-    private static func shortEscape(_ byte: UInt8) -> UInt8? {
+    @inlinable @inline(__always)
+    static func shortEscape(_ byte: UInt8) -> UInt8? {
         switch byte {
         case UInt8(ascii: "\""), UInt8(ascii: "\\"): byte
         case 0x0A: UInt8(ascii: "n")
@@ -180,7 +210,8 @@ public struct JSONOutput: ~Copyable {
     }
 
     /// The length of `bytes` as a JSON string literal, quotes included.
-    private static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+    @inlinable
+    static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
         var length = bytes.count &+ 2
         var index = 0
         // Eight bytes at a time while none needs escaping: nearly every string is such.
@@ -202,14 +233,21 @@ public struct JSONOutput: ~Copyable {
     /// Whether any of eight bytes (in either byte order) is a quote, a backslash or a control
     /// character. Each test is the exact word-at-a-time form of "some byte is zero" (or less than
     /// 0x20): a borrow only ever starts at a byte that is, so none is missed and none is made up.
-    @inline(__always)
+    @inlinable @inline(__always)
     static func mayNeedEscape(_ word: UInt64) -> Bool {
+        escapeBytes(word) != 0
+    }
+
+    /// `mayNeedEscape`'s test with its answer per byte: the high bit of each byte flagged. Only bytes
+    /// after (more significant than) one rightly flagged may be flagged wrongly, by its borrow.
+    @inlinable @inline(__always)
+    static func escapeBytes(_ word: UInt64) -> UInt64 {
         let ones: UInt64 = 0x0101_0101_0101_0101
         let highs: UInt64 = 0x8080_8080_8080_8080
         let quote = word ^ (ones &* 0x22)
         let backslash = word ^ (ones &* 0x5C)
         let special = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)
-        return special & highs != 0
+        return special & highs
     }
 
     /// The length of `value` as compact JSON, counted without writing it (nor sorting its members).
@@ -324,12 +362,13 @@ public struct JSONOutput: ~Copyable {
 extension ByteBuffer {
     /// Writes what `body` writes to a `JSONOutput` over at least `bytes` reserved bytes; `false`, with
     /// the buffer unchanged, when that did not fit.
-    @discardableResult
+    @inlinable @discardableResult
     public mutating func writeJSON(reserving bytes: Int, _ body: (inout JSONOutput) -> Void) -> Bool {
         writeJSONCounting(reserving: bytes, body) == nil
     }
 
     /// `writeJSON(reserving:)`, returning `nil` when it fitted, else the bytes the output takes.
+    @inlinable
     public mutating func writeJSONCounting(reserving bytes: Int, _ body: (inout JSONOutput) -> Void) -> Int? {
         var needed: Int?
         writeWithUnsafeMutableBytes(minimumWritableBytes: bytes) { region in
@@ -346,6 +385,7 @@ extension ByteBuffer {
 
     /// Writes what `body` writes, for output whose size is not known beforehand: `guess` bytes are
     /// reserved first and, when that is too little, exactly what the first try counted.
+    @inlinable
     public mutating func writeJSON(guess: Int, _ body: (inout JSONOutput) -> Void) {
         var reserve = Swift.max(guess, 64)
         // A body writes the same each time, so the second try fits; the loop only guards the rule.
