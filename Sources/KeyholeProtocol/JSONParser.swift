@@ -341,7 +341,14 @@ struct JSONParser {
         while true {
             // Eight bytes at a time while none needs a look of its own (a quote, a backslash, a control
             // character, a byte of a multi-byte sequence): tokens are hundreds of plain ASCII bytes.
-            while bytes.count &- index >= 8, Self.isPlainASCII(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+            // A word with such a byte moves straight to the first of them: the lowest byte flagged is
+            // always one (`specialBytes`), so the plain bytes before it need no look of their own.
+            while bytes.count &- index >= 8 {
+                let special = Self.specialBytes(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)))
+                guard special == 0 else {
+                    index &+= Self.firstFlaggedByte(special)
+                    break
+                }
                 index &+= 8
             }
             guard index < bytes.count else { throw failure(.unterminatedString, at: openingQuote) }
@@ -365,12 +372,21 @@ struct JSONParser {
         return (content, hasEscapes)
     }
 
-    /// Whether eight bytes (in either byte order) are all printable ASCII other than a quote and a
-    /// backslash: none has its high bit, and none needs escaping in JSON (`JSONOutput.mayNeedEscape`,
-    /// exact).
+    /// The high bit of each byte of `word` (loaded little-endian: its first byte in memory is the
+    /// least significant) that needs a look of its own: a byte with its high bit, a quote, a backslash
+    /// or a control character (`JSONOutput.escapeBytes`), give or take bytes after the first such one.
+    /// A borrow in the tests only runs from a byte rightly flagged towards more significant ones: the
+    /// lowest byte flagged is always one, and no such byte goes unflagged.
     @inline(__always)
-    static func isPlainASCII(_ word: UInt64) -> Bool {
-        word & 0x8080_8080_8080_8080 == 0 && !JSONOutput.mayNeedEscape(word)
+    static func specialBytes(_ word: UInt64) -> UInt64 {
+        (word & 0x8080_8080_8080_8080) | JSONOutput.escapeBytes(word)
+    }
+
+    /// The offset of the lowest byte flagged in `mask` (not 0; a high bit per byte): for a word loaded
+    /// little-endian, the first in memory.
+    @inline(__always)
+    static func firstFlaggedByte(_ mask: UInt64) -> Int {
+        mask.trailingZeroBitCount &>> 3
     }
 
     /// Checks the escape sequence whose backslash is at `index` and moves past it.

@@ -29,7 +29,7 @@ struct Arguments {
     /// The member `name`, counted as read.
     private mutating func member(_ name: StaticString) -> JSONValue? {
         let value: JSONValue?
-        if count == 0 {
+        if count == 0 || allFound(besides: name) {
             value = nil
         } else if let sent {
             value = name.withUTF8Buffer { sent.value(of: UnsafeRawBufferPointer($0)) }
@@ -44,6 +44,14 @@ struct Arguments {
         }
         noteRead(name, present: value != nil)
         return value
+    }
+
+    /// Whether every member sent was found already, under names read before that are not `name`: then
+    /// `name` is not among them, and is not looked for (which would read the whole object again, past
+    /// a token of hundreds of bytes, for each optional argument absent). The names sent are distinct
+    /// (the envelope's check refused a repeat), and each name read found at most one of them.
+    private func allFound(besides name: StaticString) -> Bool {
+        found == count && !wasRead(name)
     }
 
     /// Counts `name` as read (once, however often it is read).
@@ -108,6 +116,10 @@ struct Arguments {
     /// A member with a string's bytes read where they lie in the frame, when it came in one.
     private mutating func stringMember(_ name: StaticString) -> CheckedJSONObject.Member? {
         if let sent, count > 0 {
+            if allFound(besides: name) {
+                noteRead(name, present: false)
+                return nil
+            }
             let found = name.withUTF8Buffer { sent.member(UnsafeRawBufferPointer($0)) }
             noteRead(name, present: found != nil)
             return found

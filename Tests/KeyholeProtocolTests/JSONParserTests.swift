@@ -117,6 +117,32 @@ struct JSONParserTests {
         #expect((try? Self.parse(Array(("\"" + String(repeating: "x", count: 23)).utf8))) == nil)
     }
 
+    /// A word with a special byte in it moves the scan straight to its first special byte: with a
+    /// second one (the closing quote) in the same word, the first must still be the one read.
+    @Test("two special bytes in one word of a string: the first is read first")
+    func twoSpecialBytesInOneWord() throws {
+        let firsts: [(raw: [UInt8], decoded: String?)] = [
+            ([0x01], nil), ([0x1F], nil), ([0xFF], nil), ([0x80], nil), (Array(#"\n"#.utf8), "\n"), (Array("é".utf8), "é"),
+        ]
+        for offset in 0..<8 {
+            for gap in 0..<7 {
+                for first in firsts {
+                    let before = String(repeating: "a", count: offset), after = String(repeating: "b", count: gap)
+                    // The closing quote lies in the same word as the first special byte, and the text
+                    // goes on past it, so that the scan reads them as one word.
+                    let document = Array("[\"\(before)".utf8) + first.raw + Array("\(after)\",\"\(String(repeating: "c", count: 16))\"]".utf8)
+                    let parsed = try? Self.parse(document)
+                    if let decoded = first.decoded {
+                        let expected = before + decoded + after
+                        #expect(parsed == .array([.string(expected), .string(String(repeating: "c", count: 16))]), "offset \(offset), gap \(gap), \(first.raw)")
+                    } else {
+                        #expect(parsed == nil, "offset \(offset), gap \(gap), \(first.raw) must be refused")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a request id written as 1.0 is a double, so it is not a valid id")
     func floatID() throws {
         let value = try Self.parse(#"{"id":1.0,"op":"ping"}"#)

@@ -75,6 +75,21 @@ struct ArgumentsTests {
         #expect(error?.message == "unknown argument 'typo'")
     }
 
+    @Test("once every member sent was found, other names are absent and the names found still read", arguments: [false, true])
+    func allFound(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["token": .string("t1"), "ttl_s": .int(120)])
+        #expect(try arguments.string("token") == "t1")
+        #expect(try arguments.string("issuer") == nil)
+        #expect(try arguments.int("ttl_s", in: 60...3600) == 120)
+        // Every member found: names not read before are absent, names read before keep their values.
+        #expect(try arguments.string("audience") == nil)
+        #expect(arguments.value("nonce") == nil)
+        #expect(try arguments.anyStringBytes("token") == ByteBuffer(string: "t1"))
+        #expect(try arguments.int("ttl_s", in: 60...3600) == 120)
+        #expect(try arguments.stringBytes("token") == ByteBuffer(string: "t1"))
+        try arguments.finish()
+    }
+
     @Test("more than eight names are tracked too", arguments: [false, true])
     func manyNames(inPlace: Bool) throws {
         // Names read are the operations' literals.
