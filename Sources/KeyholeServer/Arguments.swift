@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import KeyholeProtocol
 import NIOCore
 
@@ -69,10 +74,20 @@ struct Arguments {
     /// Names are compared by their bytes, as `CheckedJSONObject` finds them: a name sent that only
     /// looks like one read (a Kelvin sign for a K) was not read.
     private func wasRead(_ name: StaticString) -> Bool {
-        name.withUTF8Buffer { name in
-            for index in 0..<nameCount where names[index].withUTF8Buffer({ $0.elementsEqual(name) }) { return true }
-            return moreNames.contains { $0.withUTF8Buffer { $0.elementsEqual(name) } }
+        for index in 0..<nameCount where Self.same(names[index], name) { return true }
+        return moreNames.contains { Self.same($0, name) }
+    }
+
+    /// Whether two names have the same bytes: a literal read twice is the same memory, so most
+    /// answers need no comparison of bytes (a generic `elementsEqual` cost more than the lookup).
+    @inline(__always)
+    private static func same(_ a: StaticString, _ b: StaticString) -> Bool {
+        guard a.hasPointerRepresentation, b.hasPointerRepresentation else {
+            // A one-scalar literal is kept as its scalar, not as bytes.
+            return a.withUTF8Buffer { a in b.withUTF8Buffer { a.elementsEqual($0) } }
         }
+        guard a.utf8CodeUnitCount == b.utf8CodeUnitCount else { return false }
+        return a.utf8Start == b.utf8Start || memcmp(a.utf8Start, b.utf8Start, a.utf8CodeUnitCount) == 0
     }
 
     private func wasRead(_ name: String) -> Bool {

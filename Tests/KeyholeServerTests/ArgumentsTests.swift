@@ -90,6 +90,17 @@ struct ArgumentsTests {
         try arguments.finish()
     }
 
+    @Test("one-letter names (literals kept as a scalar, not as bytes) are told apart and counted once", arguments: [false, true])
+    func oneLetterNames(inPlace: Bool) throws {
+        var arguments = Self.arguments(inPlace, ["a": .int(1), "b": .int(2), "typo": .int(3)])
+        #expect(arguments.value("a") == .int(1))
+        #expect(arguments.value("a") == .int(1))
+        #expect(arguments.value("c") == nil)
+        #expect(arguments.value("b") == .int(2))
+        let error = #expect(throws: ProtocolError.self) { try arguments.finish() }
+        #expect(error?.message == "unknown argument 'typo'")
+    }
+
     @Test("more than eight names are tracked too", arguments: [false, true])
     func manyNames(inPlace: Bool) throws {
         // Names read are the operations' literals.
