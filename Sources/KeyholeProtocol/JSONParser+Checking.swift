@@ -133,11 +133,18 @@ extension JSONParser {
         }
     }
 
-    /// Whether two runs of bytes are the same: their lengths, then memcmp (a generic byte loop cost
-    /// more than the rest of the envelope's names).
+    /// Whether two runs of bytes are the same: their lengths, then their bytes, a plain loop for a
+    /// name as short as the envelope's and the operations' (where memcmp's call cost more than the
+    /// comparison) and memcmp past that (a generic byte loop cost more than the rest of the names).
     @inline(__always)
     static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
-        a.count == b.count && (a.count == 0 || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0)
+        guard a.count == b.count else { return false }
+        guard a.count > 8 else {
+            var differ: UInt8 = 0
+            for index in 0..<a.count { differ |= a[index] ^ b[index] }
+            return differ == 0
+        }
+        return memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0
     }
 
     /// Whether a member name as it lies in the text (`hasEscapes`: with escapes still in it) is `name`.

@@ -27,11 +27,17 @@ public struct Request: Sendable, Hashable {
     public private(set) var sentArgs: CheckedJSONObject?
 
     /// A request.
-    public init(id: RequestID?, op: String, args: [String: JSONValue] = [:]) {
+    public init(id: RequestID?, op: String, args: [String: JSONValue]) {
         self.id = id
         self.op = op
         self.builtArgs = args
         self.sentArgs = nil
+    }
+
+    /// A request without arguments. (`[:]` as a default would build an empty dictionary from a
+    /// literal's list on every request read.)
+    public init(id: RequestID?, op: String) {
+        self.init(id: id, op: op, args: Dictionary())
     }
 
     /// The request holding nothing of the frame it was read from (its `sentArgs` copied out): for a

@@ -27,7 +27,7 @@ struct Arguments {
 
     init(_ request: borrowing Request) {
         sent = request.sentArgs
-        built = sent == nil ? request.args : [:]
+        built = sent == nil ? request.args : Dictionary()  // not `[:]`: a literal's list, built every time
         count = sent?.count ?? built.count
     }
 
