@@ -17,6 +17,8 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     var logger: Logger
     var access = ConnectionAccess()
     var tasks = ConnectionTasks()
+    /// None: SwiftNIO's loop has no end of pass to record at, so each answer reads the clock.
+    var passDurations: PassDurations? { nil }
     var closing = false
     var answeredInPlace = false
     private let idleTimeout: TimeAmount

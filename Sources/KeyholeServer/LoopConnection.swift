@@ -27,6 +27,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     private var detachedOutput = ByteBuffer()
     private var timers: [NIODeadline?] = Array(repeating: nil, count: ConnectionTimer.allCases.count)
     let delivery: AnswerDelivery
+    let passDurations: PassDurations?
     var now: NIODeadline { loop.passTime }
 
     /// Serves `connection`, held to `limits` for its whole life.
@@ -43,6 +44,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
         self.machine = ConnectionStateMachine(limits: limits)
         self.delivery = core.answerDelivery(for: loop)
+        self.passDurations = core.passDurations(for: loop)
         setTimer(.idle, at: .now() + limits.idleTimeout)
     }
 

@@ -24,6 +24,9 @@ protocol ServedConnection: AnyObject {
     var access: ConnectionAccess { get set }
     /// Asynchronous operations still running, cancelled if the connection goes away.
     var tasks: ConnectionTasks { get set }
+    /// Where the durations of answers made at once are recorded, as the loop's pass ends; `nil`
+    /// where each reads the clock itself.
+    var passDurations: PassDurations? { get }
 
     /// Whether the socket takes more output without pushing back.
     var isWritable: Bool { get }
@@ -171,10 +174,12 @@ extension ServedConnection {
             return Response(id: request.id, outcome: .failure(refusal ?? .unknownOp(request.op)))
         }
         guard let response = respond(to: request, entry: entry, started: started) else {
-            if answeredInPlace { entry.metrics.record(nil, since: started) }
+            if answeredInPlace {
+                if let passDurations { entry.metrics.record(nil, since: started, in: passDurations) } else { entry.metrics.record(nil, since: started) }
+            }
             return nil
         }
-        entry.metrics.record(response, since: started)
+        entry.metrics.record(response, since: started, in: passDurations)
         return response
     }
 

@@ -34,6 +34,7 @@ final class ServerCore: Sendable {
     let logRate = Mutex(LogRate())
     /// One per event loop, made on first use.
     private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
+    private let loopDurations = Mutex<[ObjectIdentifier: PassDurations]>([:])
 
     /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
     init(
@@ -100,6 +101,18 @@ final class ServerCore: Sendable {
     /// The delivery of pending answers to `eventLoop`, shared by its connections.
     func answerDelivery(for eventLoop: any EventLoop) -> AnswerDelivery {
         answerDelivery(for: ObjectIdentifier(eventLoop)) { eventLoop.execute($0) }
+    }
+
+    /// The request durations of `loop`'s passes (`PassDurations`), shared by its connections, set
+    /// up when its first connection is: recorded as each of its passes ends.
+    func passDurations(for loop: SocketLoop) -> PassDurations {
+        loopDurations.withLock { all in
+            let durations = all[ObjectIdentifier(loop)] ?? PassDurations()
+            all[ObjectIdentifier(loop)] = durations
+            // On the loop's thread, as a connection it accepted is set up: before its first request.
+            if loop.passEnding == nil { loop.passEnding = { durations.record() } }
+            return durations
+        }
     }
 
     /// The delivery of pending answers to `loop`, shared by its connections.

@@ -23,6 +23,18 @@ package final class ServerMetrics: Sendable {
 
         /// Counts an answer (`code` nil: a result) given `started` (`ServedConnection.now` as its frame was cut).
         package func record(_ code: ProtocolError.Code?, since started: NIODeadline) {
+            count(code)
+            duration.recordNanoseconds(NIODeadline.now().uptimeNanoseconds &- started.uptimeNanoseconds)
+        }
+
+        /// `record(_:since:)`, the duration recorded by `pass` as its pass ends (an answer made in
+        /// the pass that started at `started`).
+        func record(_ code: ProtocolError.Code?, since started: NIODeadline, in pass: PassDurations) {
+            count(code)
+            pass.add(duration, since: started)
+        }
+
+        private func count(_ code: ProtocolError.Code?) {
             if let code {
                 errors.withLock { errors in
                     if let counter = errors[code] { return counter }
@@ -33,7 +45,6 @@ package final class ServerMetrics: Sendable {
             } else {
                 ok.increment()
             }
-            duration.recordNanoseconds(NIODeadline.now().uptimeNanoseconds &- started.uptimeNanoseconds)
         }
 
         func record(_ response: Response, since started: NIODeadline) {
@@ -42,6 +53,13 @@ package final class ServerMetrics: Sendable {
             } else {
                 record(nil, since: started)
             }
+        }
+
+        /// `record(_:since:)` of a response made in the pass that started at `started`, its duration
+        /// recorded by `pass` (or now, without one).
+        func record(_ response: Response, since started: NIODeadline, in pass: PassDurations?) {
+            let code: ProtocolError.Code? = if case .failure(let error) = response.outcome { error.code } else { nil }
+            if let pass { record(code, since: started, in: pass) } else { record(code, since: started) }
         }
     }
 
