@@ -84,7 +84,7 @@ public struct JSONOutput: ~Copyable {
 
     /// Writes an integer in decimal: its length counted first, then its digits written in place from
     /// the end, two at a time (every answer has several times in it).
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func write(integer value: Int64) {
         let magnitude = value.magnitude
         var digits = 1
@@ -133,7 +133,7 @@ public struct JSONOutput: ~Copyable {
     }
 
     /// Writes a JSON string literal, escaping what RFC 8259 requires and nothing else.
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func write(string: String) {
         // A native string's bytes are read where they are; `withUTF8` would copy (and retain) it first.
         if string.utf8.withContiguousStorageIfAvailable({ write(stringBytes: $0) }) != nil { return }
@@ -142,7 +142,7 @@ public struct JSONOutput: ~Copyable {
     }
 
     /// Writes UTF-8 `bytes` as a JSON string literal.
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func write(stringBytes bytes: UnsafeBufferPointer<UInt8>) {
         // Measured first, so that the room is checked once and a string is never written in part.
         let length = Self.quotedLength(bytes)
@@ -210,7 +210,7 @@ public struct JSONOutput: ~Copyable {
     }
 
     /// The length of `bytes` as a JSON string literal, quotes included.
-    @inlinable
+    @inlinable @inline(__always)
     static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
         var length = bytes.count &+ 2
         var index = 0
