@@ -106,11 +106,14 @@ final class ServerCore: Sendable {
     /// The request durations of `loop`'s passes (`PassDurations`), shared by its connections, set
     /// up when its first connection is: recorded as each of its passes ends.
     func passDurations(for loop: SocketLoop) -> PassDurations {
-        loopDurations.withLock { all in
-            let durations = all[ObjectIdentifier(loop)] ?? PassDurations()
+        // On the loop's thread, as a connection it accepted is set up: before its first request.
+        assert(loop.inLoop, "a loop's pass durations are set up on its own thread")
+        return loopDurations.withLock { all in
+            // A loop with no hook is new, even at the address of one that ended: it gets its own.
+            if let durations = all[ObjectIdentifier(loop)], loop.passEnding != nil { return durations }
+            let durations = PassDurations()
             all[ObjectIdentifier(loop)] = durations
-            // On the loop's thread, as a connection it accepted is set up: before its first request.
-            if loop.passEnding == nil { loop.passEnding = { durations.record() } }
+            loop.passEnding = { durations.record() }
             return durations
         }
     }

@@ -65,7 +65,7 @@ public final class SocketLoop: @unchecked Sendable {
     public private(set) var passTime = NIODeadline.now()
     /// Called on the loop's thread as a pass ends: after its events and jobs, before its output is
     /// sent, and again after (for requests a flush let through). For what costs less once a pass than
-    /// once a request (the requests' durations, with one clock read). Set before `start`.
+    /// once a request (the requests' durations, with one clock read). Set on the loop's thread.
     public var passEnding: (() -> Void)?
     var quiescing = false
     /// The listening socket has connections waiting (accepted at the end of the pass).

@@ -123,8 +123,8 @@ struct Keyholed: AsyncParsableCommand {
         }
         // Whole seconds (sessions' times, on every session.get) from the coarse clock: the time of the
         // kernel's last tick, read from memory without a read of the hardware timer (6.5 ns a read on
-        // this VM, against 22 ns). A tick, 4 ms at most, is nothing next to a second; it only ever
-        // lags the precise clock.
+        // this VM, against 22 ns). A tick (1 to 10 ms, as the kernel is built) is nothing next to a
+        // second; it only ever lags the precise clock.
         let seconds: @Sendable () -> Int64 = {
             if let fixed { return Int64(fixed.now.rounded(.down)) }
             var now = timespec()

@@ -97,6 +97,33 @@ struct JSONOutputTests {
         }
     }
 
+    @Test("the parser's word test: the first byte it flags in a word is the first that needs a look, for every pair of bytes")
+    func firstFlaggedByte() {
+        func special(_ byte: UInt8) -> Bool { byte < 0x20 || byte >= 0x80 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
+        // Every two bytes at every two places of a word, the other six plain: the borrows of the word
+        // tests may flag a plain byte after a special one (a '#' after a quote), never before.
+        for first in 0..<8 {
+            for second in (first + 1)..<8 {
+                for a in UInt8.min...UInt8.max {
+                    for b in UInt8.min...UInt8.max where special(a) || special(b) {
+                        // As loaded little-endian from memory: byte i of the text is bits 8i..8i+7.
+                        var word: UInt64 = 0x7878_7878_7878_7878  // "xxxxxxxx"
+                        word &= ~(0xFF << (8 * UInt64(first))) & ~(0xFF << (8 * UInt64(second)))
+                        word |= UInt64(a) << (8 * UInt64(first)) | UInt64(b) << (8 * UInt64(second))
+                        let mask = JSONParser.specialBytes(word)
+                        let expected = special(a) ? first : second
+                        guard mask != 0, JSONParser.firstFlaggedByte(mask) == expected else {
+                            Issue.record("bytes \(a) at \(first) and \(b) at \(second): flagged \(mask == 0 ? -1 : JSONParser.firstFlaggedByte(mask))")
+                            return
+                        }
+                    }
+                }
+            }
+        }
+        // A word of plain bytes flags nothing.
+        #expect(JSONParser.specialBytes(UInt64(littleEndian: 0x7E7D_5B5D_2321_207A)) == 0)
+    }
+
     @Test("integers: Swift's decimal form, written only where it fits", arguments: [Int64.min, Int64.min + 1, -100, -99, -10, -9, -1, 0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 999_999_999, 1_000_000_000, -1_000_000_000, -1_700_000_000, 1_700_000_000, 9_999_999_999, 10_000_000_000, 999_999_999_999_999_999, 1_000_000_000_000_000_000, Int64.max - 1, Int64.max])
     func integers(value: Int64) throws {
         let text = Array(String(value).utf8)

@@ -90,6 +90,25 @@ struct ArgumentsTests {
         try arguments.finish()
     }
 
+    @Test("a name sent escaped is found by its decoded bytes, and counts toward every member found")
+    func escapedName() throws {
+        // Written by hand: \u0074oken is "token".
+        let frame = ByteBuffer(string: #"{"op":"test","args":{"\u0074oken":"t1","ttl_s":120}}"#)
+        var arguments = Arguments(try Request.parse(frame))
+        #expect(try arguments.string("token") == "t1")
+        #expect(try arguments.int("ttl_s", in: 60...3600) == 120)
+        #expect(try arguments.string("issuer") == nil)
+        try arguments.finish()
+        // And one more member than was read is still refused by name.
+        let extra = ByteBuffer(string: #"{"op":"test","args":{"\u0074oken":"t1","ttl_s":120,"t\u0079po":1}}"#)
+        var more = Arguments(try Request.parse(extra))
+        _ = try more.string("token")
+        _ = try more.int("ttl_s", in: 60...3600)
+        _ = try more.string("issuer")
+        let error = #expect(throws: ProtocolError.self) { try more.finish() }
+        #expect(error?.message == "unknown argument 'typo'")
+    }
+
     @Test("one-letter names (literals kept as a scalar, not as bytes) are told apart and counted once", arguments: [false, true])
     func oneLetterNames(inPlace: Bool) throws {
         var arguments = Self.arguments(inPlace, ["a": .int(1), "b": .int(2), "typo": .int(3)])
