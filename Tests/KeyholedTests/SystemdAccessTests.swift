@@ -138,6 +138,14 @@ struct SystemdAccessTests {
         # keyholed stopped, its start limit reset: this test starts it more often than systemd's
         # default 5 starts in 10 s allows.
         stop_keyholed() { systemctl stop keyholed.service; systemctl reset-failed keyholed.service; }
+        # A connection that starts keyholed (socket activation) can be answered a moment before
+        # keyholed tells systemd it is ready: its HTTP listener is up first. Until then systemd folds
+        # a reload into the start under way, whose keyholed read the file before it changed. So a
+        # reload after such a start waits for the unit to be active (at most 10 s).
+        wait_active() {
+            i=0
+            until [ "$(systemctl is-active keyholed.service)" = active ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
+        }
 
         # HTTP over a Unix socket: curl (Debian's curl package), on this machine's root as on the host's.
         say curl "$(command -v curl >/dev/null && echo found || echo 'missing: apt-get install curl')"
@@ -203,6 +211,7 @@ struct SystemdAccessTests {
         say http_socket_refusal_logged "$(journalctl -u keyholed-http.socket -o cat --no-pager | grep -c 'already active, refusing')"
         stop_keyholed && systemctl start keyholed-http.socket; say http_socket_restart $?
         say proxy_healthz_again "$(http gateway /healthz)"
+        wait_active
 
         # With [[access]] rules the rules alone decide, on the HTTP socket too, and a reload applies them.
         cat >>/etc/keyhole/keyholed.toml <<'EOF'
