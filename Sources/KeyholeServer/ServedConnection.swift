@@ -174,9 +174,7 @@ extension ServedConnection {
             return Response(id: request.id, outcome: .failure(refusal ?? .unknownOp(request.op)))
         }
         guard let response = respond(to: request, entry: entry, started: started) else {
-            if answeredInPlace {
-                if let passDurations { entry.metrics.record(nil, since: started, in: passDurations) } else { entry.metrics.record(nil, since: started) }
-            }
+            if answeredInPlace { entry.metrics.record(nil, since: started, in: passDurations) }
             return nil
         }
         entry.metrics.record(response, since: started, in: passDurations)

@@ -27,9 +27,10 @@ package final class ServerMetrics: Sendable {
             duration.recordNanoseconds(NIODeadline.now().uptimeNanoseconds &- started.uptimeNanoseconds)
         }
 
-        /// `record(_:since:)`, the duration recorded by `pass` as its pass ends (an answer made in
-        /// the pass that started at `started`).
-        func record(_ code: ProtocolError.Code?, since started: NIODeadline, in pass: PassDurations) {
+        /// `record(_:since:)` of an answer made in the pass that started at `started`: its duration
+        /// recorded by `pass` as the pass ends (or now, without one).
+        func record(_ code: ProtocolError.Code?, since started: NIODeadline, in pass: PassDurations?) {
+            guard let pass else { return record(code, since: started) }
             count(code)
             pass.add(duration, since: started)
         }
@@ -55,11 +56,10 @@ package final class ServerMetrics: Sendable {
             }
         }
 
-        /// `record(_:since:)` of a response made in the pass that started at `started`, its duration
-        /// recorded by `pass` (or now, without one).
+        /// `record(_:since:in:)` of a response.
         func record(_ response: Response, since started: NIODeadline, in pass: PassDurations?) {
             let code: ProtocolError.Code? = if case .failure(let error) = response.outcome { error.code } else { nil }
-            if let pass { record(code, since: started, in: pass) } else { record(code, since: started) }
+            record(code, since: started, in: pass)
         }
     }
 
