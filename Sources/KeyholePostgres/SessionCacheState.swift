@@ -118,8 +118,11 @@ struct SessionCacheState {
     /// A session read again from the database, or written, by this host: keeps the cache in step
     /// with what this host itself did (a touch's last use).
     mutating func update(_ session: Session) {
-        young[session.id]?.session = session
-        old[session.id]?.session = session
+        // Through an index, not `young[id]?.session = session`: a subscript's modify on a table that
+        // is empty (no cache, or a cold one) allocates storage for it each time, and a miss's
+        // answer runs this on the database connections' event loop.
+        if let index = young.index(forKey: session.id) { young.values[index].session = session }
+        if let index = old.index(forKey: session.id) { old.values[index].session = session }
     }
 
     /// What the listener heard: an invalidation (`s:`, `u:`, `*`) or a heartbeat (`h:<host>:<n>`,

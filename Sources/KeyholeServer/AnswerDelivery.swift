@@ -8,6 +8,12 @@ final class AnswerDelivery: Sendable {
 
     private let execute: @Sendable (@escaping @Sendable () -> Void) -> Void
     private let queue = Mutex<[Item]>([])
+    /// The array the last drain ran, emptied with its room kept, swapped back in by the next drain:
+    /// the deliverer (another thread) then appends into room this loop's thread allocated and
+    /// frees, rather than allocating an array per burst that this thread frees, which costs both
+    /// threads the allocator's lock (measured: a third of keyholed's lock waits on a cache miss).
+    /// Only the loop's thread touches it, in `drain`.
+    private nonisolated(unsafe) var spare: [Item] = []
 
     /// Delivers through `execute`, which runs its closure on the loop.
     init(execute: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
@@ -25,8 +31,11 @@ final class AnswerDelivery: Sendable {
 
     private func drain() {
         // Swapped out under the lock, run outside it: a receiver may queue more (they wait for the next task).
-        var items: [Item] = []
+        var items = spare
+        spare = []
         queue.withLock { swap(&items, &$0) }
         for item in items { item.receiver(item.outcome) }
+        items.removeAll(keepingCapacity: true)
+        spare = items
     }
 }

@@ -28,9 +28,29 @@ public final class PendingAnswer: Sendable {
     }
 
     private let state = Mutex(State.waiting)
+    /// Room for an encoded answer (`complete(encoding:)`), allocated by the thread that made this.
+    private let room: Mutex<ByteBuffer?>
 
     /// A pending answer, to be completed once with `complete`.
-    public init() {}
+    public init() {
+        room = Mutex(nil)
+    }
+
+    /// A pending answer whose encoded result will be written into `capacity` bytes allocated now,
+    /// on this thread (`complete(encoding:)`). For an answer that another thread writes and this
+    /// one sends and frees: memory allocated on one thread and freed on another costs both the
+    /// allocator's lock (glibc's arenas), and on a cache miss that was a third of keyholed's waits.
+    public init(reserving capacity: Int) {
+        room = Mutex(ByteBufferAllocator().buffer(capacity: capacity))
+    }
+
+    /// Completes the answer with a result `write` encodes (compact JSON, one object), into the room
+    /// reserved at init when there is any; from any thread, as `complete`.
+    public func complete(encoding write: (inout ByteBuffer) -> Void) {
+        var buffer = room.withLock { $0.take() } ?? ByteBuffer()
+        write(&buffer)
+        complete(.success(.encoded(buffer)))
+    }
 
     /// Completes the answer, from any thread; later completions are ignored.
     public func complete(_ outcome: Outcome) {

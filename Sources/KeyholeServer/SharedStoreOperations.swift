@@ -60,14 +60,14 @@ public enum SharedStoreOperations {
                 var pending: PendingAnswer?
                 let got = tokenBytes.withUnsafeReadableBytes { token in
                     store.getSession(token: token, now: time, into: &buffer) {
-                        let answer = PendingAnswer()
+                        // The answer's room is allocated here, on the loop that sends and frees it,
+                        // though the database's event loop writes it.
+                        let answer = PendingAnswer(reserving: 1024)
                         pending = answer
                         return { outcome in
                             switch outcome {
                             case .success(let found?):
-                                var written = ByteBuffer()
-                                found.session.writeGetJSON(user: found.user, to: &written)
-                                answer.complete(.success(.encoded(written)))
+                                answer.complete { found.session.writeGetJSON(user: found.user, to: &$0) }
                             case .success(nil):
                                 answer.complete(.failure(.sessionNotFound()))
                             case .failure(let error):

@@ -145,6 +145,31 @@ struct SessionCacheStateTests {
         #expect(state.count == 0)
     }
 
+    @Test("update: a cached session's new last use is what the next hit sees, in either generation; an uncached one is not added")
+    func update() {
+        // Capacity 4: two fills fill `young` to half, so the third moves them to `old`.
+        var state = Self.fresh(capacity: 4)
+        let a = Self.session(1), b = Self.session(2), c = Self.session(3)
+        for session in [a, b, c] {
+            let ticket = Self.ticket(&state, session.id, now: 100)!
+            let kept = state.fill(ticket, session: session, check: Self.check, user: nil, userKey: "u:alice", now: 100)
+            #expect(kept)
+        }
+        var used = [a, c, Self.session(4)]
+        for index in used.indices { used[index].lastSeenAt = 77 }
+        for session in used { state.update(session) }
+        func lastSeen(_ id: SessionID) -> Int64? {
+            if case .hit(let session, _, _) = state.lookup(id, now: 100) { return session.lastSeenAt }
+            return nil
+        }
+        // a was in the old generation, c in the young; b was not updated; the fourth was never cached.
+        #expect([lastSeen(a.id), lastSeen(b.id), lastSeen(c.id), lastSeen(Self.session(4).id)] == [77, 0, 77, nil])
+        #expect(state.count == 3)
+        var off = Self.fresh(capacity: 0)
+        off.update(used[0])
+        #expect(off.count == 0)
+    }
+
     @Test("capacity 0: never used")
     func off() {
         var state = Self.fresh(capacity: 0)

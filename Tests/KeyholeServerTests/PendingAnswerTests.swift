@@ -80,4 +80,32 @@ struct PendingAnswerTests {
         #expect(values.allSatisfy { $0.1 })
         try await group.shutdownGracefully()
     }
+
+    @Test("complete(encoding:) writes into the room reserved where the answer was made, once")
+    func reservedRoom() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loop = group.next()
+        let delivery = AnswerDelivery { loop.execute($0) }
+        let got = Mutex<[ByteBuffer]>([])
+        let done = loop.makePromise(of: Void.self)
+        let reserved = PendingAnswer(reserving: 1024), plain = PendingAnswer()
+        for answer in [reserved, plain] {
+            answer.whenComplete(on: delivery) { outcome in
+                guard case .success(.encoded(let buffer)) = outcome else { return }
+                if got.withLock({ $0.append(buffer); return $0.count }) == 2 { done.succeed() }
+            }
+        }
+        try await group.next().submit {
+            for answer in [reserved, plain] {
+                answer.complete { $0.writeString("{\"n\":1}") }
+                answer.complete { $0.writeString("{\"n\":2}") }
+            }
+        }.get()
+        try await done.futureResult.get()
+        let buffers = got.withLock { $0 }
+        #expect(buffers.map { String(buffer: $0) } == ["{\"n\":1}", "{\"n\":1}"])
+        // The reserved answer's bytes are in the room made with it; the other grew its own.
+        #expect(buffers[0].capacity >= 1024 && buffers[1].capacity < 1024)
+        try await group.shutdownGracefully()
+    }
 }
