@@ -1,3 +1,4 @@
+import KeyholeStore
 import NIOCore
 import PostgresNIO
 import Synchronization
@@ -112,10 +113,11 @@ final class StatementBatcher<Runner: BatchRunner>: Sendable {
                 // The next batch first: its statement is on its way to PostgreSQL before this
                 // batch's calls are answered, rather than PostgreSQL waiting for them.
                 self.runNext(on: slot, runner)
-                answers()
+                // Each client's loop woken once for the batch (`CompletionBurst`).
+                CompletionBurst.run { answers() }
             case .failure(let error):
                 let failure = PostgresStoreError.from(error, doing: doing)
-                for call in batch { call.fail(failure) }
+                CompletionBurst.run { for call in batch { call.fail(failure) } }
                 self.runNext(on: slot, runner)
             }
         }

@@ -1,3 +1,4 @@
+import KeyholeStore
 import Synchronization
 
 /// Hands completed `PendingAnswer`s to one event loop (SwiftNIO's or a `SocketLoop`): the first answer of a burst schedules one task,
@@ -26,7 +27,8 @@ final class AnswerDelivery: Sendable {
             queue.append((outcome, receiver))
             return queue.count == 1
         }
-        if first { execute { self.drain() } }
+        // In a burst of answers on this thread (a batch's), the loop is woken once, at its end.
+        if first { CompletionBurst.wake { self.execute { self.drain() } } }
     }
 
     private func drain() {
