@@ -21,6 +21,13 @@ lean_bench.py's); a round runs every op at every setting. The report gives, per 
 side's median CPU per request, and the median of the rounds' new/old ratios with its quartiles and
 the number of rounds NEW was lower in. The two sides share one CPU, so each runs at about half of
 it: compare them with each other here, and against Redis with lean_bench.py.
+
+`--ops miss` (issue 30) compares session.get's cache misses on the PostgreSQL backend instead: one
+throwaway cluster (Scripts/pg_cluster.py), each keyholed on a schema of its own holding the same
+20 000 sessions, with `cache_entries = 0`, each driven by 16 clients at depth 1. These runs are not
+pinned: a miss crosses from the client's loop to the database connection's thread and back, and
+what that costs (wake-ups across cores, the allocator's lock between threads) only shows when the
+threads run on both CPUs. Unpinned, the same binary on both sides gave quartiles within about 4 %.
 """
 
 import argparse
@@ -31,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -38,6 +46,7 @@ import lean_bench  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("session.get", "token.verify", "ping")
+MISS_SESSIONS = 20000
 
 
 def parse_settings(text):
@@ -101,12 +110,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("old", help="the keyholed binary before the change")
     parser.add_argument("new", help="the keyholed binary after it")
-    parser.add_argument("--ops", default="session.get,token.verify,ping", help=f"comma-separated, of {', '.join(OPS)}")
+    parser.add_argument("--ops", default="session.get,token.verify,ping",
+                        help=f"comma-separated, of {', '.join(OPS)}; or miss alone (PostgreSQL cache misses)")
     parser.add_argument("--settings", default="16x1,16x8", help="connections x depth, comma-separated")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=2.0)
     options = parser.parse_args()
     ops = options.ops.split(",")
+    if ops == ["miss"]:
+        return misses(options)
     if any(op not in OPS for op in ops):
         parser.error(f"--ops: each of {', '.join(OPS)}")
     settings = parse_settings(options.settings)
@@ -167,6 +179,56 @@ def main():
     finally:
         for side in sides.values():
             side.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def misses(options):
+    """`--ops miss`: session.get's cache misses on one PostgreSQL cluster, both sides at once."""
+    import pg_bench  # noqa: E402 (its cluster and seeding; imported only for this mode)
+    for binary in (options.old, options.new):
+        if not os.access(binary, os.X_OK):
+            raise SystemExit(f"ab_bench: not an executable: {binary}")
+    directory = tempfile.mkdtemp(prefix="keyhole-ab-")
+    cluster = pg_bench.Cluster()
+    sides = {}
+    try:
+        cluster.sql("ALTER SYSTEM SET max_connections = 120")
+        cluster.command("stop")
+        cluster.command("start")
+        now = int(time.time())
+        for name, binary in (("old", options.old), ("new", options.new)):
+            config = pg_bench.postgres_config(cluster, name, 16, cache_entries=0)
+            sides[name] = Side(directory, name, binary, config).start()
+            cluster.sql(pg_bench.seed_sql(f'"{name}"', MISS_SESSIONS, MISS_SESSIONS // 10, now))
+        tokens = os.path.join(directory, "tokens.txt")
+        with open(tokens, "w") as f:
+            f.write("\n".join(pg_bench.token(n) for n in range(1, MISS_SESSIONS + 1)) + "\n")
+        for side in sides.values():
+            pg_bench.wait_fresh(side.socket)
+        pairs = []
+        for round_number in range(options.rounds):
+            # Started in turn, old first in even rounds: neither side always gets the head start.
+            order = list(sides.items()) if round_number % 2 == 0 else list(reversed(sides.items()))
+            loads = {name: subprocess.Popen(
+                [lean_bench.LEAN_LOAD, "--socket", side.socket, "--connections", "16", "--depth", "1",
+                 "--seconds", str(options.seconds), "--warmup", "0.5", "--op", "session.get", "--args", tokens,
+                 "--server-pid", str(side.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for name, side in order}
+            results = {}
+            for name, load in loads.items():
+                out, err = load.communicate()
+                if load.returncode != 0:
+                    raise SystemExit(f"ab_bench: lean-load against {name} failed ({load.returncode}): {err.strip()}")
+                results[name] = json.loads(out)
+                if results[name]["failed"]:
+                    raise SystemExit(f"ab_bench: {name} failed {results[name]['failed']} session.get requests")
+            pairs.append((results["old"]["server_cpu_ns_per_request"], results["new"]["server_cpu_ns_per_request"]))
+            print(f"ab_bench: round {round_number + 1} of {options.rounds} done", file=sys.stderr, flush=True)
+        print(report_line("session.get miss", (16, 1), summarize(pairs)))
+    finally:
+        for side in sides.values():
+            side.stop()
+        cluster.close()
         shutil.rmtree(directory, ignore_errors=True)
 
 
