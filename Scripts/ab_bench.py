@@ -106,6 +106,21 @@ class Side(lean_bench.Keyholed):
         return self
 
 
+def loaded(op, argvs):
+    """Runs one lean-load per side at once (argvs: side's name -> argv, started in that order); each
+    side's result."""
+    loads = {name: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name, argv in argvs.items()}
+    results = {}
+    for name, load in loads.items():
+        out, err = load.communicate()
+        if load.returncode != 0:
+            raise SystemExit(f"ab_bench: lean-load against {name} failed ({load.returncode}): {err.strip()}")
+        results[name] = json.loads(out)
+        if results[name]["failed"]:
+            raise SystemExit(f"ab_bench: {name} failed {results[name]['failed']} {op} requests")
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("old", help="the keyholed binary before the change")
@@ -155,21 +170,10 @@ def main():
             for setting in settings:
                 connections, depth = setting
                 for op in ops:
-                    loads = {}
-                    for name, side in sides.items():
-                        argv = ["taskset", "-c", str(lean_bench.client_cpu(connections)), lean_bench.LEAN_LOAD,
-                                "--socket", side.socket, "--connections", str(connections), "--depth", str(depth),
-                                "--seconds", str(options.seconds), "--warmup", "0.3", *arguments(op, name),
-                                "--server-pid", str(side.pid)]
-                        loads[name] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                    results = {}
-                    for name, load in loads.items():
-                        out, err = load.communicate()
-                        if load.returncode != 0:
-                            raise SystemExit(f"ab_bench: lean-load against {name} failed ({load.returncode}): {err.strip()}")
-                        results[name] = json.loads(out)
-                        if results[name]["failed"]:
-                            raise SystemExit(f"ab_bench: {name} failed {results[name]['failed']} {op} requests")
+                    results = loaded(op, {name: ["taskset", "-c", str(lean_bench.client_cpu(connections)), lean_bench.LEAN_LOAD,
+                                                 "--socket", side.socket, "--connections", str(connections), "--depth", str(depth),
+                                                 "--seconds", str(options.seconds), "--warmup", "0.3", *arguments(op, name),
+                                                 "--server-pid", str(side.pid)] for name, side in sides.items()})
                     pairs.setdefault((op, setting), []).append(
                         (results["old"]["server_cpu_ns_per_request"], results["new"]["server_cpu_ns_per_request"]))
             print(f"ab_bench: round {round_number + 1} of {options.rounds} done", file=sys.stderr, flush=True)
@@ -209,19 +213,9 @@ def misses(options):
         for round_number in range(options.rounds):
             # Started in turn, old first in even rounds: neither side always gets the head start.
             order = list(sides.items()) if round_number % 2 == 0 else list(reversed(sides.items()))
-            loads = {name: subprocess.Popen(
-                [lean_bench.LEAN_LOAD, "--socket", side.socket, "--connections", "16", "--depth", "1",
-                 "--seconds", str(options.seconds), "--warmup", "0.5", "--op", "session.get", "--args", tokens,
-                 "--server-pid", str(side.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for name, side in order}
-            results = {}
-            for name, load in loads.items():
-                out, err = load.communicate()
-                if load.returncode != 0:
-                    raise SystemExit(f"ab_bench: lean-load against {name} failed ({load.returncode}): {err.strip()}")
-                results[name] = json.loads(out)
-                if results[name]["failed"]:
-                    raise SystemExit(f"ab_bench: {name} failed {results[name]['failed']} session.get requests")
+            results = loaded("session.get", {name: [lean_bench.LEAN_LOAD, "--socket", side.socket, "--connections", "16", "--depth", "1",
+                                                    "--seconds", str(options.seconds), "--warmup", "0.5", "--op", "session.get",
+                                                    "--args", tokens, "--server-pid", str(side.pid)] for name, side in order})
             pairs.append((results["old"]["server_cpu_ns_per_request"], results["new"]["server_cpu_ns_per_request"]))
             print(f"ab_bench: round {round_number + 1} of {options.rounds} done", file=sys.stderr, flush=True)
         print(report_line("session.get miss", (16, 1), summarize(pairs)))
