@@ -3,7 +3,7 @@
 
 Run before and after a change meant to cut keyholed's CPU per request:
 
-    python3 Scripts/ab_bench.py OLD NEW [--ops session.get,token.verify,ping] [--settings 16x1,16x8]
+    python3 Scripts/ab_bench.py OLD NEW [--ops session.get,token.verify,ping,session.create] [--settings 16x1,16x8]
 
 OLD and NEW are release keyholed binaries (copy .build/release/keyholed aside before the change).
 
@@ -45,7 +45,7 @@ import bench  # noqa: E402
 import lean_bench  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OPS = ("session.get", "token.verify", "ping")
+OPS = ("session.get", "token.verify", "ping", "session.create")
 MISS_SESSIONS = 20000
 
 
@@ -163,7 +163,9 @@ def main():
 
         def arguments(op, name):
             return {"ping": (), "session.get": ("--op", "session.get", "--args", sessions[name]),
-                    "token.verify": ("--op", "token.verify", "--args", os.path.join(tokens, "tokens.txt"))}[op]
+                    "token.verify": ("--op", "token.verify", "--args", os.path.join(tokens, "tokens.txt")),
+                    # Durable creates (fsync "always"), for 10 000 subjects of issuer local.
+                    "session.create": ("--op", "session.create", "--keys", "10000", "--key-prefix", f"ab-{name}")}[op]
 
         pairs = {}
         for round_number in range(options.rounds):
