@@ -28,12 +28,15 @@ public final class PendingAnswer: Sendable {
     }
 
     private let state = Mutex(State.waiting)
-    /// Room for an encoded answer (`complete(encoding:)`), allocated by the thread that made this.
+    /// Room for an encoded answer (`complete(encoding:)`), allocated by the thread that made this;
+    /// dropped by the delivery on that thread when the answer did not use it (not found, failed).
     private let room: Mutex<ByteBuffer?>
+    private let reserved: Bool
 
     /// A pending answer, to be completed once with `complete`.
     public init() {
         room = Mutex(nil)
+        reserved = false
     }
 
     /// A pending answer whose encoded result will be written into `capacity` bytes allocated now,
@@ -42,6 +45,16 @@ public final class PendingAnswer: Sendable {
     /// allocator's lock (glibc's arenas), and on a cache miss that was a third of keyholed's waits.
     public init(reserving capacity: Int) {
         room = Mutex(ByteBufferAllocator().buffer(capacity: capacity))
+        reserved = true
+    }
+
+    /// Whether the room reserved is still here: for the tests.
+    var holdsRoom: Bool { room.withLock { $0 != nil } }
+
+    /// Frees the room if the answer did not take it: on the delivering loop, which allocated it.
+    func dropRoom() {
+        guard reserved else { return }
+        _ = room.withLock { $0.take() }
     }
 
     /// Completes the answer with a result `write` encodes (compact JSON, one object), into the room
@@ -66,7 +79,7 @@ public final class PendingAnswer: Sendable {
                 return nil
             }
         }
-        if let (delivery, receiver) = receiver { delivery.deliver(outcome, to: receiver) }
+        if let (delivery, receiver) = receiver { delivery.deliver(outcome, to: receiver, from: self) }
     }
 
     /// Has `receiver` called on `delivery`'s event loop with the outcome: later, even when it is
@@ -84,6 +97,6 @@ public final class PendingAnswer: Sendable {
                 preconditionFailure("a pending answer is awaited once")
             }
         }
-        if let completed { delivery.deliver(completed, to: receiver) }
+        if let completed { delivery.deliver(completed, to: receiver, from: self) }
     }
 }

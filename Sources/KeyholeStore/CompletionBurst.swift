@@ -32,7 +32,8 @@ public enum CompletionBurst {
     private static var current: Pending {
         if let pointer = pthread_getspecific(key) { return Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue() }
         let pending = Pending()
-        pthread_setspecific(key, Unmanaged.passRetained(pending).toOpaque())
+        let set = pthread_setspecific(key, Unmanaged.passRetained(pending).toOpaque())
+        precondition(set == 0, "pthread_setspecific failed")
         return pending
     }
 
@@ -44,9 +45,13 @@ public enum CompletionBurst {
         defer {
             pending.depth -= 1
             if pending.depth == 0, !pending.wakes.isEmpty {
-                let wakes = pending.wakes
-                pending.wakes.removeAll(keepingCapacity: true)
+                // Swapped out (a wake may ask for more: run at once, the burst being over), and
+                // back in emptied with its room kept.
+                var wakes: [() -> Void] = []
+                swap(&wakes, &pending.wakes)
                 for wake in wakes { wake() }
+                wakes.removeAll(keepingCapacity: true)
+                if pending.wakes.isEmpty { swap(&wakes, &pending.wakes) }
             }
         }
         return try body()

@@ -1,4 +1,5 @@
 import KeyholeProtocol
+import KeyholeStore
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -91,7 +92,8 @@ struct PendingAnswerTests {
         let reserved = PendingAnswer(reserving: 1024), plain = PendingAnswer()
         for answer in [reserved, plain] {
             answer.whenComplete(on: delivery) { outcome in
-                guard case .success(.encoded(let buffer)) = outcome else { return }
+                var buffer = ByteBuffer()
+                if case .success(.encoded(let encoded)) = outcome { buffer = encoded } else { Issue.record("not encoded: \(outcome)") }
                 if got.withLock({ $0.append(buffer); return $0.count }) == 2 { done.succeed() }
             }
         }
@@ -107,5 +109,51 @@ struct PendingAnswerTests {
         // The reserved answer's bytes are in the room made with it; the other grew its own.
         #expect(buffers[0].capacity >= 1024 && buffers[1].capacity < 1024)
         try await group.shutdownGracefully()
+    }
+
+    /// Runs what it is handed only when the test says, counting the wake-ups.
+    final class HeldLoop: Sendable {
+        let jobs = Mutex<[@Sendable () -> Void]>([])
+        func execute(_ job: @escaping @Sendable () -> Void) { jobs.withLock { $0.append(job) } }
+        func runAll() { for job in jobs.withLock({ held in defer { held = [] }; return held }) { job() } }
+    }
+
+    @Test("answers completed in a burst wake their loop once, at its end; a room nobody used is freed on the loop")
+    func burstWakesOnce() {
+        let loop = HeldLoop()
+        let delivery = AnswerDelivery { loop.execute($0) }
+        let got = Mutex<[String]>([])
+        let found = PendingAnswer(reserving: 1024), missing = PendingAnswer(reserving: 1024), plain = PendingAnswer()
+        for answer in [found, missing, plain] {
+            answer.whenComplete(on: delivery) { outcome in
+                let text: String
+                switch outcome {
+                case .success(.encoded(let buffer)): text = String(buffer: buffer)
+                case .success(.object): text = "object"
+                case .failure(let error): text = error.code.rawValue
+                }
+                got.withLock { $0.append(text) }
+            }
+        }
+        CompletionBurst.run {
+            found.complete { $0.writeString("{}") }
+            missing.complete(.failure(.sessionNotFound()))
+            plain.complete(.success(.object([:])))
+            // Queued, and no wake-up asked for yet.
+            #expect(loop.jobs.withLock { $0.count } == 0)
+        }
+        #expect(loop.jobs.withLock { $0.count } == 1)
+        #expect(missing.holdsRoom && !found.holdsRoom)
+        loop.runAll()
+        #expect(got.withLock { $0 } == ["{}", "session_not_found", "object"])
+        // The unused room is dropped by the delivery, on the loop.
+        #expect(!missing.holdsRoom)
+        // Outside a burst, the first answer wakes the loop at once.
+        let later = PendingAnswer()
+        later.whenComplete(on: delivery) { _ in got.withLock { $0.append("later") } }
+        later.complete(.success(.object([:])))
+        #expect(loop.jobs.withLock { $0.count } == 1)
+        loop.runAll()
+        #expect(got.withLock { $0.last } == "later")
     }
 }

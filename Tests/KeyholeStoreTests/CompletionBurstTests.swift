@@ -27,6 +27,24 @@ struct CompletionBurstTests {
         #expect(order == ["alone", "body", "a", "b", "second"])
     }
 
+    @Test("a wake that asks for more runs them at once, and a burst it starts ends on its own")
+    func reentrant() {
+        var order: [String] = []
+        CompletionBurst.run {
+            CompletionBurst.wake {
+                order.append("first")
+                CompletionBurst.wake { order.append("asked by the first") }
+                CompletionBurst.run {
+                    CompletionBurst.wake { order.append("in a burst the first started") }
+                    order.append("that burst's body")
+                }
+            }
+        }
+        #expect(order == ["first", "asked by the first", "that burst's body", "in a burst the first started"])
+        CompletionBurst.run { CompletionBurst.wake { order.append("next") } }
+        #expect(order.last == "next" && order.count == 5)
+    }
+
     @Test("a burst ended by a throw still runs its wakes")
     func thrown() {
         struct Failure: Error {}
