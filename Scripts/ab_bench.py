@@ -132,16 +132,16 @@ def main():
     parser.add_argument("--seconds", type=float, default=2.0)
     options = parser.parse_args()
     ops = options.ops.split(",")
-    if ops == ["miss"]:
-        return misses(options)
-    if any(op not in OPS for op in ops):
-        parser.error(f"--ops: each of {', '.join(OPS)}")
-    settings = parse_settings(options.settings)
     for binary in (options.old, options.new):
         if not os.access(binary, os.X_OK):
             parser.error(f"not an executable: {binary}")
     if not os.access(lean_bench.LEAN_LOAD, os.X_OK):
         parser.error(f"{lean_bench.LEAN_LOAD} is missing: make build-lean")
+    if ops == ["miss"]:
+        return misses(options)
+    if any(op not in OPS for op in ops):
+        parser.error(f"--ops: each of {', '.join(OPS)}")
+    settings = parse_settings(options.settings)
 
     directory = tempfile.mkdtemp(prefix="keyhole-ab-")
     sides = {}
@@ -191,9 +191,6 @@ def main():
 def misses(options):
     """`--ops miss`: session.get's cache misses on one PostgreSQL cluster, both sides at once."""
     import pg_bench  # noqa: E402 (its cluster and seeding; imported only for this mode)
-    for binary in (options.old, options.new):
-        if not os.access(binary, os.X_OK):
-            raise SystemExit(f"ab_bench: not an executable: {binary}")
     directory = tempfile.mkdtemp(prefix="keyhole-ab-")
     cluster = pg_bench.Cluster()
     sides = {}

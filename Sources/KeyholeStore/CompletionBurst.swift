@@ -29,8 +29,13 @@ public enum CompletionBurst {
         return key
     }()
 
+    /// The calling thread's, if it has ever been in a burst.
+    private static var existing: Pending? {
+        pthread_getspecific(key).map { Unmanaged<Pending>.fromOpaque($0).takeUnretainedValue() }
+    }
+
     private static var current: Pending {
-        if let pointer = pthread_getspecific(key) { return Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue() }
+        if let existing { return existing }
         let pending = Pending()
         let set = pthread_setspecific(key, Unmanaged.passRetained(pending).toOpaque())
         precondition(set == 0, "pthread_setspecific failed")
@@ -59,9 +64,7 @@ public enum CompletionBurst {
 
     /// Runs `wake` now, or at the end of the burst the calling thread is in.
     public static func wake(_ wake: @escaping () -> Void) {
-        guard let pointer = pthread_getspecific(key) else { return wake() }
-        let pending = Unmanaged<Pending>.fromOpaque(pointer).takeUnretainedValue()
-        guard pending.depth > 0 else { return wake() }
+        guard let pending = existing, pending.depth > 0 else { return wake() }
         pending.wakes.append(wake)
     }
 }
