@@ -90,14 +90,18 @@ public final class SocketLoop: @unchecked Sendable {
         self.name = name
         self.configuration = configuration
         nextRefusalPause = configuration.refusalPause
-        poll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        // Both made before either is stored: an init that throws once every stored property is set
+        // still runs deinit, which would close `poll` a second time, perhaps someone else's by then.
+        let poll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard poll >= 0 else { throw SocketLoopError("epoll_create1", errno) }
-        wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
+        let wake = eventfd(0, Int32(EFD_NONBLOCK) | Int32(EFD_CLOEXEC))
         guard wake >= 0 else {
             let code = errno
             Glibc.close(poll)
             throw SocketLoopError("eventfd", code)
         }
+        self.poll = poll
+        self.wake = wake
         var event = epoll_event()
         event.events = EPOLLIN.rawValue
         event.data.u64 = Self.wakeTag

@@ -9,7 +9,8 @@ package final class DatagramSocket: @unchecked Sendable {
     /// Binds a datagram socket at `path`.
     package init(path: String) throws {
         self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        // Bound before it is stored: deinit would close it a second time (see RawConnection.init).
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw RawConnection.Failure(description: "socket: \(errno)") }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -18,9 +19,11 @@ package final class DatagramSocket: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard result == 0 else {
+            let error = String(cString: strerror(errno))
             close(fd)
-            throw RawConnection.Failure(description: "bind \(path): \(String(cString: strerror(errno)))")
+            throw RawConnection.Failure(description: "bind \(path): \(error)")
         }
+        self.fd = fd
     }
 
     deinit {

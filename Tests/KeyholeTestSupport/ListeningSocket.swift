@@ -16,7 +16,6 @@ package final class ListeningSocket: Sendable {
             close(descriptor)
             descriptor = moved
         }
-        fd = descriptor
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
@@ -28,6 +27,8 @@ package final class ListeningSocket: Sendable {
             close(descriptor)
             throw RawConnection.Failure(description: "bind/listen \(path): \(error)")
         }
+        // Stored last: deinit would close it a second time (see RawConnection.init).
+        fd = descriptor
     }
 
     deinit {

@@ -15,7 +15,10 @@ package final class RawConnection: @unchecked Sendable {
     }
 
     package init(path: String, receiveTimeoutSeconds: Int = 15) throws {
-        fd = try Self.socket(AF_UNIX, timeoutSeconds: receiveTimeoutSeconds)
+        // Connected before it is stored: a class's init that throws once every stored property is set
+        // still runs deinit, whose close would then be a second one, of a number another thread of the
+        // test process may have been given meanwhile (a child's stdout pipe read nothing, once).
+        let fd = try Self.socket(AF_UNIX, timeoutSeconds: receiveTimeoutSeconds)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.utf8) }
@@ -29,11 +32,13 @@ package final class RawConnection: @unchecked Sendable {
             close(fd)
             throw Failure(description: "connect \(path): \(String(cString: strerror(error)))")
         }
+        self.fd = fd
     }
 
     /// A connection to `127.0.0.1:port` (TCP), with the same timeouts.
     package init(loopbackPort port: Int, receiveTimeoutSeconds: Int = 15) throws {
-        fd = try Self.socket(AF_INET, timeoutSeconds: receiveTimeoutSeconds)
+        // Connected before it is stored, as above.
+        let fd = try Self.socket(AF_INET, timeoutSeconds: receiveTimeoutSeconds)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -46,6 +51,7 @@ package final class RawConnection: @unchecked Sendable {
             close(fd)
             throw Failure(description: "connect 127.0.0.1:\(port): \(String(cString: strerror(error)))")
         }
+        self.fd = fd
     }
 
     deinit { close(fd) }

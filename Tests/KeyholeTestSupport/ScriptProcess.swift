@@ -1,6 +1,7 @@
 import Foundation
 import KeyholeProtocol
 import NIOCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -10,7 +11,9 @@ import Glibc
 /// lines, its stdin to write commands to, its stderr kept for the failure message.
 package final class ScriptProcess: @unchecked Sendable {
     package let pid: pid_t
-    private let input: Int32?
+    /// The write end of the child's stdin until `closeInput`: a send after it, or a second close,
+    /// must not reach a descriptor number another thread of the test process has been given since.
+    private let input: Mutex<Int32?>
     /// stdout, line by line, until end of file.
     package let lines: AsyncStream<String>
     private let errorText = ChildProcess.LockedText()
@@ -33,7 +36,7 @@ package final class ScriptProcess: @unchecked Sendable {
     package init(_ argv: [String], environment: [String: String], stdin: Bool) throws {
         let (pid, inWrite, outRead, errRead) = try ChildProcess.spawnPiped(argv, environment: environment, stdin: stdin)
         self.pid = pid
-        self.input = inWrite
+        self.input = Mutex(inWrite)
         let (lines, continuation) = AsyncStream.makeStream(of: String.self)
         self.lines = lines
         Thread {
@@ -75,14 +78,19 @@ package final class ScriptProcess: @unchecked Sendable {
 
     /// Writes one line to the child's stdin.
     package func send(_ line: String) {
-        guard let input else { return }
         let bytes = Array((line + "\n").utf8)
-        _ = bytes.withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
+        input.withLock { input in
+            guard let input else { return }
+            _ = bytes.withUnsafeBytes { write(input, $0.baseAddress, $0.count) }
+        }
     }
 
     /// Closes the child's stdin (end of input).
     package func closeInput() {
-        if let input { close(input) }
+        input.withLock { input in
+            if let fd = input { close(fd) }
+            input = nil
+        }
     }
 
     /// Waits (off the cooperative pool) for the child to exit: its exit status and everything it
