@@ -14,7 +14,10 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     let limits: ConnectionLimits
     var decoder: FrameDecoder
     var machine: ConnectionStateMachine
-    var logger: Logger
+    var logger: Logger {
+        didSet { requestContext = nil }
+    }
+    var requestContext: RequestContext?
     var access = ConnectionAccess()
     var tasks = ConnectionTasks()
     /// None: SwiftNIO's loop has no end of pass to record at, so each answer reads the clock.

@@ -11,7 +11,10 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     let limits: ConnectionLimits
     var decoder: FrameDecoder
     var machine: ConnectionStateMachine
-    var logger: Logger
+    var logger: Logger {
+        didSet { requestContext = nil }
+    }
+    var requestContext: RequestContext?
     var access = ConnectionAccess()
     var tasks = ConnectionTasks()
     var closing = false

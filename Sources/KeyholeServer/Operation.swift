@@ -3,16 +3,37 @@ import Logging
 import NIOCore
 
 /// What an operation sees of the request besides its arguments.
+///
+/// Its parts sit in one shared object: every request is handed its connection's context, and a copy
+/// of a `Logger` retains and releases each of its handler's references.
 public struct RequestContext: Sendable {
+    private final class Parts: Sendable {
+        let logger: Logger
+        let peerUID: UInt32?
+
+        init(logger: Logger, peerUID: UInt32?) {
+            self.logger = logger
+            self.peerUID = peerUID
+        }
+    }
+
+    private var parts: Parts
+
     /// A logger carrying the connection's metadata.
-    public var logger: Logger
+    public var logger: Logger {
+        get { parts.logger }
+        set { parts = Parts(logger: newValue, peerUID: parts.peerUID) }
+    }
+
     /// The peer's uid, as the kernel gave it (`nil` when it could not be read).
-    public var peerUID: UInt32?
+    public var peerUID: UInt32? {
+        get { parts.peerUID }
+        set { parts = Parts(logger: parts.logger, peerUID: newValue) }
+    }
 
     /// A context whose operations log to `logger`, for a peer of uid `peerUID`.
     public init(logger: Logger, peerUID: UInt32? = nil) {
-        self.logger = logger
-        self.peerUID = peerUID
+        parts = Parts(logger: logger, peerUID: peerUID)
     }
 }
 

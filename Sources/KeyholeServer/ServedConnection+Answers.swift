@@ -11,7 +11,7 @@ extension ServedConnection {
         if !entry.requires.isEmpty, let refusal = refusal(of: request.op, requiring: entry.requires) {
             return Response(id: request.id, outcome: .failure(refusal))
         }
-        let requestContext = RequestContext(logger: logger, peerUID: access.peer?.uid)
+        let requestContext = self.requestContext ?? makeRequestContext()
         switch entry.operation.body {
         case .sync(let body):
             do {
@@ -91,5 +91,12 @@ extension ServedConnection {
             wait(for: pending, id: request.id, metrics: metrics, started: started)
             return nil
         }
+    }
+
+    /// The connection's context for requests, kept until its logger or peer changes.
+    private func makeRequestContext() -> RequestContext {
+        let context = RequestContext(logger: logger, peerUID: access.peer?.uid)
+        requestContext = context
+        return context
     }
 }

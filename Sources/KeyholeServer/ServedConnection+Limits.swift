@@ -109,6 +109,7 @@ extension ServedConnection {
     func identified(as peer: PeerCredentials?) {
         access.peer = peer
         access.version = .max
+        requestContext = nil
         guard let peer else { return }
         logger[metadataKey: "peer_uid"] = "\(peer.uid)"
         logger[metadataKey: "peer_pid"] = "\(peer.pid)"

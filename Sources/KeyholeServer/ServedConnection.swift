@@ -14,6 +14,9 @@ protocol ServedConnection: AnyObject {
     var machine: ConnectionStateMachine { get set }
     var decoder: FrameDecoder { get set }
     var logger: Logger { get set }
+    /// The context requests are handed, made from `logger` and the peer on first use; `nil` again
+    /// whenever either changes (the logger's `didSet`, `identified(as:)`).
+    var requestContext: RequestContext? { get set }
     /// Answers encoded and not yet handed to the socket.
     var outbound: ByteBuffer { get set }
     /// The connection is closing: nothing more is written.

@@ -6,12 +6,21 @@ import Synchronization
 
 /// What every connection of one server shares: configuration, operations, counters.
 final class ServerCore: Sendable {
-    struct Entry: Sendable {
+    /// A class, not a struct: every request takes its entry out of the table, and a struct's copy
+    /// retains and releases each of its references (the body's closure, the counter, the metrics).
+    final class Entry: Sendable {
         let operation: Operation
         let counter: ServerStats.Counter
         /// The groups of which one must be allowed (`AccessPolicy.Groups`); empty for `ping`.
         let requires: AccessPolicy.Groups
         let metrics: ServerMetrics.Operation
+
+        init(operation: Operation, counter: ServerStats.Counter, requires: AccessPolicy.Groups, metrics: ServerMetrics.Operation) {
+            self.operation = operation
+            self.counter = counter
+            self.requires = requires
+            self.metrics = metrics
+        }
     }
 
     /// As the server started: where it listens, its backlog and its operations never change.
