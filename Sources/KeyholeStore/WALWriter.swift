@@ -53,10 +53,17 @@ public final class WALWriter {
         durableLSN = nextLSN
         if let (sequence, size) = plan.appendTo {
             let file = directory.segmentPath(sequence)
-            fd = open(file, O_WRONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw .io("cannot open \(file): \(WALDirectory.error())") }
+            // Kept in `fd` only once it is known good: a throw before every property is set runs no
+            // deinit to close it, and one after would run deinit's close as well as this one.
+            let opened = open(file, O_WRONLY | O_CLOEXEC)
+            guard opened >= 0 else { throw .io("cannot open \(file): \(WALDirectory.error())") }
             var info = stat()
-            guard fstat(fd, &info) == 0 else { throw .io("cannot stat \(file): \(WALDirectory.error())") }
+            guard fstat(opened, &info) == 0 else {
+                let message = "cannot stat \(file): \(WALDirectory.error())"
+                close(opened)
+                throw .io(message)
+            }
+            fd = opened
             self.sequence = sequence
             self.size = size
             durableSize = size

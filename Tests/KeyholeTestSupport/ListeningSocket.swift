@@ -13,7 +13,9 @@ package final class ListeningSocket: Sendable {
         guard descriptor >= 0 else { throw RawConnection.Failure(description: "socket: \(errno)") }
         if descriptor <= 3 {
             let moved = fcntl(descriptor, F_DUPFD_CLOEXEC, 4)
+            let error = errno
             close(descriptor)
+            guard moved >= 0 else { throw RawConnection.Failure(description: "fcntl F_DUPFD_CLOEXEC: \(String(cString: strerror(error)))") }
             descriptor = moved
         }
         var address = sockaddr_un()
@@ -25,6 +27,8 @@ package final class ListeningSocket: Sendable {
         guard bound == 0, listen(descriptor, backlog) == 0 else {
             let error = String(cString: strerror(errno))
             close(descriptor)
+            // deinit does not run (nothing of it is kept): the file a bind made goes here.
+            if bound == 0 { unlink(path) }
             throw RawConnection.Failure(description: "bind/listen \(path): \(error)")
         }
         // Stored last: deinit would close it a second time (see RawConnection.init).

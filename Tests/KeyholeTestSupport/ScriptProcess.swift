@@ -85,6 +85,11 @@ package final class ScriptProcess: @unchecked Sendable {
         }
     }
 
+    deinit {
+        // A test that failed before `closeInput`: its descriptor is not left open.
+        closeInput()
+    }
+
     /// Closes the child's stdin (end of input).
     package func closeInput() {
         input.withLock { input in
