@@ -9,7 +9,7 @@ import Glibc
 
 /// A Python script of the repository (Protocol/testing, Scripts) as a child process (spawned by ChildProcess): its stdout as
 /// lines, its stdin to write commands to, its stderr kept for the failure message.
-package final class ScriptProcess: @unchecked Sendable {
+package final class ScriptProcess: Sendable {
     package let pid: pid_t
     /// The write end of the child's stdin until `closeInput`: a send after it, or a second close,
     /// must not reach a descriptor number another thread of the test process has been given since.
