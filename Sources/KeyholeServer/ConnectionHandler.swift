@@ -215,6 +215,7 @@ final class ConnectionHandler: ChannelDuplexHandler, ServedConnection {
     }
 
     var now: NIODeadline { .now() }
+    var logsRequests: Bool { logger.logLevel <= .debug }
 
     /// SwiftNIO's loops cannot say when they have read every hang-up signalled: refused at once (the
     /// `nio` loop is kept for a release only).

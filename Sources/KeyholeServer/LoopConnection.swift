@@ -31,7 +31,9 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     private var timers: [NIODeadline?] = Array(repeating: nil, count: ConnectionTimer.allCases.count)
     let delivery: AnswerDelivery
     let passDurations: PassDurations?
+    private let passLogLevel: PassLogLevel
     var now: NIODeadline { loop.passTime }
+    var logsRequests: Bool { passLogLevel.logsDebug(logger, pass: loop.passTime) }
 
     /// Serves `connection`, held to `limits` for its whole life.
     init(
@@ -47,7 +49,9 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
         self.machine = ConnectionStateMachine(limits: limits)
         self.delivery = core.answerDelivery(for: loop)
-        self.passDurations = core.passDurations(for: loop)
+        let passes = core.passes(of: loop)
+        self.passDurations = passes.durations
+        self.passLogLevel = passes.logLevel
         setTimer(.idle, at: .now() + limits.idleTimeout)
     }
 

@@ -75,6 +75,9 @@ protocol ServedConnection: AnyObject {
     /// The time for the connection's timers and for when a request started: the clock, or the time
     /// the loop's current pass began (one clock read per pass, not several per request).
     var now: NIODeadline { get }
+    /// Whether each request logs its debug line: the logger's level, read once per pass where the
+    /// loop has passes (`PassLogLevel`).
+    var logsRequests: Bool { get }
 }
 
 /// The limits a connection keeps for its whole life (a reload's new ones apply to new connections).
@@ -170,7 +173,7 @@ extension ServedConnection {
             return Response(id: error.id, outcome: .failure(error.error))
         }
         // With the connection's peer_uid and peer_pid; the op as sent may be anything, so it is cut short.
-        logger.debug("request", metadata: ["op": "\(request.op.prefix(64))"])
+        if logsRequests { logger.debug("request", metadata: ["op": "\(request.op.prefix(64))"]) }
         guard let entry = core.entry(for: request) else {
             let refusal = limits.rates.requests > 0 ? rateRefusal() : nil
             core.metrics.unknown.record(refusal?.code ?? .unknownOp, since: started)

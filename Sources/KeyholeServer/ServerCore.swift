@@ -43,7 +43,7 @@ final class ServerCore: Sendable {
     let logRate = Mutex(LogRate())
     /// One per event loop, made on first use.
     private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
-    private let loopDurations = Mutex<[ObjectIdentifier: PassDurations]>([:])
+    private let loopPasses = Mutex<[ObjectIdentifier: (durations: PassDurations, logLevel: PassLogLevel)]>([:])
 
     /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
     init(
@@ -112,18 +112,20 @@ final class ServerCore: Sendable {
         answerDelivery(for: ObjectIdentifier(eventLoop)) { eventLoop.execute($0) }
     }
 
-    /// The request durations of `loop`'s passes (`PassDurations`), shared by its connections, set
-    /// up when its first connection is: recorded as each of its passes ends.
-    func passDurations(for loop: SocketLoop) -> PassDurations {
+    /// The request durations of `loop`'s passes (`PassDurations`) and its log level judged once a pass
+    /// (`PassLogLevel`), shared by its connections, set up when its first connection is: the durations
+    /// recorded as each of its passes ends.
+    func passes(of loop: SocketLoop) -> (durations: PassDurations, logLevel: PassLogLevel) {
         // On the loop's thread, as a connection it accepted is set up: before its first request.
         assert(loop.inLoop, "a loop's pass durations are set up on its own thread")
-        return loopDurations.withLock { all in
+        return loopPasses.withLock { all in
             // A loop with no hook is new, even at the address of one that ended: it gets its own.
-            if let durations = all[ObjectIdentifier(loop)], loop.passEnding != nil { return durations }
+            if let passes = all[ObjectIdentifier(loop)], loop.passEnding != nil { return passes }
             let durations = PassDurations()
-            all[ObjectIdentifier(loop)] = durations
+            let passes = (durations: durations, logLevel: PassLogLevel())
+            all[ObjectIdentifier(loop)] = passes
             loop.passEnding = { durations.record() }
-            return durations
+            return passes
         }
     }
 

@@ -50,9 +50,11 @@ package final class DaemonProcess: Sendable {
     ///   (systemd-socket-activate, a shell that sets LISTEN_PID).
     /// - Parameter listener: a listening socket of the test's, passed as systemd does (fd 3,
     ///   LISTEN_FDS=1, LISTEN_FDNAMES=keyhole, LISTEN_PID set by a shell that then execs keyholed).
+    /// - Parameter logLevel: `--log-level`, which wins over the file's at every reload; `nil` leaves
+    ///   the level to the file.
     package init(
         config: String = "", arguments: [String] = [], directory: URL? = nil, socketPath: String? = nil,
-        environment: [String: String] = [:], launcher: [String] = [], listener: Int32? = nil
+        environment: [String: String] = [:], launcher: [String] = [], listener: Int32? = nil, logLevel: String? = "debug"
     ) throws {
         ownsDirectory = directory == nil
         self.directory = try directory ?? Self.makeDirectory()
@@ -68,8 +70,8 @@ package final class DaemonProcess: Sendable {
         }
         let argv = launcher + [Self.binary.path,
             "--config", configPath.path, "--socket", self.socketPath,
-            "--state-dir", self.directory.appendingPathComponent("state").path, "--log-level", "debug",
-        ] + Self.loopArguments + arguments
+            "--state-dir", self.directory.appendingPathComponent("state").path,
+        ] + (logLevel.map { ["--log-level", $0] } ?? []) + Self.loopArguments + arguments
         let (pid, _, stderrFD) = try ChildProcess.spawn(argv, environment: environment, captureStdout: false, passing: listener)
         self.pid = pid
 

@@ -65,6 +65,34 @@ struct ReloadEndToEndTests {
 }
 
 extension ReloadEndToEndTests {
+    @Test("a reload's log level applies to requests on connections already open: each request's debug line from the next pass on, and none once the level is back at info")
+    func reloadedLevelLogsRequests() throws {
+        let level = { (level: String) in "[log]\nlevel = \"\(level)\"\n" }
+        let daemon = try DaemonProcess(config: level("info"), logLevel: nil)
+        try daemon.waitUntilReady()
+        let connection = try RawConnection(path: daemon.socketPath)
+        #expect(try connection.result("ping")["protocol"] == 1)
+
+        try Self.rewrite(daemon, level("debug"))
+        daemon.signal(SIGHUP)
+        try daemon.waitForStderr(containing: "config.reloaded")
+        // A request of its own kind, so that only a line logged after the reload can match.
+        #expect(try connection.result("stats")["requests"] != nil)
+        try daemon.waitForStderr(containing: "debug request op=stats")
+
+        // The second reload also changes the sessions' lifetime, which only its line names.
+        try Self.rewrite(daemon, level("info") + "\n[sessions]\nttl = \"2h\"\n")
+        daemon.signal(SIGHUP)
+        try daemon.waitForStderr(containing: "sessions.ttl")
+        _ = try connection.errorCode("session.get", ["token": "nothing"])
+        daemon.signal(SIGTERM)
+        #expect(try daemon.waitForExit() == 0)
+        // stderr is complete once keyholed exited.
+        #expect(!daemon.stderr.contains("op=ping"))
+        #expect(daemon.stderr.contains("debug request op=stats"))
+        #expect(!daemon.stderr.contains("op=session.get"))
+    }
+
     @Test("10 000 reloads grow keyholed's resident memory by less than 1 MiB: what the TOML parser hands back is freed",
         .disabled(if: DaemonProcess.onAnotherLoop, "what grew was the TOML parser's, which no loop touches; a minute of CPU the first pass spent"))
     func reloadsKeepMemory() async throws {
