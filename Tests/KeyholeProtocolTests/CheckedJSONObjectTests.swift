@@ -18,6 +18,9 @@ struct CheckedJSONObjectTests {
             "{" + (0..<20).map { "\"k\($0)\":\($0)" }.joined(separator: ",") + "}",
             // Skipped members that look like ends: backslash runs before quotes, brackets in strings.
             #"{"a":"x\\","b":"\"","c":"\\\"q\\","d":[{"e":"}]\"[{"},[]],"f":1,"g":{},"h":[],"i":-0.5E-3,"j":"end"}"#,
+            // Whitespace everywhere, a name escaped, strings next to each other.
+            #"{ "a" : 1 , "b" : "x" , "c" : [ ] , "d" : { } , "e" : "y\n" , "\u0066" : null }"#,
+            #"{"a":"1","b":"2","c":"3","d":"4"}"#, #"{"a":"1","b":"2","c":"3","d":"4","e":"5"}"#,
         ])
     func sameAsParsed(args: String) throws {
         guard case .object(let expected) = try JSONValue.parse(ByteBuffer(string: args)) else {
