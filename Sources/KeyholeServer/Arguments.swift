@@ -11,7 +11,7 @@ import NIOCore
 ///
 /// `finish()` compares how many distinct members were found with how many were sent. The names read
 /// are kept inline (8 of them; more spill into an array), not in an array: this runs on every request.
-struct Arguments {
+struct Arguments: ~Copyable {
     /// The arguments as sent, read in place (a request from a frame), or as built.
     private let sent: CheckedJSONObject?
     private let built: [String: JSONValue]
