@@ -160,18 +160,27 @@ public struct Request: Sendable, Hashable {
         guard let knownOp else {
             throw Rejection(id: id, error: .badRequest("'op' must be present and a string"))
         }
-        var request = Request(id: id, op: knownOp.op)
-        request.operationIndex = knownOp.index
+        var sentArgs: CheckedJSONObject?
         if let argsObject {
             let text = frame.getSlice(at: frame.readerIndex + argsObject.range.lowerBound, length: argsObject.range.count)!
-            request.sentArgs = CheckedJSONObject(checked: text, count: argsObject.count)
+            sentArgs = CheckedJSONObject(checked: text, count: argsObject.count)
         } else {
             switch rawArgs {
             case nil, .null?: break
             default: throw Rejection(id: id, error: .badRequest("'args' must be an object"))
             }
         }
-        return request
+        return Request(id: id, op: knownOp.op, operationIndex: knownOp.index, sentArgs: sentArgs)
+    }
+
+    /// A request read from a frame, made whole at once: built through `init(id:op:)` and then
+    /// changed, it was copied and destroyed on the way (on every request).
+    private init(id: RequestID?, op: String, operationIndex: Int?, sentArgs: CheckedJSONObject?) {
+        self.id = id
+        self.op = op
+        self.operationIndex = operationIndex
+        self.builtArgs = Dictionary()
+        self.sentArgs = sentArgs
     }
 
     /// The `op` whose content (between its quotes) is `text`, and its index in `operations`.
