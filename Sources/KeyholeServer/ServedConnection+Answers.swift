@@ -19,46 +19,9 @@ extension ServedConnection {
             } catch {
                 return Response(id: request.id, outcome: .failure(error))
             }
-        case .writing(let body):
-            do throws(ProtocolError) {
-                if !isWritable, unsentBytes > limits.maxUnsentBytes {
-                    cutSlowReader()
-                }
-                guard !closing, machine.state != .closed else {
-                    // Nobody will read it: run the operation all the same, as every other one runs, so
-                    // that its metrics count what it found.
-                    var result = ByteBuffer()
-                    if let outcome = try body(request, requestContext, &result) {
-                        return answer(request, outcome, metrics: entry.metrics, started: started)
-                    }
-                    return .encoded(id: request.id, result: result)
-                }
-                // Written in place: the frame's length, the success head, the result, then the length
-                // filled in; on a throw or a deferral nothing of it stays. No closure: one capturing
-                // the request would copy it for every request.
-                prepareOutbound()
-                let start = Response.writeFramedSuccessHead(id: request.id, to: &outbound)
-                let resultStart = outbound.writerIndex
-                let deferred: Operation.Outcome?
-                do {
-                    deferred = try body(request, requestContext, &outbound)
-                } catch {
-                    outbound.moveWriterIndex(to: start)
-                    throw error
-                }
-                if let deferred {
-                    outbound.moveWriterIndex(to: start)
-                    return answer(request, deferred, metrics: entry.metrics, started: started)
-                }
-                assert(outbound.writerIndex > resultStart, "a writing operation said it wrote, and wrote nothing")
-                outbound.writeInteger(UInt8(ascii: "}"))
-                outbound.setInteger(UInt32(outbound.writerIndex - start - 4), at: start)
-                outboundWritten(outbound.writerIndex - start)
-                answeredInPlace = true
-                return nil
-            } catch {
-                return Response(id: request.id, outcome: .failure(error))
-            }
+        case .writing:
+            // Called through the entry's own copy of the closure, not one bound out of the enum here.
+            return respondInPlace(to: request, entry: entry, started: started, context: requestContext)
         case .async(let body):
             // Kept for as long as the task runs: its own copy of the arguments, not the read buffer.
             let request = request.owned
@@ -72,6 +35,49 @@ extension ServedConnection {
             } catch {
                 return Response(id: request.id, outcome: .failure(error))
             }
+        }
+    }
+
+    /// `respond(to:entry:started:)` for a `writing` operation (`entry.writing`): its result written in place.
+    private func respondInPlace(to request: Request, entry: ServerCore.Entry, started: NIODeadline, context: RequestContext) -> Response? {
+        do throws(ProtocolError) {
+            if !isWritable, unsentBytes > limits.maxUnsentBytes {
+                cutSlowReader()
+            }
+            guard !closing, machine.state != .closed else {
+                // Nobody will read it: run the operation all the same, as every other one runs, so
+                // that its metrics count what it found.
+                var result = ByteBuffer()
+                if let outcome = try entry.writing!(request, context, &result) {
+                    return answer(request, outcome, metrics: entry.metrics, started: started)
+                }
+                return .encoded(id: request.id, result: result)
+            }
+            // Written in place: the frame's length, the success head, the result, then the length
+            // filled in; on a throw or a deferral nothing of it stays. No closure: one capturing
+            // the request would copy it for every request.
+            prepareOutbound()
+            let start = Response.writeFramedSuccessHead(id: request.id, to: &outbound)
+            let resultStart = outbound.writerIndex
+            let deferred: Operation.Outcome?
+            do {
+                deferred = try entry.writing!(request, context, &outbound)
+            } catch {
+                outbound.moveWriterIndex(to: start)
+                throw error
+            }
+            if let deferred {
+                outbound.moveWriterIndex(to: start)
+                return answer(request, deferred, metrics: entry.metrics, started: started)
+            }
+            assert(outbound.writerIndex > resultStart, "a writing operation said it wrote, and wrote nothing")
+            outbound.writeInteger(UInt8(ascii: "}"))
+            outbound.setInteger(UInt32(outbound.writerIndex - start - 4), at: start)
+            outboundWritten(outbound.writerIndex - start)
+            answeredInPlace = true
+            return nil
+        } catch {
+            return Response(id: request.id, outcome: .failure(error))
         }
     }
 

@@ -10,6 +10,10 @@ final class ServerCore: Sendable {
     /// retains and releases each of its references (the body's closure, the counter, the metrics).
     final class Entry: Sendable {
         let operation: Operation
+        /// The body of a `writing` operation (ping, session.get), taken out of `operation` once: a
+        /// request calls it through this stored closure, where binding it out of the enum copied it
+        /// (a retain and a release per request).
+        let writing: Operation.WritingBody?
         let counter: ServerStats.Counter
         /// The groups of which one must be allowed (`AccessPolicy.Groups`); empty for `ping`.
         let requires: AccessPolicy.Groups
@@ -17,6 +21,7 @@ final class ServerCore: Sendable {
 
         init(operation: Operation, counter: ServerStats.Counter, requires: AccessPolicy.Groups, metrics: ServerMetrics.Operation) {
             self.operation = operation
+            if case .writing(let body) = operation.body { writing = body } else { writing = nil }
             self.counter = counter
             self.requires = requires
             self.metrics = metrics
