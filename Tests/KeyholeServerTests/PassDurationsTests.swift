@@ -38,6 +38,20 @@ struct PassDurationsTests {
         #expect(ping.recorded.count == 1 && get.recorded.count == 2)
     }
 
+    @Test("one timer's answers in a row, and again after another's, are each recorded once")
+    func runsOfOneTimer() {
+        let pass = PassDurations()
+        let get = Durations(), ping = Durations()
+        let getTimer = Timer(label: "get", dimensions: [], handler: get), pingTimer = Timer(label: "ping", dimensions: [], handler: ping)
+        let started = NIODeadline.now()
+        for timer in [getTimer, getTimer, getTimer, pingTimer, getTimer, pingTimer, pingTimer] { pass.add(timer, since: started) }
+        pass.record()
+        #expect(get.recorded.count == 4 && ping.recorded.count == 3)
+        pass.add(getTimer, since: started)
+        pass.record()
+        #expect(get.recorded.count == 5 && ping.recorded.count == 3)
+    }
+
     @Test("an answer from a later pass settles what an earlier one left, from that pass's own start")
     func anotherPass() {
         let pass = PassDurations()
