@@ -11,6 +11,9 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     let limits: ConnectionLimits
     var decoder: FrameDecoder
     var machine: ConnectionStateMachine
+    /// The server's logger with this connection's metadata. Its level is the server's: the loop's
+    /// connections share one answer per pass to whether requests log (`PassLogLevel`), so a
+    /// connection must not set a level of its own.
     var logger: Logger {
         didSet { requestContext = nil }
     }

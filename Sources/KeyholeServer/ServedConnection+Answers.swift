@@ -39,6 +39,8 @@ extension ServedConnection {
     }
 
     /// `respond(to:entry:started:)` for a `writing` operation (`entry.writing`): its result written in place.
+    /// Called only where `entry.operation.body` is `.writing`, so `entry.writing` is set (`Entry.init`);
+    /// it is called through `!`, not bound, since binding it would retain it again.
     private func respondInPlace(to request: Request, entry: ServerCore.Entry, started: NIODeadline, context: RequestContext) -> Response? {
         do throws(ProtocolError) {
             if !isWritable, unsentBytes > limits.maxUnsentBytes {

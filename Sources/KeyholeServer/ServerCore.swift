@@ -12,7 +12,8 @@ final class ServerCore: Sendable {
         let operation: Operation
         /// The body of a `writing` operation (ping, session.get), taken out of `operation` once: a
         /// request calls it through this stored closure, where binding it out of the enum copied it
-        /// (a retain and a release per request).
+        /// (a retain and a release per request). Not `nil` exactly when `operation.body` is
+        /// `.writing`: both are constants, set together by `init`.
         let writing: Operation.WritingBody?
         let counter: ServerStats.Counter
         /// The groups of which one must be allowed (`AccessPolicy.Groups`); empty for `ping`.
@@ -122,7 +123,7 @@ final class ServerCore: Sendable {
     /// recorded as each of its passes ends.
     func passes(of loop: SocketLoop) -> (durations: PassDurations, logLevel: PassLogLevel) {
         // On the loop's thread, as a connection it accepted is set up: before its first request.
-        assert(loop.inLoop, "a loop's pass durations are set up on its own thread")
+        assert(loop.inLoop, "a loop's pass durations and log level are set up on its own thread")
         return loopPasses.withLock { all in
             // A loop with no hook is new, even at the address of one that ended: it gets its own.
             if let passes = all[ObjectIdentifier(loop)], loop.passEnding != nil { return passes }

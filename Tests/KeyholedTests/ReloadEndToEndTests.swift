@@ -87,7 +87,9 @@ extension ReloadEndToEndTests {
         _ = try connection.errorCode("session.get", ["token": "nothing"])
         daemon.signal(SIGTERM)
         #expect(try daemon.waitForExit() == 0)
-        // stderr is complete once keyholed exited.
+        // stderr is complete once keyholed exited. (A stale "logs" answer would not show below:
+        // swift-log asks the level again before it writes. The first half is what tests the pass's
+        // answer being asked again after a reload.)
         #expect(!daemon.stderr.contains("op=ping"))
         #expect(daemon.stderr.contains("debug request op=stats"))
         #expect(!daemon.stderr.contains("op=session.get"))
