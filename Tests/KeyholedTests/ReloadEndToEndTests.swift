@@ -84,7 +84,7 @@ extension ReloadEndToEndTests {
         try Self.rewrite(daemon, level("info") + "\n[sessions]\nttl = \"2h\"\n")
         daemon.signal(SIGHUP)
         try daemon.waitForStderr(containing: "sessions.ttl")
-        _ = try connection.errorCode("session.get", ["token": "nothing"])
+        _ = try connection.errorCode("session.get", ["session": "nothing"])
         daemon.signal(SIGTERM)
         #expect(try daemon.waitForExit() == 0)
         // stderr is complete once keyholed exited. (A stale "logs" answer would not show below:
