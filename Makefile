@@ -8,9 +8,11 @@ DEV_SOCKET  := $(shell p='$(DEV_DIR)/keyholed.sock'; if [ "$$(printf %s "$$p" | 
 # prometheus-node-exporter (both services stopped after installing). postgresql: the PostgreSQL
 # store's tests start throwaway clusters of their own (Scripts/pg_cluster.py); Debian's own cluster
 # service is stopped after installing (SystemdPostgresTests runs that cluster, pg_lsclusters and
-# pg_conftool under systemd in a throwaway container, whose changes vanish with it).
+# pg_conftool under systemd in a throwaway container, whose changes vanish with it). valgrind:
+# Scripts/ab_instructions.py counts keyholed's instructions per request under callgrind, and its test
+# runs keyholed under valgrind.
 APT_PACKAGES := libssl-dev libsystemd-dev systemd man-db groff-base procps openssl strace curl gcc prometheus \
-  prometheus-node-exporter postgresql lintian
+  prometheus-node-exporter postgresql lintian valgrind
 # Each language client's toolchain, test runner and (for its example app) framework, from Debian.
 CLIENT_APT_PACKAGES := nodejs node-express php-cli php-mbstring php-xml phpunit php-laravel-framework \
   php-nyholm-psr7 ruby ruby-minitest ruby-rack ruby-webrick rake golang-go
@@ -95,13 +97,14 @@ run: build
 ## (Python, Node.js, PHP, Ruby, Go), make bench's judging (Scripts/test_bench.py), then the Swift suites.
 test: build-debug test-python test-allocations test-proxies test-grafana test-clients test-swift
 
-test-python: build-debug
+test-python: build-debug build-lean
 	KEYHOLED=$(KEYHOLED_DEBUG) python3 -m unittest discover -s Protocol/clients/python -v
 	python3 -m unittest discover -s Scripts -v
 
-## build-lean: the lean load generator, the churning client and the allocation counter (Scripts/lean/), C with gcc.
+## build-lean: the lean load generator, the churning client, the allocation counter and the shim that lets
+## valgrind run keyholed (Scripts/lean/), C with gcc.
 LEAN_DIR := $(CURDIR)/.build/lean
-build-lean: deps $(LEAN_DIR)/lean-load $(LEAN_DIR)/churn $(LEAN_DIR)/malloc_count.so
+build-lean: deps $(LEAN_DIR)/lean-load $(LEAN_DIR)/churn $(LEAN_DIR)/malloc_count.so $(LEAN_DIR)/dispatch_main_shim.so
 $(LEAN_DIR)/lean-load: Scripts/lean/lean_load.c
 	@mkdir -p $(LEAN_DIR)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $<
@@ -109,6 +112,9 @@ $(LEAN_DIR)/churn: Scripts/lean/churn.c
 	@mkdir -p $(LEAN_DIR)
 	gcc -O2 -Wall -Wextra -Werror -pthread -o $@ $<
 $(LEAN_DIR)/malloc_count.so: Scripts/lean/malloc_count.c
+	@mkdir -p $(LEAN_DIR)
+	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
+$(LEAN_DIR)/dispatch_main_shim.so: Scripts/lean/dispatch_main_shim.c
 	@mkdir -p $(LEAN_DIR)
 	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ $<
 
