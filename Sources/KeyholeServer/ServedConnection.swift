@@ -139,12 +139,16 @@ extension ServedConnection {
             while machine.mayStartRequest, let frame = try decoder.next() {
                 frames += 1
                 machine.requestStarted()
-                core.stats.inFlight.add()
                 if let response = respond(to: frame) {
                     finish(response)
                 } else if answeredInPlace {
                     answeredInPlace = false
                     finish(nil)
+                } else {
+                    // Answered later (`finishPending`). A request answered as it is read is never
+                    // counted: in flight for no longer than this call, it is nothing `stats` could
+                    // see, and counting it cost every request two atomic additions.
+                    core.stats.inFlight.add()
                 }
             }
         } catch {
@@ -189,7 +193,6 @@ extension ServedConnection {
 
     /// Writes a response (`nil`: it was written in place) and frees its slot.
     func finish(_ response: Response?) {
-        core.stats.inFlight.subtract()
         if let response, machine.state != .closed { write(response) }
         let completion = machine.requestFinished(now: now, framesWaiting: decoder.hasCompleteFrame)
         if completion.read { resumeReading() }
@@ -197,6 +200,7 @@ extension ServedConnection {
 
     /// Answers a request that was waiting, then serves what that let through.
     func finishPending(_ response: Response) {
+        core.stats.inFlight.subtract()
         finish(response)
         pump()
         flushIfNeeded()

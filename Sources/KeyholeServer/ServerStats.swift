@@ -21,6 +21,8 @@ public final class ServerStats: Sendable {
     let rejectedConnections = Counter()
     /// Connections closed because their unsent responses passed `maxUnsentBytes`.
     let slowReaders = Counter()
+    /// Requests read whose answer waits for work done elsewhere (a commit, a task, the database);
+    /// one answered as it is read (`stats` itself, say) is never counted.
     let inFlight = Counter()
     let bytesIn = Counter()
     let bytesOut = Counter()
