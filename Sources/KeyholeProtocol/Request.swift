@@ -189,7 +189,7 @@ public struct Request: Sendable, Hashable {
             let op = JSONParser.decodeEscapes(text)
             return (op, operations?.index(of: op))
         }
-        if let operations, let index = operations.index(of: text) { return (operations.names[index], index) }
+        if let operations, let index = operations.index(of: text) { return (operations.name(at: index), index) }
         return (String(decoding: text, as: UTF8.self), nil)
     }
 

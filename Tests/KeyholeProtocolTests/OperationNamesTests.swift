@@ -17,6 +17,7 @@ struct OperationNamesTests {
         for (index, name) in Self.operations.names.enumerated() {
             #expect(Self.index(name) == index)
             #expect(Self.operations.index(of: name) == index)
+            #expect(Self.operations.name(at: index) == name)
         }
     }
 
@@ -33,7 +34,10 @@ struct OperationNamesTests {
     func many() {
         let names = (0..<500).map { "op.\($0 * 7919 % 1000)" }
         let table = OperationNames(names)
-        for (index, name) in names.enumerated() { #expect(table.index(of: name) == index) }
+        for (index, name) in names.enumerated() {
+            #expect(table.index(of: name) == index)
+            #expect(table.name(at: index) == name)
+        }
         #expect(table.index(of: "op.1000") == nil)
     }
 
