@@ -49,6 +49,34 @@ struct CommitSyncEndToEndTests {
         #expect(store.sessions(of: Principal(issuer: "local", sub: "lost"), now: now).isEmpty)
     }
 
+    @Test("stats' in_flight counts a change waiting for its sync until it is answered, and never a request answered as it is read (stats itself)",
+        .timeLimit(.minutes(1)))
+    func inFlightCountsWaitingChanges() async throws {
+        let directory = try DaemonProcess.makeDirectory().path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await Self.serve(directory, committedBy: "committer thread", now: 1_780_000_000) { socket, held in
+            let changer = try RawConnection(path: socket)
+            let observer = try RawConnection(path: socket)
+            #expect(try observer.result("stats")["in_flight"] == 0)
+            held.arm()
+            try changer.sendFrame(#"{"op":"session.create","id":1,"args":{"sub":"waiting"}}"#)
+            held.waitUntilEntered()
+            // The sync can start before the change's loop has counted it (the committer thread runs it):
+            // asked again until counted. It stays counted while the sync is held, so it must come.
+            var seen: JSONValue? = nil
+            for _ in 0..<10_000 {
+                seen = try observer.result("stats")["in_flight"]
+                if seen != 0 { break }
+            }
+            #expect(seen == 1)
+            #expect(!changer.hasUnreadBytes)
+            held.release(succeeding: true)
+            #expect(try changer.readResponse()["ok"] == true)
+            // Counted off before its answer was written.
+            #expect(try observer.result("stats")["in_flight"] == 0)
+        }
+    }
+
     /// What the client saw.
     struct Seen {
         var answeredWhileHeld: [Bool] = []
