@@ -47,12 +47,24 @@ OPS = ("ping", "session.get", "token.verify")
 
 
 def totals(path):
-    """The instructions a callgrind output file counts (its `totals:` line; 0 when it has none)."""
+    """The instructions a callgrind output file counts (its `totals:` line); ValueError when it has
+    none (a dump cut short, or not callgrind's)."""
     with open(path) as f:
         for line in f:
             if line.startswith("totals:"):
                 return int(line.split()[1])
-    return 0
+    raise ValueError(f"{path} has no totals: line")
+
+
+def part_number(path):
+    """The `part:` a callgrind dump says it is, or None."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("part:"):
+                return int(line.split()[1])
+            if line.startswith("totals:"):
+                return None
+    return None
 
 
 def per_request(instructions, answered):
@@ -86,24 +98,45 @@ class Counted(lean_bench.Keyholed):
                  "--state-dir", os.path.join(self.directory, "state"), "--log-level", "info"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
         try:
-            bench.wait_for_socket(self.socket, self.process)
+            # Valgrind translates a release Swift binary's start-up slowly on a busy machine.
+            bench.wait_for_socket(self.socket, self.process, seconds=300)
         except BaseException:
             self.stop()
             raise
         return self
 
     def control(self, *arguments):
-        subprocess.run(["callgrind_control", *arguments, str(self.pid)], check=True, capture_output=True)
+        if self.process.poll() is not None:
+            raise Failure(f"keyholed under callgrind exited with {self.process.returncode}", self)
+        done = subprocess.run(["callgrind_control", *arguments, str(self.pid)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise Failure(f"callgrind_control {' '.join(arguments)} failed ({done.returncode}): {done.stderr.strip()}", self)
 
     def counting(self, load):
         """Runs `load()` with counting on; its result and the instructions counted meanwhile."""
         self.control("-i", "on")
         result = load()
         self.control("-i", "off")
-        # A dump writes what was counted since the last one to the next part file, then starts afresh.
+        # A dump writes what was counted since the last one to the next part file (callgrind numbers
+        # them from 1), then starts afresh.
         self.control("-d")
         self.parts += 1
-        return result, totals(f"{self.out}.{self.parts}")
+        path = f"{self.out}.{self.parts}"
+        if not os.path.exists(path) or part_number(path) != self.parts:
+            raise Failure(f"callgrind's dump is not {path} (part {self.parts})", self)
+        return result, totals(path)
+
+
+class Failure(Exception):
+    """A measurement that went wrong, with the end of valgrind's and keyholed's log."""
+
+    def __init__(self, message, side):
+        try:
+            with open(side.log, errors="replace") as f:
+                tail = "".join(f.readlines()[-50:])
+        except OSError:
+            tail = "(no log)"
+        super().__init__(f"{message}\n--- {side.log}, last lines:\n{tail}")
 
 
 def main():
@@ -122,9 +155,8 @@ def main():
     for binary in (options.old, options.new):
         if not os.access(binary, os.X_OK):
             parser.error(f"not an executable: {binary}")
-    for path in (lean_bench.LEAN_LOAD, SHIM):
-        if not os.access(path, os.R_OK):
-            parser.error(f"{path} is missing: make build-lean")
+    if not os.access(lean_bench.LEAN_LOAD, os.X_OK) or not os.access(SHIM, os.R_OK):
+        parser.error(f"{lean_bench.LEAN_LOAD} or {SHIM} is missing: make build-lean")
     for tool in ("valgrind", "callgrind_control", "objcopy"):
         if shutil.which(tool) is None:
             parser.error(f"{tool} is missing: apt-get install valgrind binutils")
@@ -153,10 +185,12 @@ def main():
                                 "--depth", str(depth), "--warmup", "0", *arguments[op]]
 
                         def load(seconds):
-                            result = json.loads(subprocess.run([*argv, "--seconds", str(seconds)], check=True,
-                                                               capture_output=True, text=True).stdout)
+                            done = subprocess.run([*argv, "--seconds", str(seconds)], capture_output=True, text=True)
+                            if done.returncode != 0:
+                                raise Failure(f"lean-load failed ({done.returncode}): {done.stderr.strip()}", side)
+                            result = json.loads(done.stdout)
                             if result["failed"]:
-                                raise SystemExit(f"ab_instructions: {name} failed {result['failed']} {op} requests")
+                                raise Failure(f"{name} failed {result['failed']} {op} requests", side)
                             return result
 
                         load(1.5)  # uncounted: the first requests of an op make its caches and buffers
@@ -173,8 +207,10 @@ def main():
         for setting in settings:
             for op in ops:
                 print(report_line(op, setting, figures[("old", op, setting)], figures[("new", op, setting)]))
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    except Failure as failure:
+        # The logs and callgrind's files are kept: they are what says why.
+        raise SystemExit(f"ab_instructions: {failure}\n(kept: {directory})")
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -50,8 +51,14 @@ class CallgrindFileTests(unittest.TestCase):
         # `summary:` is 0 in a dump taken with counting switched on and off: the figure is `totals:`.
         self.assertEqual(ab_instructions.totals(self.write(DUMP)), 438050386)
 
-    def test_a_file_without_totals_counts_nothing(self):
-        self.assertEqual(ab_instructions.totals(self.write("events: Ir\n")), 0)
+    def test_a_file_without_totals_is_refused(self):
+        # A dump cut short must not read as a count of nothing.
+        with self.assertRaises(ValueError):
+            ab_instructions.totals(self.write("events: Ir\n"))
+
+    def test_part_number(self):
+        self.assertEqual(ab_instructions.part_number(self.write(DUMP)), 3)
+        self.assertIsNone(ab_instructions.part_number(self.write("events: Ir\ntotals: 5\n")))
 
     def test_per_request(self):
         self.assertAlmostEqual(ab_instructions.per_request(438050386, 76392), 5734.24, places=2)
@@ -67,6 +74,48 @@ class CallgrindFileTests(unittest.TestCase):
 class ShimTests(unittest.TestCase):
     """keyholed's main is async: without the shim, valgrind 3.19 dies as its first thread starts."""
 
+    def test_the_main_thread_sleeps_while_keyholed_serves(self):
+        # Run natively with the shim: its main thread must wait in poll, not spin (a spinning thread
+        # would be counted into every request's instructions under callgrind).
+        sys.path.insert(0, os.path.join(ROOT, "Protocol", "clients", "python"))
+        import keyhole  # noqa: E402
+        self.assertTrue(os.path.exists(ab_instructions.SHIM), "make build-lean")
+        with tempfile.TemporaryDirectory() as directory:
+            socket = os.path.join(directory, "k.sock")
+            config = os.path.join(directory, "keyholed.toml")
+            with open(config, "w"):
+                pass
+            daemon = subprocess.Popen([KEYHOLED, "--config", config, "--socket", socket, "--state-dir",
+                                       os.path.join(directory, "state")], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      env=dict(os.environ, LD_PRELOAD=ab_instructions.SHIM))
+            try:
+                client = None
+                for _ in range(6000):
+                    if daemon.poll() is not None:
+                        break
+                    try:
+                        client = keyhole.Client(socket, timeout=10)
+                        break
+                    except OSError:
+                        time.sleep(0.01)  # keyholed starting: its socket is not there yet
+                self.assertIsNotNone(client, "keyholed never listened")
+                states = []
+                for _ in range(50):
+                    self.assertEqual(client.call("ping", {})["protocol"], 1)
+                    with open(f"/proc/{daemon.pid}/task/{daemon.pid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                client.close()
+                # Waiting in poll: asleep whenever looked at (a spinning thread is running, R).
+                self.assertEqual(set(states), {"S"}, states)
+                with open(f"/proc/{daemon.pid}/task/{daemon.pid}/wchan") as f:
+                    self.assertIn("poll", f.read())
+            finally:
+                daemon.terminate()
+                _, stderr = daemon.communicate(timeout=60)
+            self.assertEqual(daemon.returncode, 0, stderr[-2000:])
+            self.assertNotIn("cannot be preloaded", stderr)
+
     def test_keyholed_runs_under_valgrind_with_the_shim(self):
         for path in (KEYHOLED, ab_instructions.SHIM):
             self.assertTrue(os.path.exists(path), f"{path} is missing: make build-debug build-lean")
@@ -77,6 +126,7 @@ class ShimTests(unittest.TestCase):
             run = subprocess.run(["valgrind", "--tool=none", stripped, "--help"], capture_output=True, text=True,
                                  env=dict(os.environ, LD_PRELOAD=ab_instructions.SHIM), timeout=300)
         self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertNotIn("cannot be preloaded", run.stderr)
         self.assertIn("--config", run.stdout)
         self.assertNotIn("INTERNAL ERROR", run.stderr)
 

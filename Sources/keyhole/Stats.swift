@@ -24,7 +24,7 @@ struct Stats: AsyncParsableCommand {
                 rows.append(("connections rejected", Output.number(connections["rejected"])))
                 if let slow = connections["slow_readers"] { rows.append(("slow readers closed", Output.number(slow))) }
             }
-            rows.append(("requests in flight", Output.number(stats["in_flight"])))
+            rows.append(("requests waiting", Output.number(stats["in_flight"])))
             rows.append(("bytes in", Output.number(stats["bytes"]?["in"])))
             rows.append(("bytes out", Output.number(stats["bytes"]?["out"])))
             if let store = stats["store"] {

@@ -30,6 +30,14 @@ struct OperationNamesTests {
         #expect(OperationNames([]).index(of: "ping") == nil)
     }
 
+    @Test("an empty name is a name like any other, and a table of none finds nothing")
+    func emptyName() {
+        let table = OperationNames(["", "a"])
+        #expect(table.index(of: "") == 0 && table.name(at: 0) == "")
+        #expect(table.index(of: "a") == 1 && table.name(at: 1) == "a")
+        #expect(OperationNames([]).index(of: "") == nil)
+    }
+
     @Test("hundreds of names, colliding in the table, are each found")
     func many() {
         let names = (0..<500).map { "op.\($0 * 7919 % 1000)" }

@@ -74,6 +74,21 @@ struct CommitSyncEndToEndTests {
             #expect(try changer.readResponse()["ok"] == true)
             // Counted off before its answer was written.
             #expect(try observer.result("stats")["in_flight"] == 0)
+
+            // A change whose client left while it waited is counted off all the same, once done.
+            let leaver = try RawConnection(path: socket)
+            held.arm()
+            try leaver.sendFrame(#"{"op":"session.create","id":2,"args":{"sub":"left"}}"#)
+            held.waitUntilEntered()
+            leaver.hangUp()
+            held.release(succeeding: true)
+            // Answered on its loop after the release: asked again until then (bounded).
+            seen = nil
+            for _ in 0..<10_000 {
+                seen = try observer.result("stats")["in_flight"]
+                if seen == 0 { break }
+            }
+            #expect(seen == 0)
         }
     }
 

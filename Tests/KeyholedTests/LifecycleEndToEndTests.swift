@@ -118,7 +118,8 @@ struct LifecycleEndToEndTests {
         // Responses pile up unread: the server must stop cutting frames rather than queue them all.
         try observer.sendFrame(#"{"op":"stats","id":"final"}"#)
         let stats = try observer.readResponse()["result"]!
-        #expect(stats["in_flight"]!.intValue! <= 128 + 1)
+        // Each was answered as it was read, however many answers sit unsent: none waits for anything.
+        #expect(stats["in_flight"]?.intValue == 0)
         daemon.signal(SIGTERM)
         #expect(try daemon.waitForExit(seconds: 20) == 0)
         #expect(daemon.stderr.contains("connection.drain_timeout"))
