@@ -35,6 +35,9 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     let delivery: AnswerDelivery
     let passDurations: PassDurations?
     private let passLogLevel: PassLogLevel
+    /// The loop's count of bytes written this pass (`PassBytes`), and its owner, kept for the pointer.
+    private let bytesOut: UnsafeMutablePointer<Int>
+    private let passBytes: PassBytes
     var now: NIODeadline { loop.passTime }
     var logsRequests: Bool { passLogLevel.logsDebug(logger, pass: loop.passTime) }
 
@@ -55,6 +58,8 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         let passes = core.passes(of: loop)
         self.passDurations = passes.durations
         self.passLogLevel = passes.logLevel
+        self.passBytes = passes.bytes
+        self.bytesOut = passes.bytes.pending
         setTimer(.idle, at: .now() + limits.idleTimeout)
     }
 
@@ -119,7 +124,8 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     func prepareOutbound() {}
 
     func outboundWritten(_ bytes: Int) {
-        core.stats.bytesOut.add(bytes)
+        // Added to the server's count as the loop's pass ends (`PassBytes`).
+        bytesOut.pointee &+= bytes
         connection?.outputAdded()
     }
 

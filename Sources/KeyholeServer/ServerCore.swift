@@ -49,7 +49,9 @@ final class ServerCore: Sendable {
     let logRate = Mutex(LogRate())
     /// One per event loop, made on first use.
     private let deliveries = Mutex<[ObjectIdentifier: AnswerDelivery]>([:])
-    private let loopPasses = Mutex<[ObjectIdentifier: (durations: PassDurations, logLevel: PassLogLevel)]>([:])
+    private let loopPasses = Mutex<[ObjectIdentifier: Passes]>([:])
+    /// What a loop's connections share and the loop settles as each pass ends.
+    typealias Passes = (durations: PassDurations, logLevel: PassLogLevel, bytes: PassBytes)
 
     /// Built-in operations win over `extra` ones of the same name; debug ones exist only when enabled.
     init(
@@ -121,16 +123,19 @@ final class ServerCore: Sendable {
     /// The request durations of `loop`'s passes (`PassDurations`) and its log level judged once a pass
     /// (`PassLogLevel`), shared by its connections, set up when its first connection is: the durations
     /// recorded as each of its passes ends.
-    func passes(of loop: SocketLoop) -> (durations: PassDurations, logLevel: PassLogLevel) {
+    func passes(of loop: SocketLoop) -> Passes {
         // On the loop's thread, as a connection it accepted is set up: before its first request.
         assert(loop.inLoop, "a loop's pass durations and log level are set up on its own thread")
         return loopPasses.withLock { all in
             // A loop with no hook is new, even at the address of one that ended: it gets its own.
             if let passes = all[ObjectIdentifier(loop)], loop.passEnding != nil { return passes }
-            let durations = PassDurations()
-            let passes = (durations: durations, logLevel: PassLogLevel())
+            let durations = PassDurations(), bytes = PassBytes(total: stats.bytesOut)
+            let passes = (durations: durations, logLevel: PassLogLevel(), bytes: bytes)
             all[ObjectIdentifier(loop)] = passes
-            loop.passEnding = { durations.record() }
+            loop.passEnding = {
+                durations.record()
+                bytes.record()
+            }
             return passes
         }
     }

@@ -23,6 +23,25 @@ struct ProtocolEndToEndTests {
         #expect(try daemon.terminate() == 0)
     }
 
+    @Test("stats' bytes out counts every answer's frame, header included, as sent before it was asked")
+    func bytesOut() throws {
+        let daemon = try DaemonProcess.start()
+        let connection = try RawConnection(path: daemon.socketPath)
+        func stats() throws -> (out: Int64, frame: Int) {
+            try connection.sendFrame(#"{"op":"stats","id":1}"#)
+            let frame = try #require(try connection.readFrame())
+            let out = try JSONValue.parse(ByteBuffer(bytes: frame))["result"]?["bytes"]?["out"]?.intValue
+            return (try #require(out), frame.count + 4)
+        }
+        let first = try stats()
+        try connection.sendFrame(#"{"op":"ping","id":2}"#)
+        let ping = try #require(try connection.readFrame()).count + 4
+        let second = try stats()
+        // Between the two: the first stats' answer and the ping's, whole; never the asking one's own.
+        #expect(second.out - first.out == Int64(first.frame + ping))
+        #expect(try daemon.terminate() == 0)
+    }
+
     @Test("every request vector gets its exact response, and the connection stays open")
     func requestVectors() throws {
         let daemon = try DaemonProcess.start(arguments: [])
