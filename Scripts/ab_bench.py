@@ -106,6 +106,16 @@ class Side(lean_bench.Keyholed):
         return self
 
 
+def tokens_and_config(directory):
+    """One issuer's key and a cached token of it (make-bench-tokens.py) in DIRECTORY/tokens, and the
+    configuration each side runs with: fsync "always" and that issuer."""
+    tokens = os.path.join(directory, "tokens")
+    subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", tokens, "--count", "1"],
+                   check=True, capture_output=True)
+    with open(os.path.join(tokens, "issuer.toml")) as f:
+        return tokens, f'[storage]\nfsync = "always"\n\n{f.read()}\n'
+
+
 def loaded(op, argvs):
     """Runs one lean-load per side at once (argvs: side's name -> argv, started in that order); each
     side's result."""
@@ -146,11 +156,7 @@ def main():
     directory = tempfile.mkdtemp(prefix="keyhole-ab-")
     sides = {}
     try:
-        tokens = os.path.join(directory, "tokens")
-        subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", tokens, "--count", "1"],
-                       check=True, capture_output=True)
-        with open(os.path.join(tokens, "issuer.toml")) as f:
-            config = f'[storage]\nfsync = "always"\n\n{f.read()}\n'
+        tokens, config = tokens_and_config(directory)
         sessions = {}
         for name, binary in (("old", options.old), ("new", options.new)):
             side = sides[name] = Side(directory, name, binary, config).start()

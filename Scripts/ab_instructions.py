@@ -164,11 +164,7 @@ def main():
     directory = tempfile.mkdtemp(prefix="keyhole-abi-")
     figures = {}
     try:
-        tokens = os.path.join(directory, "tokens")
-        subprocess.run([sys.executable, os.path.join(ROOT, "Scripts", "make-bench-tokens.py"), "--out", tokens, "--count", "1"],
-                       check=True, capture_output=True)
-        with open(os.path.join(tokens, "issuer.toml")) as f:
-            config = f'[storage]\nfsync = "always"\n\n{f.read()}\n'
+        tokens, config = ab_bench.tokens_and_config(directory)
         for name, binary in (("old", options.old), ("new", options.new)):
             side = Counted(directory, name, binary, config).start()
             try:
