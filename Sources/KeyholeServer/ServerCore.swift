@@ -120,9 +120,9 @@ final class ServerCore: Sendable {
         answerDelivery(for: ObjectIdentifier(eventLoop)) { eventLoop.execute($0) }
     }
 
-    /// The request durations of `loop`'s passes (`PassDurations`) and its log level judged once a pass
-    /// (`PassLogLevel`), shared by its connections, set up when its first connection is: the durations
-    /// recorded as each of its passes ends.
+    /// The request durations of `loop`'s passes (`PassDurations`), its log level judged once a pass
+    /// (`PassLogLevel`) and the bytes its connections write (`PassBytes`), shared by its connections,
+    /// set up when its first connection is: the durations and the bytes recorded as each pass ends.
     func passes(of loop: SocketLoop) -> Passes {
         // On the loop's thread, as a connection it accepted is set up: before its first request.
         assert(loop.inLoop, "a loop's pass durations and log level are set up on its own thread")
