@@ -8,13 +8,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ab_instructions  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "Protocol", "clients", "python"))
+import keyhole  # noqa: E402
+import test_keyhole  # noqa: E402  (its Keyholed: a child keyholed, waited for by its ready line)
 KEYHOLED = os.environ.get("KEYHOLED", os.path.join(ROOT, ".build", "debug", "keyholed"))
 
 # The head of a callgrind output file, as callgrind 3.19 writes a dump.
@@ -76,45 +78,27 @@ class ShimTests(unittest.TestCase):
 
     def test_the_main_thread_sleeps_while_keyholed_serves(self):
         # Run natively with the shim: its main thread must wait in poll, not spin (a spinning thread
-        # would be counted into every request's instructions under callgrind).
-        sys.path.insert(0, os.path.join(ROOT, "Protocol", "clients", "python"))
-        import keyhole  # noqa: E402
+        # would be counted into every request's instructions under callgrind). Started as the Python
+        # client's tests start keyholed: ready once it logs keyholed.ready.
         self.assertTrue(os.path.exists(ab_instructions.SHIM), "make build-lean")
-        with tempfile.TemporaryDirectory() as directory:
-            socket = os.path.join(directory, "k.sock")
-            config = os.path.join(directory, "keyholed.toml")
-            with open(config, "w"):
-                pass
-            daemon = subprocess.Popen([KEYHOLED, "--config", config, "--socket", socket, "--state-dir",
-                                       os.path.join(directory, "state")], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, LD_PRELOAD=ab_instructions.SHIM))
-            try:
-                client = None
-                for _ in range(6000):
-                    if daemon.poll() is not None:
-                        break
-                    try:
-                        client = keyhole.Client(socket, timeout=10)
-                        break
-                    except OSError:
-                        time.sleep(0.01)  # keyholed starting: its socket is not there yet
-                self.assertIsNotNone(client, "keyholed never listened")
-                states = []
-                for _ in range(50):
-                    self.assertEqual(client.call("ping", {})["protocol"], 1)
-                    with open(f"/proc/{daemon.pid}/task/{daemon.pid}/stat") as f:
-                        states.append(f.read().rsplit(")", 1)[1].split()[0])
-                client.close()
-                # Waiting in poll: asleep whenever looked at (a spinning thread is running, R).
-                self.assertEqual(set(states), {"S"}, states)
-                with open(f"/proc/{daemon.pid}/task/{daemon.pid}/wchan") as f:
-                    self.assertIn("poll", f.read())
-            finally:
-                daemon.terminate()
-                _, stderr = daemon.communicate(timeout=60)
-            self.assertEqual(daemon.returncode, 0, stderr[-2000:])
-            self.assertNotIn("cannot be preloaded", stderr)
+        daemon = test_keyhole.Keyholed(env=dict(os.environ, LD_PRELOAD=ab_instructions.SHIM))
+        pid = daemon.proc.pid
+        try:
+            client = keyhole.Client(daemon.socket_path, timeout=10)
+            states = []
+            for _ in range(50):
+                self.assertEqual(client.call("ping", {})["protocol"], 1)
+                with open(f"/proc/{pid}/task/{pid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            client.close()
+            # Waiting in poll: asleep whenever looked at (a spinning thread is running, R).
+            self.assertEqual(set(states), {"S"}, states)
+            with open(f"/proc/{pid}/task/{pid}/wchan") as f:
+                self.assertIn("poll", f.read())
+        finally:
+            returncode = daemon.stop()
+        self.assertEqual(returncode, 0, daemon.output())
+        self.assertFalse(any("cannot be preloaded" in line for line in daemon.stderr_lines), daemon.output())
 
     def test_keyholed_runs_under_valgrind_with_the_shim(self):
         for path in (KEYHOLED, ab_instructions.SHIM):

@@ -10,8 +10,10 @@ package final class OperationNames: @unchecked Sendable {
     // @unchecked: every stored property is set by `init` and never changed; the pointers' memory is
     // written there only, read by any thread after, and freed by `deinit`.
 
-    /// The names, in the order given; a lookup answers an index into them.
-    package let names: [String]
+    /// The names, in the order given; a lookup answers an index into them. Made from `strings`, for
+    /// set-up and tests: a request reads one with `name(at:)`.
+    package var names: [String] { Array(UnsafeBufferPointer(start: strings, count: count)) }
+    private let count: Int
     /// The lookup's memory, read through pointers rather than arrays: reading an array's element
     /// from a class retained and released its buffer (two of each per lookup, and one more pair to
     /// copy a name out of `names`: about 80 of ping's 5 500 instructions, counted by callgrind).
@@ -22,7 +24,7 @@ package final class OperationNames: @unchecked Sendable {
     private let starts: UnsafeMutablePointer<Int>
     private let counts: UnsafeMutablePointer<Int>
     private let bytes: UnsafeMutablePointer<UInt8>
-    /// `names`, for `name(at:)`.
+    /// The names, `count` of them.
     private let strings: UnsafeMutablePointer<String>
 
     /// A table of `names` (repeats are kept once, the first).
@@ -51,7 +53,7 @@ package final class OperationNames: @unchecked Sendable {
             unique.append(name)
             slots[slot] = Int32(unique.count)
         }
-        self.names = unique
+        self.count = unique.count
         self.mask = capacity - 1
         self.slots = .allocate(capacity: capacity)
         self.slots.initialize(from: slots, count: capacity)
@@ -70,7 +72,7 @@ package final class OperationNames: @unchecked Sendable {
         starts.deallocate()
         counts.deallocate()
         bytes.deallocate()
-        strings.deinitialize(count: names.count)
+        strings.deinitialize(count: count)
         strings.deallocate()
     }
 
@@ -92,9 +94,9 @@ package final class OperationNames: @unchecked Sendable {
         return name.withUTF8 { self.index(of: UnsafeRawBufferPointer($0)) }
     }
 
-    /// `names[index]`, read without retaining the array's buffer.
+    /// `names[index]`, read without making the array.
     package func name(at index: Int) -> String {
-        precondition(index >= 0 && index < names.count, "no operation name at \(index)")
+        precondition(index >= 0 && index < count, "no operation name at \(index)")
         return strings[index]
     }
 

@@ -35,8 +35,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
     let delivery: AnswerDelivery
     let passDurations: PassDurations?
     private let passLogLevel: PassLogLevel
-    /// The loop's count of bytes written this pass (`PassBytes`), and its owner, kept for the pointer.
-    private let bytesOut: UnsafeMutablePointer<Int>
+    /// The loop's count of bytes written this pass.
     private let passBytes: PassBytes
     var now: NIODeadline { loop.passTime }
     var logsRequests: Bool { passLogLevel.logsDebug(logger, pass: loop.passTime) }
@@ -59,7 +58,6 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
         self.passDurations = passes.durations
         self.passLogLevel = passes.logLevel
         self.passBytes = passes.bytes
-        self.bytesOut = passes.bytes.pending
         setTimer(.idle, at: .now() + limits.idleTimeout)
     }
 
@@ -125,7 +123,7 @@ final class LoopConnection: SocketConnectionDelegate, ServedConnection {
 
     func outboundWritten(_ bytes: Int) {
         // Added to the server's count as the loop's pass ends (`PassBytes`).
-        bytesOut.pointee &+= bytes
+        passBytes.pending.pointee &+= bytes
         connection?.outputAdded()
     }
 

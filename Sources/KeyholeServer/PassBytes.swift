@@ -11,8 +11,8 @@
 ///
 /// Confined to its loop's thread, except `total`, which is atomic.
 final class PassBytes: @unchecked Sendable {
-    /// Where a connection adds the bytes of each answer it writes. Valid for this object's life:
-    /// a connection keeps the object as well as the pointer.
+    /// Where a connection adds the bytes of each answer it writes. Valid for this object's life: a
+    /// connection keeps the object and reads the pointer through it.
     let pending: UnsafeMutablePointer<Int>
     private let total: ServerStats.Counter
 

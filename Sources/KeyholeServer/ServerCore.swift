@@ -125,7 +125,7 @@ final class ServerCore: Sendable {
     /// set up when its first connection is: the durations and the bytes recorded as each pass ends.
     func passes(of loop: SocketLoop) -> Passes {
         // On the loop's thread, as a connection it accepted is set up: before its first request.
-        assert(loop.inLoop, "a loop's pass durations and log level are set up on its own thread")
+        assert(loop.inLoop, "a loop's pass durations, log level and byte count are set up on its own thread")
         return loopPasses.withLock { all in
             // A loop with no hook is new, even at the address of one that ended: it gets its own.
             if let passes = all[ObjectIdentifier(loop)], loop.passEnding != nil { return passes }

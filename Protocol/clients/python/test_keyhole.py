@@ -78,7 +78,7 @@ def keyholed_binary():
 class Keyholed:
     """A keyholed child process with its own directory, config, socket and state directory."""
 
-    def __init__(self, debug_ops=False, config="", workdir=None, args=()):
+    def __init__(self, debug_ops=False, config="", workdir=None, args=(), env=None):
         self.owns_dir = workdir is None
         self.dir = workdir or tempfile.mkdtemp(prefix="kh", dir="/tmp")  # socket paths <= 107 bytes
         self.socket_path = os.path.join(self.dir, "k.sock")
@@ -96,7 +96,7 @@ class Keyholed:
         self._ready_or_eof = threading.Event()
         self.returncode = None
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         # Drain both pipes in threads so that keyholed never blocks on a full pipe.
         self._threads = [threading.Thread(target=self._drain_stderr, daemon=True),
                          threading.Thread(target=self._drain, args=(self.proc.stdout,
