@@ -7,7 +7,7 @@ import NIOCore
 import Testing
 
 /// The REST client against a fake Apple on loopback that checks client secrets as Apple does.
-@Suite("Apple client")
+@Suite("Apple client", .ownThreads)
 struct AppleClientTests {
     static let http = AppleClient.makeHTTPClient()
 
@@ -156,7 +156,7 @@ struct AppleClientTests {
 }
 
 /// Team transfer's requests: the migration access token and what Apple's answers may hold.
-@Suite("Apple client: team transfer")
+@Suite("Apple client: team transfer", .ownThreads)
 struct AppleClientTransferTests {
     static let web = "com.example.web"
 

@@ -9,7 +9,7 @@ import Testing
 /// The fake Apple the end-to-end tests rely on is as strict as Apple: its check of client secrets
 /// (its own decoding and openssl's ES256 verification, FakeApple+ClientSecret) refuses each way a
 /// secret can be wrong, and its identity tokens are RS256 under a published kid, as Apple's are.
-@Suite("The fake Apple")
+@Suite("The fake Apple", .ownThreads)
 struct FakeAppleTests {
     static let client = "com.example.web"
 

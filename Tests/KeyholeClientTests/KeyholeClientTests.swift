@@ -65,7 +65,7 @@ func withServer(
     }
 }
 
-@Suite("KeyholeClient")
+@Suite("KeyholeClient", .ownThreads)
 struct KeyholeClientTests {
     @Test("ping returns the protocol and server version")
     func ping() async throws {
@@ -188,7 +188,7 @@ struct KeyholeClientTests {
     }
 }
 
-@Suite("KeyholeServer listeners")
+@Suite("KeyholeServer listeners", .ownThreads)
 struct ListenerTests {
     @Test("an already-listening socket handed over as a file descriptor is served (as systemd will hand one)")
     func inheritedDescriptor() async throws {

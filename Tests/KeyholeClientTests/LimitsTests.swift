@@ -16,7 +16,7 @@ extension Array where Element == UInt8 {
 
 /// The per-connection and per-uid limits on a live server, over real sockets. Peers get their uids
 /// from an injected credential source, so that one test process can be several users.
-@Suite("Limits on a live server")
+@Suite("Limits on a live server", .ownThreads)
 struct LimitsTests {
     /// Credentials for each new connection in turn: the uids given, then the last one again.
     static func peers(_ uids: [UInt32]) -> @Sendable () -> PeerCredentials? {

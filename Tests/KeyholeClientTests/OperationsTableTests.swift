@@ -6,7 +6,7 @@ import NIOCore
 import Testing
 
 /// The safe-to-repeat table the client embeds is Protocol/ops.json's, operation for operation.
-@Suite("Operations table")
+@Suite("Operations table", .ownThreads)
 struct OperationsTableTests {
     @Test("KeyholeOperations lists every operation of Protocol/ops.json with the same flags, and no other")
     func matchesOpsJSON() throws {

@@ -7,7 +7,7 @@ import Testing
 
 /// Every scenario of Protocol/vectors/client_scenarios.json against Protocol/testing/scenario_server.py,
 /// run as Protocol/testing/README.md says (PROTOCOL.md section 8).
-@Suite("Client conformance scenarios", .serialized)
+@Suite("Client conformance scenarios", .serialized, .ownThreads)
 struct ScenarioTests {
     static let file: JSONValue = {
         let url = ScriptProcess.repositoryRoot.appendingPathComponent("Protocol/vectors/client_scenarios.json")

@@ -47,7 +47,13 @@ struct HTTPListenerWaitTests {
             for await _ in ready { break }
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let shutdown: @Sendable () -> Void = { Task { await group.triggerGracefulShutdown() } }
-                Thread.detachNewThread { continuation.resume(with: Result { try body(store, socket, held, shutdown) }) }
+                Thread.detachNewThread {
+                    let result = Result { try body(store, socket, held, shutdown) }
+                    // A body that failed may have left a sync held: let it go (failing), or the
+                    // shutdown below would wait for it for ever and the failure never be reported.
+                    if case .failure = result { held.release(succeeding: false) }
+                    continuation.resume(with: result)
+                }
             }
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()

@@ -17,33 +17,36 @@ struct DeadlineTests {
             }
         }
         #expect(error?.isUnavailable == true && error?.message.contains("a stuck call") == true)
-        // A hang would never return; the bound is loose because the whole suite shares two cores.
-        #expect(ContinuousClock.now - started < .seconds(60))
+        // A hang would never return. The bound is loose: the whole test process shares two cores,
+        // and a task may wait long to be run at all.
+        #expect(ContinuousClock.now - started < .seconds(600))
     }
 
     @Test("a call that ends first gives its value or its error; the timer is not waited for")
     func first() async throws {
         let started = ContinuousClock.now
-        #expect(try await Deadline.run(within: .seconds(300), doing: "x") { 7 } == 7)
+        // An hour's timer, and a bound of ten minutes: what is checked is that the call's outcome
+        // does not wait for the timer, however slowly a loaded machine runs the test's tasks.
+        #expect(try await Deadline.run(within: .seconds(3600), doing: "x") { 7 } == 7)
         let error = await #expect(throws: PostgresStoreError.self) {
-            _ = try await Deadline.run(within: .seconds(300), doing: "failing") { () async throws -> Int in throw PostgresStoreError.corrupt("bad row") }
+            _ = try await Deadline.run(within: .seconds(3600), doing: "failing") { () async throws -> Int in throw PostgresStoreError.corrupt("bad row") }
         }
         #expect(error?.isCorrupt == true)
-        #expect(ContinuousClock.now - started < .seconds(60), "the 300 s timer was waited for")
+        #expect(ContinuousClock.now - started < .seconds(600), "the hour's timer was waited for")
     }
 
     @Test("the caller's cancellation ends the wait")
     func cancelled() async throws {
         let task = Task {
-            try await Deadline.run(within: .seconds(300), doing: "cancelled") { () async throws -> Int in
-                try await Task.sleep(for: .seconds(300))
+            try await Deadline.run(within: .seconds(3600), doing: "cancelled") { () async throws -> Int in
+                try await Task.sleep(for: .seconds(3600))
                 return 1
             }
         }
         task.cancel()
         let started = ContinuousClock.now
         await #expect(throws: PostgresStoreError.self) { _ = try await task.value }
-        #expect(ContinuousClock.now - started < .seconds(60))
+        #expect(ContinuousClock.now - started < .seconds(600))
     }
 
     @Test("the wheel fires what is due, not what was cancelled, and forgets both")

@@ -11,7 +11,7 @@ import Testing
 
 /// The refresh-token checks on a real store, against a fake Apple on loopback, with the wall clock
 /// injected: when checks fall due, what each answer does, and the service checking in turn.
-@Suite("Apple refresh-token checks", .serialized)
+@Suite("Apple refresh-token checks", .serialized, .ownThreads)
 struct AppleRefreshChecksTests {
     static let client = "com.example.web"
     static let http = AppleClient.makeHTTPClient()

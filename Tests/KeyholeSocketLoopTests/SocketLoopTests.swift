@@ -97,7 +97,7 @@ func onLoop<T: Sendable>(_ loop: SocketLoop, _ body: @escaping @Sendable () -> T
     }
 }
 
-@Suite("SocketLoop: keyholed's own event loop, on real sockets")
+@Suite("SocketLoop: keyholed's own event loop, on real sockets", .ownThreads)
 struct SocketLoopTests {
     /// A started group of `count` loops whose connections get an `EchoDelegate` made by `delegate`.
     func start(

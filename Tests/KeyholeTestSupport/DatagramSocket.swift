@@ -23,6 +23,14 @@ package final class DatagramSocket: @unchecked Sendable {
             close(fd)
             throw RawConnection.Failure(description: "bind \(path): \(error)")
         }
+        // The kernel stamps each message as it arrives: when it came is then the sender's doing,
+        // not how late this test's thread got to reading it on a loaded machine.
+        var on: Int32 = 1
+        guard setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, socklen_t(MemoryLayout<Int32>.size)) == 0 else {
+            let error = String(cString: strerror(errno))
+            close(fd)
+            throw RawConnection.Failure(description: "SO_TIMESTAMPNS: \(error)")
+        }
         self.fd = fd
     }
 
@@ -31,17 +39,47 @@ package final class DatagramSocket: @unchecked Sendable {
         unlink(path)
     }
 
-    /// The next message and when it came, or nil when none comes within `seconds`.
+    /// The next message and when it came (as the kernel stamped its arrival), or nil when none
+    /// comes within `seconds`.
     package func receive(seconds: Double = 30) -> (text: String, at: ContinuousClock.Instant)? {
         var timeout = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - seconds.rounded(.down)) * 1_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var buffer = [UInt8](repeating: 0, count: 4096)
+        // Room for one control message holding a timespec (cmsghdr, then the data, aligned).
+        var control = [UInt8](repeating: 0, count: 64)
         while true {
-            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let count = buffer.withUnsafeMutableBytes { data in
+                control.withUnsafeMutableBytes { control in
+                    var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
+                    return withUnsafeMutablePointer(to: &vector) { vector in
+                        var message = msghdr()
+                        message.msg_iov = vector
+                        message.msg_iovlen = 1
+                        message.msg_control = control.baseAddress
+                        message.msg_controllen = control.count
+                        return recvmsg(fd, &message, 0)
+                    }
+                }
+            }
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else { return nil }
-            return (String(decoding: buffer[..<count], as: UTF8.self), .now)
+            return (String(decoding: buffer[..<count], as: UTF8.self), Self.arrival(control))
         }
+    }
+
+    /// The arrival the kernel stamped (SCM_TIMESTAMPNS, the real-time clock) on the continuous clock:
+    /// now, less how long ago that was.
+    private static func arrival(_ control: [UInt8]) -> ContinuousClock.Instant {
+        let now = ContinuousClock.now
+        let header = MemoryLayout<cmsghdr>.size
+        guard control.count >= header + MemoryLayout<timespec>.size else { return now }
+        let first = control.withUnsafeBytes { $0.loadUnaligned(as: cmsghdr.self) }
+        guard first.cmsg_level == SOL_SOCKET, first.cmsg_type == SO_TIMESTAMPNS else { return now }
+        let stamp = control.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: header, as: timespec.self) }
+        var real = timespec()
+        clock_gettime(CLOCK_REALTIME, &real)
+        let ago = Duration.seconds(real.tv_sec - stamp.tv_sec) + .nanoseconds(real.tv_nsec - stamp.tv_nsec)
+        return ago > .zero ? now - ago : now
     }
 
     /// Messages until one contains `text` (that one last); nil when it never comes.

@@ -10,16 +10,5 @@ import Foundation
 /// PostgreSQL's suites. Unlike a bare `Thread`, the work stays in the test's task (a task executor
 /// preference), so `#expect` and `#require` record their issues against the test as usual.
 package func onOwnThread<Value>(_ body: () throws -> Value) async throws -> Value {
-    try await withTaskExecutorPreference(ThreadPerJobExecutor()) { try body() }
-}
-
-/// Runs each job it is given on a new thread: for a few long, blocking jobs (`onOwnThread`).
-package final class ThreadPerJobExecutor: TaskExecutor {
-    package init() {}
-
-    package func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        Thread { job.runSynchronously(on: executor) }.start()
-    }
+    try await withTaskExecutorPreference(GrowingThreadPool.shared) { try body() }
 }

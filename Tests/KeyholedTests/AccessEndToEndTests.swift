@@ -4,7 +4,7 @@ import Testing
 
 /// keyholed as a child process, asked by `keyhole call` running as other users (setpriv): the
 /// kernel's peer credentials decide, per the default policy and per `[[access]]` rules.
-@Suite("access by peer credentials, end to end", .serialized)
+@Suite("access by peer credentials, end to end", .serialized, .ownThreads)
 struct AccessEndToEndTests {
     static let keyhole = ChildProcess.builtProduct("keyhole").path
     /// www-data (uid 33), with no supplementary groups. Not nobody: uid 65534 is the overflow uid,

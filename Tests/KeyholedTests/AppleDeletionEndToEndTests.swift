@@ -5,7 +5,7 @@ import Testing
 
 /// `user.delete` of Apple users through keyholed: the refresh token is revoked at Apple, at once or,
 /// when Apple is down, from the outbox, after a restart if need be.
-@Suite("Apple account deletion, end to end", .serialized)
+@Suite("Apple account deletion, end to end", .serialized, .ownThreads)
 struct AppleDeletionEndToEndTests {
     typealias SignIn = AppleSignInEndToEndTests
 

@@ -5,7 +5,7 @@ import Testing
 
 /// The team's `.p8` key rotated without a restart: a reload reads `[apple]`'s key again, all or
 /// nothing, against a fake Apple that takes only the newest key's client secrets.
-@Suite("Apple team key rotated by a reload, end to end", .serialized)
+@Suite("Apple team key rotated by a reload, end to end", .serialized, .ownThreads)
 struct AppleKeyRotationEndToEndTests {
     typealias SignIn = AppleSignInEndToEndTests
 

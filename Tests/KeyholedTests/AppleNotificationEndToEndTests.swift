@@ -6,7 +6,7 @@ import Testing
 
 /// `apple.notification` through keyholed: Apple's server-to-server notifications, signed by a fake
 /// Apple's key set, applied once; forged, expired and malformed ones refused with their codes.
-@Suite("Apple notifications, end to end", .serialized)
+@Suite("Apple notifications, end to end", .serialized, .ownThreads)
 struct AppleNotificationEndToEndTests {
     typealias SignIn = AppleSignInEndToEndTests
 

@@ -6,7 +6,7 @@ import Testing
 /// Sign in with Apple with `[storage] backend = "postgres"`: two keyholed on one database and one
 /// fake Apple, as two hosts behind a load balancer. What one host stores of a grant, another uses;
 /// a revocation owed is sent once, by whichever host can.
-@Suite("Sign in with Apple on PostgreSQL, two hosts, end to end", .serialized)
+@Suite("Sign in with Apple on PostgreSQL, two hosts, end to end", .serialized, .ownThreads)
 struct ApplePostgresEndToEndTests {
     typealias SignIn = AppleSignInEndToEndTests
 

@@ -5,7 +5,7 @@ import Testing
 
 /// `apple.refresh_check` through keyholed: the check the background service makes once a day, run on
 /// demand, finding consent withdrawn at a fake Apple.
-@Suite("Apple refresh-token checks, end to end", .serialized)
+@Suite("Apple refresh-token checks, end to end", .serialized, .ownThreads)
 struct AppleRefreshCheckEndToEndTests {
     typealias SignIn = AppleSignInEndToEndTests
 

@@ -5,7 +5,7 @@ import Testing
 
 /// apple.sign_in takes its subject from the token: the same bounds as session.create's `sub`
 /// argument hold for it, since a user record keeps at most 255 bytes of subject.
-@Suite("apple.sign_in bounds, end to end", .serialized)
+@Suite("apple.sign_in bounds, end to end", .serialized, .ownThreads)
 struct AppleSignInBoundsTests {
     typealias SignIn = AppleSignInEndToEndTests
 

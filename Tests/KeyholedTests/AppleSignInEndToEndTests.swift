@@ -6,7 +6,7 @@ import KeyholeTestSupport
 import Testing
 
 /// `apple.sign_in` through keyholed, against a fake Apple on loopback.
-@Suite("Sign in with Apple, end to end", .serialized)
+@Suite("Sign in with Apple, end to end", .serialized, .ownThreads)
 struct AppleSignInEndToEndTests {
     static let app = "com.example.app"
     static let web = "com.example.web"

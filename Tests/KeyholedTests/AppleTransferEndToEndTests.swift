@@ -9,7 +9,7 @@ import Testing
 /// Team transfer through two keyholeds (the sending team's and the receiving team's) against a fake
 /// Apple: export of transfer identifiers, import moving the records kept under them, and the first
 /// sign-in of a transferred user recognised by its transfer_sub.
-@Suite("Apple team transfer, end to end", .serialized)
+@Suite("Apple team transfer, end to end", .serialized, .ownThreads)
 struct AppleTransferEndToEndTests {
     typealias SignIn = AppleSignInEndToEndTests
 

@@ -5,7 +5,7 @@ import Testing
 
 /// Sign in with Apple on the web (`apple.authorize`, then Apple's form_post through
 /// `apple.callback`) through keyholed, against a fake Apple on loopback.
-@Suite("Sign in with Apple on the web, end to end", .serialized)
+@Suite("Sign in with Apple on the web, end to end", .serialized, .ownThreads)
 struct AppleWebEndToEndTests {
     typealias Base = AppleSignInEndToEndTests
 

@@ -5,7 +5,7 @@ import Testing
 
 /// Sign in with Apple's pages on keyholed's HTTP listener (HTTP.md, "Sign in with Apple"): a browser's
 /// requests by hand, against a fake Apple on loopback.
-@Suite("Sign in with Apple over HTTP, end to end", .serialized)
+@Suite("Sign in with Apple over HTTP, end to end", .serialized, .ownThreads)
 struct AppleWebHTTPEndToEndTests {
     typealias Base = AppleSignInEndToEndTests
 

@@ -6,7 +6,7 @@ import Testing
 
 /// `keyhole-bench load` against a keyholed child: the figures it reports hold together (every measured
 /// answer has a latency sample, the percentiles are ordered), and its options are checked before it runs.
-@Suite("keyhole-bench load, end to end")
+@Suite("keyhole-bench load, end to end", .ownThreads)
 struct BenchLoadEndToEndTests {
     static let bench = ChildProcess.builtProduct("keyhole-bench").path
 

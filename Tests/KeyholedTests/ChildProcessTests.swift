@@ -3,7 +3,7 @@ import KeyholeTestSupport
 import Testing
 
 /// The test support's process spawning, on which every end-to-end test stands.
-@Suite("Spawning children")
+@Suite("Spawning children", .ownThreads)
 struct ChildProcessTests {
     @Test("a child inherits none of the test process's descriptors, close-on-exec or not")
     func noInheritedDescriptors() throws {

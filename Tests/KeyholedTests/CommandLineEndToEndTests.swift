@@ -5,7 +5,7 @@ import NIOCore
 import Testing
 
 /// The `keyhole` CLI run as a user runs it, against keyholed as a child process.
-@Suite("keyhole CLI, end to end", .serialized)
+@Suite("keyhole CLI, end to end", .serialized, .ownThreads)
 struct CommandLineEndToEndTests {
     let cli = ChildProcess.builtProduct("keyhole").path
 

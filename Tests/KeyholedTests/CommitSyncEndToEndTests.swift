@@ -14,7 +14,7 @@ import Testing
 /// whose sync is held has no answer on the socket, and one whose sync fails is answered
 /// storage_unavailable and is not there after a restart. The server and store run in this process, wired
 /// as keyholed wires them, so that the sync can be held (a failpoint a child process would not have).
-@Suite("A change's answer waits for its fdatasync, end to end")
+@Suite("A change's answer waits for its fdatasync, end to end", .ownThreads)
 struct CommitSyncEndToEndTests {
     @Test("held: no answer; released: answered; failed: storage_unavailable, and gone after a restart",
         .timeLimit(.minutes(1)), arguments: ["committer thread", "event loop"])

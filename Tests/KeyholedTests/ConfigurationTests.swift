@@ -6,7 +6,7 @@ import Testing
 
 @testable import keyholed
 
-@Suite("keyholed configuration")
+@Suite("keyholed configuration", .ownThreads)
 struct ConfigurationTests {
     @Test("durations", arguments: [
         ("500ms", TimeAmount.milliseconds(500)), ("10s", .seconds(10)), ("5m", .minutes(5)), ("24h", .hours(24)),
@@ -357,7 +357,7 @@ struct ConfigurationTests {
     }
 }
 
-@Suite("keyholed configuration, end to end", .serialized)
+@Suite("keyholed configuration, end to end", .serialized, .ownThreads)
 struct ConfigurationEndToEndTests {
     @Test("bad configuration stops keyholed with exit status 78 and a message naming the key and line")
     func badConfigExits78() throws {

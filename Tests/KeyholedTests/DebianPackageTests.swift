@@ -5,7 +5,7 @@ import Testing
 /// packaging/deb/build-deb.sh (what `make deb` runs) on the binaries under test, and the package's
 /// life (install, upgrade, remove, purge) under a real systemd: Scripts/systemd-container.sh boots one
 /// as PID 1 of a throwaway container over this machine's root, whose changes vanish with it.
-@Suite("Debian package", .serialized, .packagedServiceOnFirstPass)
+@Suite("Debian package", .serialized, .packagedServiceOnFirstPass, .ownThreads)
 struct DebianPackageTests {
     static let top = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 

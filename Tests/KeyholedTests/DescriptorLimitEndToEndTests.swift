@@ -3,7 +3,7 @@ import KeyholeProtocol
 import KeyholeTestSupport
 import Testing
 
-@Suite("Out of file descriptors, end to end")
+@Suite("Out of file descriptors, end to end", .ownThreads)
 struct DescriptorLimitEndToEndTests {
     static func ping(_ connection: RawConnection) throws -> Bool {
         try connection.sendFrame(#"{"op":"ping","id":1}"#)

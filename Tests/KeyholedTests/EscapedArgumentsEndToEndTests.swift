@@ -4,7 +4,7 @@ import Testing
 
 /// session.get reads its token as bytes where they lie in the frame, or unescaped when the client
 /// escaped them; either way the token names the same session.
-@Suite("session.get's token read in place, escaped or not", .serialized)
+@Suite("session.get's token read in place, escaped or not", .serialized, .ownThreads)
 struct EscapedArgumentsEndToEndTests {
     @Test("an escaped token, an escaped argument name, and a near-token all answer as before")
     func escapedToken() throws {

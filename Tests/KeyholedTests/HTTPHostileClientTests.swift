@@ -4,7 +4,7 @@ import Testing
 
 /// The HTTP listener against clients that would make keyholed hold memory or connection slots for
 /// them, or write what they sent into its log (found by review): keyholed as a child process.
-@Suite("HTTP listener: hostile clients, end to end", .serialized)
+@Suite("HTTP listener: hostile clients, end to end", .serialized, .ownThreads)
 struct HTTPHostileClientTests {
     /// keyholed's resident memory, KiB.
     static func residentKiB(_ pid: pid_t) throws -> Int {

@@ -5,7 +5,7 @@ import Testing
 
 /// keyholed's HTTP listener (Sources/KeyholeHTTP/HTTP.md) with keyholed as a child process, asked by
 /// hand-written HTTP over its Unix socket and its loopback TCP address.
-@Suite("HTTP listener: forward-auth and health, end to end", .serialized)
+@Suite("HTTP listener: forward-auth and health, end to end", .serialized, .ownThreads)
 struct HTTPListenerEndToEndTests {
     /// keyholed with `[http]` on `<dir>/h.sock` (mode 0666 where `open`), `extra` keys added to the
     /// section; ready once the listener is.

@@ -9,7 +9,7 @@ import Testing
 /// what the attacker sends. How fast it answers them meanwhile is a benchmark's question, not this
 /// test's: `make bench` measures session.get's p99 under this attack against quiet runs, in a release
 /// build (Scripts/bench.py, "under a hostile client"). The figures here are printed only.
-@Suite("a hostile client, end to end", .serialized)
+@Suite("a hostile client, end to end", .serialized, .ownThreads)
 struct HostileClientEndToEndTests {
     static let bench = ChildProcess.builtProduct("keyhole-bench").path
     /// How long the attack lasts (KEYHOLE_HOSTILE_SECONDS overrides, for a longer run by hand).

@@ -6,7 +6,7 @@ import Testing
 /// Subjects are told apart by their UTF-8 bytes, not by Unicode canonical equivalence: "\u{212A}ate"
 /// (KELVIN SIGN) is not "Kate", and an NFD "José" is not the NFC one. For apps whose subjects are
 /// user names, anything else lets one account act on another.
-@Suite("identities by their bytes, end to end", .serialized)
+@Suite("identities by their bytes, end to end", .serialized, .ownThreads)
 struct IdentityBytesEndToEndTests {
     static let kate = "Kate"
     static let kelvin = "\u{212A}ate"

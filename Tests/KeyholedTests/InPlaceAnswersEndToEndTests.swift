@@ -4,7 +4,7 @@ import Testing
 
 /// ping and session.get write their results straight into the connection's batch of answers
 /// (`Operation.writing`); these drive them among other answers in one batch, as a pipelining client does.
-@Suite("answers written in place, end to end", .serialized)
+@Suite("answers written in place, end to end", .serialized, .ownThreads)
 struct InPlaceAnswersEndToEndTests {
     static func frame(_ text: String) -> [UInt8] {
         let body = Array(text.utf8)

@@ -8,7 +8,7 @@ import Testing
 
 /// keyholed fetching its issuers' key sets from a real HTTP server on loopback, with real Apple tokens
 /// verified at a fixed moment (`--fixed-clock`; the key-set cache itself runs on the real clock).
-@Suite("key sets, end to end", .serialized)
+@Suite("key sets, end to end", .serialized, .ownThreads)
 struct KeySetEndToEndTests {
     static let apple = TokenEndToEndTests.apple
 

@@ -3,7 +3,7 @@ import KeyholeProtocol
 import KeyholeTestSupport
 import Testing
 
-@Suite("keyholed lifecycle, end to end", .serialized)
+@Suite("keyholed lifecycle, end to end", .serialized, .ownThreads)
 struct LifecycleEndToEndTests {
     @Test("SIGTERM with requests in flight: every request read is answered, then exit 0 and the socket is removed")
     func sigtermDrains() throws {

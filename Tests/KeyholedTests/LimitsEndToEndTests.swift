@@ -2,7 +2,7 @@ import KeyholeProtocol
 import KeyholeTestSupport
 import Testing
 
-@Suite("keyholed connection limits, end to end", .serialized)
+@Suite("keyholed connection limits, end to end", .serialized, .ownThreads)
 struct LimitsEndToEndTests {
     @Test("a frame left incomplete past frame_timeout closes the connection (slowloris)", arguments: [
         [0x00, 0x00] as [UInt8],

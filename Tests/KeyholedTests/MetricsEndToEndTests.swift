@@ -6,7 +6,7 @@ import Testing
 /// keyholed's metrics (Sources/KeyholeMetrics/METRICS.md) from a child keyholed: the text at
 /// /metrics, from `stats` and from `keyhole metrics`, checked by Prometheus's own promtool, with
 /// counters that move with real requests, and nothing a client sent in it.
-@Suite("metrics, end to end", .serialized)
+@Suite("metrics, end to end", .serialized, .ownThreads)
 struct MetricsEndToEndTests {
     static let promtool = "/usr/bin/promtool"
 

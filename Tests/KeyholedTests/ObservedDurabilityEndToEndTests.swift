@@ -6,7 +6,7 @@ import Testing
 /// An answer that sees a change not yet durable waits for it: while A's revoke of a session is being
 /// synced, B's session.get of it and B's own revoke of it are not answered (a ping sent after them
 /// is); when that sync fails, they are answered storage_unavailable and the session is live.
-@Suite("Answers that see changes not yet durable, end to end")
+@Suite("Answers that see changes not yet durable, end to end", .ownThreads)
 struct ObservedDurabilityEndToEndTests {
     typealias Harness = CommitSyncEndToEndTests
 

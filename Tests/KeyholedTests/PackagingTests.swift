@@ -5,7 +5,7 @@ import Testing
 @testable import keyholed
 
 /// The systemd units under packaging/, checked by systemd's own tools.
-@Suite("systemd units")
+@Suite("systemd units", .ownThreads)
 struct PackagingTests {
     static let packaging = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("packaging/systemd")

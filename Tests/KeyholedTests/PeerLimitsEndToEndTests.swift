@@ -7,7 +7,7 @@ import Testing
 /// credentials of real processes of other users (setpriv: www-data, uid 33, and uid 4242; not 65534,
 /// the overflow uid, which keyholed treats as unknown), and the audit lines keyholed writes when they
 /// bite. The same limits with injected credentials: KeyholeClientTests' LimitsTests.
-@Suite("per-uid limits and their audit lines, end to end", .serialized)
+@Suite("per-uid limits and their audit lines, end to end", .serialized, .ownThreads)
 struct PeerLimitsEndToEndTests {
     static let keyhole = ChildProcess.builtProduct("keyhole").path
 

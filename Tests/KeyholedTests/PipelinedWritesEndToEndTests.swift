@@ -9,7 +9,7 @@ import Glibc
 
 /// A client that pipelines durable writes while reading every answer (found by the review of the epoll
 /// loop: its reads outran its requests, and the NIO loop's did with a client reading slowly).
-@Suite("A client pipelining durable writes, end to end")
+@Suite("A client pipelining durable writes, end to end", .ownThreads)
 struct PipelinedWritesEndToEndTests {
     /// `{"id":"rNNNNNNN","op":"session.create","args":{"sub":"uNNNNNNN"}}`, framed: every one the same size.
     static func frame(_ index: Int) -> [UInt8] {

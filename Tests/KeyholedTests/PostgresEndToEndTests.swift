@@ -10,7 +10,7 @@ import Glibc
 
 /// keyholed with `[storage] backend = "postgres"` (Sources/KeyholePostgres/POSTGRES.md): processes
 /// sharing one real PostgreSQL, as hosts behind a load balancer do.
-@Suite("PostgreSQL backend, end to end", .serialized)
+@Suite("PostgreSQL backend, end to end", .serialized, .ownThreads)
 struct PostgresEndToEndTests {
     /// The `[storage]` and `[postgres]` sections for `cluster`, over its Unix socket.
     /// Bounds long enough for a loaded machine (the whole suite at once on two cores), except where

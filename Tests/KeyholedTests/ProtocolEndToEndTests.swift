@@ -6,7 +6,7 @@ import NIOCore
 import Testing
 
 /// keyholed as a child process, spoken to over its socket as a client in any language would.
-@Suite("keyholed protocol, end to end", .serialized)
+@Suite("keyholed protocol, end to end", .serialized, .ownThreads)
 struct ProtocolEndToEndTests {
     @Test("ping and stats through the Swift client")
     func pingAndStats() async throws {

@@ -10,7 +10,7 @@ import Glibc
 
 /// Reloading keyholed's configuration while it serves: SIGHUP and `keyhole reload` (admin.reload),
 /// with real tokens, a real key-set server and the test in systemd's place for notifications.
-@Suite("reload, end to end", .serialized)
+@Suite("reload, end to end", .serialized, .ownThreads)
 struct ReloadEndToEndTests {
     static let keySet = "apple_jwks_panva-wellknown-20241001.json"
     static let audience = "dev.timc.siwa-demo.TILiOS"

@@ -11,7 +11,7 @@ import Glibc
 
 /// A restart while clients keep asking, with the listening socket held by the test as systemd holds
 /// it: clients wait in its backlog while one keyholed stops and the next starts, and none sees an error.
-@Suite("restart under load, end to end", .serialized)
+@Suite("restart under load, end to end", .serialized, .ownThreads)
 struct RestartEndToEndTests {
     /// What the clients saw, and a wait for a number of answers.
     final class Tally: Sendable {

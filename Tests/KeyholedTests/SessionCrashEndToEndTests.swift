@@ -6,7 +6,7 @@ import Testing
 
 /// kill -9 while many connections create and revoke sessions, twenty times over one state directory:
 /// after every restart each acknowledged change is there, and nothing unacknowledged is half there.
-@Suite("crash safety, end to end", .serialized)
+@Suite("crash safety, end to end", .serialized, .ownThreads)
 struct SessionCrashEndToEndTests {
     /// What the clients were told, across all rounds.
     final class Ledger: Sendable {

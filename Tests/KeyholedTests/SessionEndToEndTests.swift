@@ -9,7 +9,7 @@ import Glibc
 
 /// Sessions and users through keyholed: the operations, restarts, the state-directory lock, corruption
 /// and `--repair`, and a disk that fills up and frees again.
-@Suite("sessions and users, end to end", .serialized)
+@Suite("sessions and users, end to end", .serialized, .ownThreads)
 struct SessionEndToEndTests {
     static let config = """
         [[issuer]]

@@ -6,7 +6,7 @@ import Testing
 /// keyholed on a disk whose fdatasync is slow. keyholed offers no way to slow its syncs (the store's
 /// syncData failpoint is for in-process tests only), so the kernel's own call is slowed: strace's
 /// fault injection delays every fdatasync of keyholed's by 20 ms on its way out, on a real file.
-@Suite("a slow disk, end to end", .serialized)
+@Suite("a slow disk, end to end", .serialized, .ownThreads)
 struct SlowDiskEndToEndTests {
     static let strace = "/usr/bin/strace"
 

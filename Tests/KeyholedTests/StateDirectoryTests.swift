@@ -6,7 +6,7 @@ import Testing
 
 /// The state directory holds every user's record: keyholed makes it owner-only and refuses one that
 /// lets other users in.
-@Suite("state directory", .serialized)
+@Suite("state directory", .serialized, .ownThreads)
 struct StateDirectoryTests {
     @Test("missing directories are made 0700, parents included")
     func makes() throws {

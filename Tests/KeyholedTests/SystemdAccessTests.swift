@@ -6,7 +6,7 @@ import Testing
 /// container, as DebianPackageTests does): the kernel's peer credentials must reach keyholed as they
 /// are, so that web apps in keyhole-clients, users outside it and `[[access]]` rules naming a user
 /// are told apart. PrivateUsers= in the unit once made every app uid 65534.
-@Suite("access under systemd", .serialized, .packagedServiceOnFirstPass)
+@Suite("access under systemd", .serialized, .packagedServiceOnFirstPass, .ownThreads)
 struct SystemdAccessTests {
     /// The scripts' helpers: `say` prints a finding; `as` calls keyholed's main socket as a user.
     static let helpers = #"""

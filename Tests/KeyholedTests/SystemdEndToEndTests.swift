@@ -9,7 +9,7 @@ import Glibc
 
 /// keyholed under systemd's protocols, with the test in systemd's place: sd_notify's socket, the
 /// watchdog, socket activation (systemd-socket-activate).
-@Suite("systemd, end to end", .serialized)
+@Suite("systemd, end to end", .serialized, .ownThreads)
 struct SystemdEndToEndTests {
     @Test("NOTIFY_SOCKET: READY=1 with a status once serving, STATUS as it changes, WATCHDOG=1 within every WATCHDOG_USEC, STOPPING=1 on SIGTERM")
     func notify() throws {
@@ -47,6 +47,32 @@ struct SystemdEndToEndTests {
         let untilStopping = try #require(notify.receive(until: "STOPPING=1"))
         #expect(untilStopping.last?.contains("STATUS=stopping") == true)
         #expect(try daemon.waitForExit() == 0)
+    }
+
+    @Test("the notify socket dates a message by its arrival (the kernel's stamp), not by when the test read it")
+    func arrivalStamps() throws {
+        let directory = try DaemonProcess.makeDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let notify = try DatagramSocket(path: directory.appendingPathComponent("notify").path)
+        let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        #expect(sender >= 0)
+        defer { close(sender) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: notify.path.utf8) }
+        let sent = ContinuousClock.now
+        let count = withUnsafePointer(to: &address) { address in
+            address.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                sendto(sender, "WATCHDOG=1", 10, 0, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        #expect(count == 10)
+        // Read half a second late: the delay being measured, not a wait for something to happen.
+        usleep(500_000)
+        let message = try #require(notify.receive(seconds: 5))
+        #expect(message.text == "WATCHDOG=1")
+        #expect(message.at - sent < .milliseconds(400), "dated \(message.at - sent) after it was sent")
+        #expect(ContinuousClock.now - message.at >= .milliseconds(450))
     }
 
     @Test("a wedged event loop withholds the watchdog's ping until it answers again")

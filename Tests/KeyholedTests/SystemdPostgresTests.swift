@@ -8,7 +8,7 @@ import Testing
 /// keyholed after PostgreSQL and starts it, keyholed logs in over the socket by peer authentication
 /// and over TCP with a SCRAM password handed over as a systemd credential, access control holds, and
 /// PostgreSQL restarted under a running keyholed neither stops nor restarts it.
-@Suite("PostgreSQL under systemd", .serialized, .packagedServiceOnFirstPass)
+@Suite("PostgreSQL under systemd", .serialized, .packagedServiceOnFirstPass, .ownThreads)
 struct SystemdPostgresTests {
     /// Runs in the container: prints a `name=value` line per finding (`say` and `as` are
     /// SystemdAccessTests' helpers).

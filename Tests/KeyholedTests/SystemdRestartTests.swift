@@ -7,7 +7,7 @@ import Testing
 /// creating sessions, changes that are not safe to repeat, and none may fail. keyholed answers what
 /// it read and says goodbye on each connection; the client sends what it did not read again; the
 /// socket, held by keyholed.socket, keeps new connections in its backlog for the next keyholed.
-@Suite("restart under systemd", .serialized, .packagedServiceOnFirstPass)
+@Suite("restart under systemd", .serialized, .packagedServiceOnFirstPass, .ownThreads)
 struct SystemdRestartTests {
     /// The app, run as a member of keyhole-clients: creates sessions on one client (one connection,
     /// kept) until told to stop, counting those created in a file the script polls, then checks each

@@ -4,7 +4,7 @@ import Testing
 
 /// `--fixed-clock` with `debug.advance_clock` (PROTOCOL.md, "Debug operations"): how the Python and
 /// client tests make a state or a session expire without waiting.
-@Suite("debug.advance_clock, end to end", .serialized)
+@Suite("debug.advance_clock, end to end", .serialized, .ownThreads)
 struct TestClockEndToEndTests {
     static let moment: Int64 = 1_800_000_000
 

@@ -7,7 +7,7 @@ import NIOCore
 import Testing
 
 /// `token.verify` and `keyhole verify` through keyholed, with the real Sign in with Apple tokens.
-@Suite("token.verify, end to end", .serialized)
+@Suite("token.verify, end to end", .serialized, .ownThreads)
 struct TokenEndToEndTests {
     static let apple = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("KeyholeJOSETests/Fixtures/apple")

@@ -6,7 +6,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("Clients that leave with answers unsent, end to end")
+@Suite("Clients that leave with answers unsent, end to end", .ownThreads)
 struct UnreadAnswersEndToEndTests {
     /// Pipelines as many big `debug.echo` requests as the socket takes without blocking.
     static func pipelineBigEchoes(_ connection: RawConnection) {

@@ -7,7 +7,7 @@ import Testing
 /// keyholed in a user namespace that does not map every id to itself (systemd's PrivateUsers=, a
 /// container's map): peers outside the map read as the overflow uid 65534, so access control cannot
 /// tell them apart. keyholed refuses to start there unless told to, and then treats them as unknown.
-@Suite("user namespaces", .serialized)
+@Suite("user namespaces", .serialized, .ownThreads)
 struct UserNamespaceTests {
     @Test("an id map counts as the identity only when it maps every id from 0 to 2^32 - 2 to itself", arguments: [
         ("         0          0 4294967295\n", true),

@@ -1,0 +1,119 @@
+import Foundation
+import Synchronization
+import Testing
+
+/// A suite trait for tests that block a thread while they wait (on keyholed's answers, a child
+/// process, a datagram): the suite runs on threads of its own (`GrowingThreadPool`), and only so many
+/// such suites run at once (`OwnThreadsTrait.width`).
+///
+/// Without it, a blocking test holds one of the cooperative threads every test's tasks share, as
+/// many as the machine has cores: two here. With two such tests waiting, no other test's task ran
+/// at all: CI saw every suite of pure computation finish only after 40 to 60 seconds, and a test
+/// that bounds a call at 60 s fail, its call having waited all that while to be run. The width keeps
+/// what the cooperative threads used to bound by accident: how many keyholed processes the tests
+/// start at once on a small machine.
+///
+/// A place is taken for a whole suite, not per test: a test's time limit counts from before its
+/// scope is entered, so a test queued for a place would spend its limit waiting. The suites that use
+/// the trait are mostly serialized anyway. On a single test (no suite trait), a place is per case.
+package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
+    /// How many suites with this trait run at once: `KEYHOLE_TEST_BLOCKING_WIDTH`, or three times
+    /// the processors.
+    package static let width: Int = {
+        if let text = ProcessInfo.processInfo.environment["KEYHOLE_TEST_BLOCKING_WIDTH"], let value = Int(text), value > 0 {
+            return value
+        }
+        return 3 * ProcessInfo.processInfo.activeProcessorCount
+    }()
+
+    /// The places all suites with the trait share.
+    package static let admission = TestAdmission(width: width)
+
+    /// Set inside an admitted test: a nested suite with the trait too must not take a second place.
+    @TaskLocal package static var admitted = false
+
+    package var isRecursive: Bool { true }
+
+    /// For a suite, once for the whole of it; for each test case, which goes on in the place its
+    /// suite took (`admitted`), or takes one of its own when only the test has the trait.
+    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+        test.isSuite || testCase != nil ? self : nil
+    }
+
+    package func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        if Self.admitted {
+            try await function()
+            return
+        }
+        await Self.admission.enter()
+        defer { Self.admission.leave() }
+        try await Self.$admitted.withValue(true) {
+            try await withTaskExecutorPreference(GrowingThreadPool.shared) {
+                try await function()
+            }
+        }
+    }
+}
+
+extension Trait where Self == OwnThreadsTrait {
+    /// The suite runs on threads of its own, a few such suites at a time (`OwnThreadsTrait`).
+    package static var ownThreads: Self { Self() }
+}
+
+/// A counting semaphore for tasks: `enter` waits, without holding a thread, until one of `width`
+/// places is free; places are handed out first come, first served.
+package final class TestAdmission: Sendable {
+    private struct State {
+        var free: Int
+        var waiting: [CheckedContinuation<Void, Never>] = []
+        var next = 0
+    }
+
+    private let state: Mutex<State>
+
+    package init(width: Int) {
+        precondition(width > 0, "an admission needs at least one place")
+        state = Mutex(State(free: width))
+    }
+
+    package func enter() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let admitted = state.withLock { state in
+                if state.free > 0 {
+                    state.free -= 1
+                    return true
+                }
+                state.waiting.append(continuation)
+                return false
+            }
+            if admitted { continuation.resume() }
+        }
+    }
+
+    package func leave() {
+        let next: CheckedContinuation<Void, Never>? = state.withLock { state in
+            guard state.next < state.waiting.count else {
+                state.free += 1
+                return nil
+            }
+            defer {
+                state.next += 1
+                // Drop the handed-out front now and then, so the list does not only grow.
+                if state.next == state.waiting.count {
+                    state.waiting.removeAll(keepingCapacity: true)
+                    state.next = 0
+                }
+            }
+            return state.waiting[state.next]
+        }
+        next?.resume()
+    }
+
+    /// Places free now, for tests.
+    package var free: Int { state.withLock { $0.free } }
+
+    /// Tasks waiting for a place now, for tests.
+    package var waiting: Int { state.withLock { $0.waiting.count - $0.next } }
+}

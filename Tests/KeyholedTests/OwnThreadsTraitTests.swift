@@ -1,0 +1,92 @@
+import Dispatch
+import Foundation
+import KeyholeTestSupport
+import Testing
+
+/// The test harness's own threads (`OwnThreadsTrait`): tests that block do it on threads of their
+/// own, a bounded number at a time, never on the cooperative threads all tests share.
+@Suite("own threads for blocking tests")
+struct OwnThreadsTraitTests {
+    @Test("a job blocked on the pool does not keep the next from running: each gets a thread")
+    func blockedJobsEachGetAThread() async throws {
+        let pool = GrowingThreadPool(idleTimeout: .milliseconds(200))
+        let gate = DispatchSemaphore(value: 0)
+        // Eight tasks block until the last one opens the gate: with fewer than nine threads this
+        // never ends (the cooperative pool has two here).
+        try await withTaskExecutorPreference(pool) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        #expect(gate.wait(timeout: .now() + 60) == .success, "the ninth job never ran")
+                    }
+                }
+                group.addTask {
+                    for _ in 0..<8 { gate.signal() }
+                }
+                try await group.waitForAll()
+            }
+        }
+        #expect(pool.threadsStarted >= 9)
+    }
+
+    @Test("an idle thread takes the next job rather than a new thread starting")
+    func idleThreadsAreReused() async {
+        let pool = GrowingThreadPool(idleTimeout: .seconds(60))
+        for round in 0..<20 {
+            let value = await withTaskExecutorPreference(pool) { () async -> Int in round }
+            #expect(value == round)
+        }
+        // Each round's one job ran and its thread went idle before the next round began; a thread
+        // may still be between its job and the idle list when the next job comes, so allow a few.
+        #expect(pool.threadsStarted < 20, "\(pool.threadsStarted) threads for 20 jobs one after another")
+    }
+
+    @Test("admission: width places, the next waits until one is left, then only one goes in")
+    func admissionBounds() async {
+        let admission = TestAdmission(width: 2)
+        await admission.enter()
+        await admission.enter()
+        #expect(admission.free == 0)
+        let (entered, entering) = AsyncStream<Int>.makeStream()
+        let third = Task {
+            await admission.enter()
+            entering.yield(3)
+        }
+        let fourth = Task {
+            await admission.enter()
+            entering.yield(4)
+        }
+        // Both wait (a yield lets them get there); neither goes in until a place is left.
+        while admission.waiting < 2 { await Task.yield() }
+        admission.leave()
+        var iterator = entered.makeAsyncIterator()
+        let first = await iterator.next()
+        #expect(admission.waiting == 1, "one place left let in more than one")
+        #expect(admission.free == 0)
+        admission.leave()
+        let second = await iterator.next()
+        #expect(Set([first, second]) == [3, 4])
+        await third.value
+        await fourth.value
+        admission.leave()
+        admission.leave()
+        #expect(admission.free == 2)
+        #expect(admission.waiting == 0)
+    }
+
+    @Test("a test of a suite with the trait runs off the cooperative threads, admitted once", .ownThreads)
+    func traitRunsOnOwnThread() async {
+        #expect(OwnThreadsTrait.admitted)
+        #expect(OwnThreadsTrait.admission.free < OwnThreadsTrait.width)
+        #expect(GrowingThreadPool.isCurrentThreadOwn)
+        // And after a suspension too: the preference holds for the whole test.
+        await Task.yield()
+        #expect(GrowingThreadPool.isCurrentThreadOwn)
+    }
+
+    @Test("without the trait, a test runs on the cooperative threads (so the check above can fail)")
+    func withoutTheTrait() {
+        #expect(!OwnThreadsTrait.admitted)
+        #expect(!GrowingThreadPool.isCurrentThreadOwn)
+    }
+}
