@@ -124,6 +124,35 @@ struct JSONOutputTests {
         #expect(JSONParser.specialBytes(UInt64(littleEndian: 0x7E7D_5B5D_2321_207A)) == 0)
     }
 
+    @Test("the parser's block test: the first lane it marks is the first byte that needs a look, for every byte at every place, before or after another")
+    func firstSpecialLane() {
+        func special(_ byte: UInt8) -> Bool { byte < 0x20 || byte >= 0x80 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") }
+        let plainBlock = SIMD16<UInt8>(repeating: UInt8(ascii: "x"))
+        for place in 0..<16 {
+            for byte in UInt8.min...UInt8.max {
+                var block = plainBlock
+                block[place] = byte
+                // A special byte later in the block changes nothing about the first.
+                var withLater = block
+                if place < 15 { withLater[15] = UInt8(ascii: "\"") }
+                let expected = special(byte) ? place : nil
+                let first = JSONParser.firstSpecialLane(JSONParser.specialLanes(block))
+                let firstWithLater = JSONParser.firstSpecialLane(JSONParser.specialLanes(withLater))
+                guard first == expected, firstWithLater == (expected ?? (place < 15 ? 15 : nil)) else {
+                    Issue.record("byte \(byte) at \(place): first \(String(describing: first)), with a quote at 15 \(String(describing: firstWithLater))")
+                    return
+                }
+            }
+        }
+        // Every plain byte in one block or another: none marked.
+        let plain = (UInt8(0x20)...0x7F).filter { !special($0) }
+        for start in stride(from: 0, to: plain.count, by: 16) {
+            var block = plainBlock
+            for (offset, byte) in plain[start..<min(start + 16, plain.count)].enumerated() { block[offset] = byte }
+            #expect(JSONParser.specialLanes(block) == .zero)
+        }
+    }
+
     @Test("integers: Swift's decimal form, written only where it fits", arguments: [Int64.min, Int64.min + 1, -100, -99, -10, -9, -1, 0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 999_999_999, 1_000_000_000, -1_000_000_000, -1_700_000_000, 1_700_000_000, 9_999_999_999, 10_000_000_000, 999_999_999_999_999_999, 1_000_000_000_000_000_000, Int64.max - 1, Int64.max])
     func integers(value: Int64) throws {
         let text = Array(String(value).utf8)
