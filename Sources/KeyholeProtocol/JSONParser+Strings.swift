@@ -25,7 +25,7 @@ extension JSONParser {
             // that the short ones do not pay for its set-up.
             var found = false
             if bytes.count &- index >= 8 {
-                let special = Self.specialBytes(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)))
+                let special = specialBytes(at: index)
                 if special == 0 {
                     (index, found) = Self.skipPlainBlocks(in: bytes, from: index &+ 8)
                 } else {
@@ -37,7 +37,7 @@ extension JSONParser {
             // the first of them (the lowest byte flagged is always one, `specialBytes`), so the plain
             // bytes before it need no look of their own.
             while !found && bytes.count &- index >= 8 {
-                let special = Self.specialBytes(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)))
+                let special = specialBytes(at: index)
                 guard special == 0 else {
                     index &+= Self.firstFlaggedByte(special)
                     break
@@ -63,6 +63,12 @@ extension JSONParser {
         let content = contentStart..<index
         index += 1  // the closing quote
         return (content, hasEscapes)
+    }
+
+    /// `specialBytes` of the word at `offset` (eight bytes, which the caller checked are there).
+    @inline(__always)
+    func specialBytes(at offset: Int) -> UInt64 {
+        Self.specialBytes(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
     }
 
     /// The high bit of each byte of `word` (loaded little-endian: its first byte in memory is the

@@ -23,13 +23,14 @@ package final class GrowingThreadPool: TaskExecutor, Sendable {
     /// Whether the caller runs on one of a pool's threads.
     package static var isCurrentThreadOwn: Bool { Thread.current.threadDictionary[marker] as? Bool == true }
 
-    private let idleTimeout: Duration
+    /// How long a thread waits for a job before it ends, in seconds (as `DispatchSemaphore` takes it).
+    private let idleSeconds: Double
     /// Threads waiting for a job, the latest idle last (it is handed the next job: its stack is warm).
     private let idle = Mutex<[Worker]>([])
     private let started = Atomic<Int>(0)
 
     package init(idleTimeout: Duration) {
-        self.idleTimeout = idleTimeout
+        idleSeconds = Double(idleTimeout.components.seconds) + Double(idleTimeout.components.attoseconds) / 1e18
     }
 
     /// How many threads the pool has started so far.
@@ -55,8 +56,7 @@ package final class GrowingThreadPool: TaskExecutor, Sendable {
         while true {
             job.runSynchronously(on: asUnownedTaskExecutor())
             idle.withLock { $0.append(worker) }
-            let seconds = Double(idleTimeout.components.seconds) + Double(idleTimeout.components.attoseconds) / 1e18
-            if worker.wake.wait(timeout: .now() + seconds) == .timedOut {
+            if worker.wake.wait(timeout: .now() + idleSeconds) == .timedOut {
                 let stillIdle = idle.withLock { workers in
                     guard let index = workers.firstIndex(where: { $0 === worker }) else { return false }
                     workers.remove(at: index)

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import Synchronization
 import Testing
 
@@ -67,8 +68,7 @@ extension Trait where Self == OwnThreadsTrait {
 package final class TestAdmission: Sendable {
     private struct State {
         var free: Int
-        var waiting: [CheckedContinuation<Void, Never>] = []
-        var next = 0
+        var waiting = CircularBuffer<CheckedContinuation<Void, Never>>()
     }
 
     private let state: Mutex<State>
@@ -94,19 +94,11 @@ package final class TestAdmission: Sendable {
 
     package func leave() {
         let next: CheckedContinuation<Void, Never>? = state.withLock { state in
-            guard state.next < state.waiting.count else {
+            guard let next = state.waiting.popFirst() else {
                 state.free += 1
                 return nil
             }
-            defer {
-                state.next += 1
-                // Drop the handed-out front now and then, so the list does not only grow.
-                if state.next == state.waiting.count {
-                    state.waiting.removeAll(keepingCapacity: true)
-                    state.next = 0
-                }
-            }
-            return state.waiting[state.next]
+            return next
         }
         next?.resume()
     }
@@ -115,5 +107,5 @@ package final class TestAdmission: Sendable {
     package var free: Int { state.withLock { $0.free } }
 
     /// Tasks waiting for a place now, for tests.
-    package var waiting: Int { state.withLock { $0.waiting.count - $0.next } }
+    package var waiting: Int { state.withLock { $0.waiting.count } }
 }
