@@ -4,7 +4,9 @@ import Synchronization
 import Testing
 
 /// Every database call bounded, whatever the call does (POSTGRES.md, "PostgreSQL unreachable").
-@Suite("deadline")
+/// The hour-long timers below would hold a test for an hour if a change made it wait for them: the
+/// suite's time limit fails it in minutes instead.
+@Suite("deadline", .timeLimit(.minutes(10)))
 struct DeadlineTests {
     @Test("a call that never ends, and ignores its cancellation, is unavailable at its bound; the caller is not held")
     func stuck() async throws {

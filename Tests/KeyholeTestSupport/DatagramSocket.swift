@@ -48,6 +48,8 @@ package final class DatagramSocket: @unchecked Sendable {
         // Room for one control message holding a timespec (cmsghdr, then the data, aligned).
         var control = [UInt8](repeating: 0, count: 64)
         while true {
+            var controlLength = 0
+            var flags: Int32 = 0
             let count = buffer.withUnsafeMutableBytes { data in
                 control.withUnsafeMutableBytes { control in
                     var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
@@ -57,13 +59,19 @@ package final class DatagramSocket: @unchecked Sendable {
                         message.msg_iovlen = 1
                         message.msg_control = control.baseAddress
                         message.msg_controllen = control.count
-                        return recvmsg(fd, &message, 0)
+                        let count = recvmsg(fd, &message, 0)
+                        controlLength = Int(message.msg_controllen)
+                        flags = message.msg_flags
+                        return count
                     }
                 }
             }
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else { return nil }
-            return (String(decoding: buffer[..<count], as: UTF8.self), Self.arrival(control))
+            // A control message cut short (MSG_CTRUNC) or missing has no stamp to read: then the
+            // message is dated now, as before stamps were asked for.
+            let stamped = flags & Int32(MSG_CTRUNC) == 0 ? Array(control[..<min(controlLength, control.count)]) : []
+            return (String(decoding: buffer[..<count], as: UTF8.self), Self.arrival(stamped))
         }
     }
 

@@ -2,6 +2,12 @@ import Dispatch
 import Foundation
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
 /// A task executor with a thread for every job that runs at once: a job goes to an idle thread, or
 /// to a new one when none is idle. A thread idle for `idleTimeout` ends.
 ///
@@ -45,10 +51,34 @@ package final class GrowingThreadPool: TaskExecutor, Sendable {
         }
         started.add(1, ordering: .relaxed)
         let worker = Worker()
-        Thread {
+        Self.startThread {
             Thread.current.threadDictionary[Self.marker] = true
             self.work(as: worker, first: job)
-        }.start()
+        }
+    }
+
+    /// A detached thread running `body`. Not Foundation's `Thread.start()`: it ignores a failed
+    /// `pthread_create`, and the job handed to the thread that never was would never run, its test
+    /// waiting forever. Here a thread that cannot be started stops the test process with the reason.
+    private static func startThread(_ body: @escaping @Sendable () -> Void) {
+        let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+        var thread = pthread_t()
+        let status = pthread_create(&thread, nil, { argument in
+            let body = Unmanaged<ThreadBody>.fromOpaque(argument!).takeRetainedValue()
+            body.run()
+            return nil
+        }, box)
+        guard status == 0 else {
+            Unmanaged<ThreadBody>.fromOpaque(box).release()
+            fatalError("GrowingThreadPool: pthread_create failed (\(String(cString: strerror(status)))): a job would never run")
+        }
+        pthread_detach(thread)
+    }
+
+    /// What a new thread runs, carried across `pthread_create`'s untyped argument.
+    private final class ThreadBody: Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }
 
     private func work(as worker: Worker, first: UnownedJob) {

@@ -14,9 +14,13 @@ import Testing
 /// what the cooperative threads used to bound by accident: how many keyholed processes the tests
 /// start at once on a small machine.
 ///
-/// A place is taken for a whole suite, not per test: a test's time limit counts from before its
-/// scope is entered, so a test queued for a place would spend its limit waiting. The suites that use
-/// the trait are mostly serialized anyway. On a single test (no suite trait), a place is per case.
+/// Where places are taken:
+/// - A serialized suite (`.serialized`, its own or a parent's) takes one for the whole of it: its
+///   tests run one at a time anyway.
+/// - Otherwise each test case takes its own, so a suite whose tests run at once counts as many.
+/// - Except a test case with a time limit: the limit counts from before its scope is entered, so
+///   one queued for a place would spend its limit waiting (four such tests failed so). It runs on
+///   the pool without a place; there are few, and the limit bounds them.
 package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
     /// How many suites with this trait run at once: `KEYHOLE_TEST_BLOCKING_WIDTH`, or three times
     /// the processors.
@@ -30,13 +34,19 @@ package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
     /// The places all suites with the trait share.
     package static let admission = TestAdmission(width: width)
 
-    /// Set inside an admitted test: a nested suite with the trait too must not take a second place.
-    @TaskLocal package static var admitted = false
+    /// The place held by the suite or test the caller runs in (its number, counting admissions from
+    /// 1), or nil: inside it, a nested suite or test with the trait takes no second place.
+    @TaskLocal package static var place: Int?
+
+    /// Whether the caller runs inside a suite or test that holds a place.
+    package static var admitted: Bool { place != nil }
+
+    private static let admissions = Atomic<Int>(0)
 
     package var isRecursive: Bool { true }
 
     /// For a suite, once for the whole of it; for each test case, which goes on in the place its
-    /// suite took (`admitted`), or takes one of its own when only the test has the trait.
+    /// suite took, or takes one of its own (see the type's comment).
     package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
         test.isSuite || testCase != nil ? self : nil
     }
@@ -44,17 +54,25 @@ package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
     package func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        if Self.admitted {
-            try await function()
+        let needsPlace = Self.place == nil && (test.isSuite ? Self.isSerialized(test) : test.timeLimit == nil)
+        guard needsPlace else {
+            try await withTaskExecutorPreference(GrowingThreadPool.shared) { try await function() }
             return
         }
         await Self.admission.enter()
         defer { Self.admission.leave() }
-        try await Self.$admitted.withValue(true) {
+        let number = Self.admissions.add(1, ordering: .relaxed).newValue
+        try await Self.$place.withValue(number) {
             try await withTaskExecutorPreference(GrowingThreadPool.shared) {
                 try await function()
             }
         }
+    }
+
+    /// Whether a suite's tests run one at a time: `.serialized` is recursive, so a parent's is
+    /// among the suite's traits too.
+    private static func isSerialized(_ suite: Test) -> Bool {
+        suite.traits.contains { $0 is ParallelizationTrait }
     }
 }
 

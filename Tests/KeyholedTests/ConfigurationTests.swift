@@ -6,7 +6,7 @@ import Testing
 
 @testable import keyholed
 
-@Suite("keyholed configuration", .ownThreads)
+@Suite("keyholed configuration")
 struct ConfigurationTests {
     @Test("durations", arguments: [
         ("500ms", TimeAmount.milliseconds(500)), ("10s", .seconds(10)), ("5m", .minutes(5)), ("24h", .hours(24)),

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import KeyholeTestSupport
+import Synchronization
 import Testing
 
 /// The test harness's own threads (`OwnThreadsTrait`): tests that block do it on threads of their
@@ -74,7 +75,7 @@ struct OwnThreadsTraitTests {
         #expect(admission.waiting == 0)
     }
 
-    @Test("a test of a suite with the trait runs off the cooperative threads, admitted once", .ownThreads)
+    @Test("a test with the trait runs off the cooperative threads, in a place of its own", .ownThreads)
     func traitRunsOnOwnThread() async {
         #expect(OwnThreadsTrait.admitted)
         #expect(OwnThreadsTrait.admission.free < OwnThreadsTrait.width)
@@ -88,5 +89,59 @@ struct OwnThreadsTraitTests {
     func withoutTheTrait() {
         #expect(!OwnThreadsTrait.admitted)
         #expect(!GrowingThreadPool.isCurrentThreadOwn)
+    }
+}
+
+/// The places that suites with the trait take: one for a serialized suite, one per test case
+/// otherwise, none for a test with a time limit (which would spend its limit queued).
+@Suite("own threads: a serialized suite takes one place for all its tests", .ownThreads, .serialized)
+struct SerializedOwnThreadsTests {
+    private static let places = Mutex<[Int]>([])
+
+    @Test("the first test runs in the suite's place")
+    func first() { Self.check() }
+
+    @Test("the second test runs in the same place")
+    func second() { Self.check() }
+
+    private static func check() {
+        #expect(GrowingThreadPool.isCurrentThreadOwn)
+        let place = OwnThreadsTrait.place
+        #expect(place != nil, "a serialized suite's test runs without a place")
+        let places = Self.places.withLock { places in
+            places.append(place ?? 0)
+            return places
+        }
+        #expect(Set(places).count == 1, "the tests of one serialized suite took places \(places)")
+    }
+}
+
+@Suite("own threads: a suite whose tests run at once takes a place for each", .ownThreads)
+struct ParallelOwnThreadsTests {
+    private static let places = Mutex<[Int]>([])
+
+    @Test("one test runs in a place of its own")
+    func first() { Self.check() }
+
+    @Test("another test runs in another place")
+    func second() { Self.check() }
+
+    @Test("a test with a time limit runs on the pool without waiting for a place", .timeLimit(.minutes(1)))
+    func limited() async {
+        #expect(OwnThreadsTrait.place == nil)
+        #expect(GrowingThreadPool.isCurrentThreadOwn)
+        await Task.yield()
+        #expect(GrowingThreadPool.isCurrentThreadOwn)
+    }
+
+    private static func check() {
+        #expect(GrowingThreadPool.isCurrentThreadOwn)
+        let place = OwnThreadsTrait.place
+        #expect(place != nil, "a test of a suite with the trait runs without a place")
+        let places = Self.places.withLock { places in
+            places.append(place ?? 0)
+            return places
+        }
+        #expect(Set(places).count == places.count, "two tests shared one place: \(places)")
     }
 }
