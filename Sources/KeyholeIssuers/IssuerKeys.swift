@@ -1,3 +1,4 @@
+import CoreMetrics
 import KeyholeJOSE
 import Synchronization
 
@@ -28,6 +29,9 @@ public final class IssuerKeys: Sendable {
     public let serial: UInt64
     let clock: any KeySetClock
     let state: Mutex<State>
+    /// This issuer's count of tokens verified (`VerificationMetrics.countVerified`), found by name
+    /// on first use: found by name on every verification, it cost two strings hashed under a lock.
+    let verifiedCounter = Mutex<Counter?>(nil)
 
     struct State {
         var cache: KeySetCacheState
@@ -128,6 +132,33 @@ public final class IssuerKeys: Sendable {
         return state.withLock { state in
             guard state.cache.usableKeys(now: now) != nil, let verifier = state.verifier else { return nil }
             return body(verifier)
+        }
+    }
+
+    /// What `checkCached` found.
+    enum CachedCheck {
+        /// No usable keys now, or the token's key has left the set: the token must verify again.
+        case stale
+        case passed
+        case refused(JOSEError)
+    }
+
+    /// A cached token's checks against the verifier over the keys usable now: its key still in the
+    /// set, then the request's and the clock's (`now`, seconds since 1970). In place, under the keys'
+    /// lock, without a closure of the caller's: through `withVerifier` and a closure, what the
+    /// closure held (the entry, the audience, the nonce) and the key set were counted as references
+    /// on every cache hit.
+    func checkCached(_ hit: VerifiedTokenCache.Entry, now: Double, audience: String?, nonce: String?) -> CachedCheck {
+        let instant = clock.now()
+        return state.withLock { state -> CachedCheck in
+            guard state.cache.usableKeys(now: instant) != nil, let verifier = state.verifier else { return .stale }
+            guard verifier.signatures.keys.contains(hit.key) else { return .stale }
+            do throws(JOSEError) {
+                try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
+                return .passed
+            } catch {
+                return .refused(error)
+            }
         }
     }
 

@@ -92,7 +92,11 @@ public struct IssuerRegistry: Sendable {
         private let source: Source
 
         private enum Source: Sendable {
-            case verified(VerifiedToken)
+            // Boxed: inline, the token's space made every verification a large value, and the
+            // compiler copied a cache hit's whole (then destroyed the original) on its way into an
+            // `Attempt`. A box is one allocation on a token's first verification, which is far
+            // costlier anyway (a signature checked).
+            indirect case verified(VerifiedToken)
             case cached(VerifiedTokenCache.Entry)
         }
 
@@ -138,28 +142,32 @@ public struct IssuerRegistry: Sendable {
     public func attempt(
         token: ByteBuffer, issuer: String?, audience: String?, nonce: String?, now: Double
     ) throws(ProtocolError) -> Attempt {
-        var routed: String?
+        var routed: IssuerKeys?
         do {
             let outcome = try attemptUncounted(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed)
-            if case .verified(let verification) = outcome { VerificationMetrics.shared.count(issuer: verification.issuer, code: nil) }
+            // `routed` is the issuer that vouched: binding the verification to read its name copied
+            // it whole (a reference counted for each of its members), on every cache hit.
+            if case .verified = outcome, let routed { VerificationMetrics.shared.countVerified(by: routed) }
             return outcome
         } catch {
-            VerificationMetrics.shared.count(issuer: routed, code: error.code)
+            VerificationMetrics.shared.count(issuer: routed?.configuration.name, code: error.code)
             throw error
         }
     }
 
-    /// `attempt`, without the count; `routed` is the issuer the token went to, once known.
+    /// `attempt`, without the count; `routed` is the issuer the token went to, once known (and so the
+    /// one that vouched for it when it verified).
     private func attemptUncounted(
-        token bytes: ByteBuffer, issuer: String?, audience: String?, nonce: String?, now: Double, routed: inout String?
+        token bytes: ByteBuffer, issuer: String?, audience: String?, nonce: String?, now: Double, routed: inout IssuerKeys?
     ) throws(ProtocolError) -> Attempt {
         let entries = directory.issuers
         // One too long for a token is never looked up (nor kept): parsing refuses it by its length.
         let cacheable = bytes.readableBytes <= CompactJWS.maximumLength
         if let cache, cacheable {
             if let hit = try cached(bytes, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed) {
-                VerificationMetrics.shared.cacheHits.increment()
-                return .verified(hit)
+                // Made where it is returned: a verification made in `cached` and handed up was
+                // copied whole on the way (its token's space included), then destroyed.
+                return .verified(Verification(issuer: hit.issuer, cached: hit))
             }
             VerificationMetrics.shared.cacheMisses.increment()
         }
@@ -173,7 +181,7 @@ public struct IssuerRegistry: Sendable {
         // The payload is parsed once: to route by its iss, and then for the claims checks.
         let claims = Self.claims(jws)
         let keys = try Self.route(entries, issuer: issuer, claims: claims)
-        routed = keys.configuration.name
+        routed = keys
         guard let verifier = keys.verifier() else {
             let error = Self.keysUnavailable(keys)
             guard keys.fetchMayHelp() else { throw error }
@@ -244,36 +252,24 @@ public struct IssuerRegistry: Sendable {
     /// request's and the clock's checks.
     private func cached(
         _ token: ByteBuffer, in cache: VerifiedTokenCache, entries: [IssuerKeys], issuer: String?, audience: String?,
-        nonce: String?, now: Double, routed: inout String?
-    ) throws(ProtocolError) -> Verification? {
+        nonce: String?, now: Double, routed: inout IssuerKeys?
+    ) throws(ProtocolError) -> VerifiedTokenCache.Entry? {
         guard let hit = cache.entry(for: token, now: now), issuer.map({ ExactString.equal($0, hit.issuer) }) ?? true,
             let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial
         else { return nil }
-        // On the verifier as lent, not a copy of it: the key still in the set, then the checks.
-        let checked = keys.withVerifier { verifier -> HitCheck in
-            guard verifier.signatures.keys.contains(hit.key) else { return .keyGone }
-            do throws(JOSEError) {
-                try ClaimsValidator.check(hit.token, policy: verifier.policy, now: now, audience: audience, nonce: nonce)
-                return .passed
-            } catch {
-                return .refused(error)
-            }
-        }
-        switch checked {
-        case nil, .keyGone?: return nil
-        case .refused(let error)?:
-            routed = hit.issuer
+        // A hit is a token answered from the cache, accepted or refused by the request's and the
+        // clock's checks: either way, without its signature checked again.
+        switch keys.checkCached(hit, now: now, audience: audience, nonce: nonce) {
+        case .stale: return nil
+        case .refused(let error):
+            routed = keys
+            VerificationMetrics.shared.cacheHits.increment()
             throw Self.protocolError(error)
-        case .passed?:
-            routed = hit.issuer
-            return Verification(issuer: hit.issuer, cached: hit)
+        case .passed:
+            routed = keys
+            VerificationMetrics.shared.cacheHits.increment()
+            return hit
         }
-    }
-
-    /// What a cached token's checks found.
-    private enum HitCheck {
-        case keyGone, passed
-        case refused(JOSEError)
     }
 
     private static func route(_ entries: [IssuerKeys], issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {

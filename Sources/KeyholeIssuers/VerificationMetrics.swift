@@ -31,13 +31,28 @@ final class VerificationMetrics: Sendable {
 
     /// Counts a verification of a token routed to `issuer` (`nil`: to none): `code` nil when it verified.
     func count(issuer: String?, code: ProtocolError.Code?, by amount: Int = 1) {
+        counter(issuer: issuer, code: code).increment(by: amount)
+    }
+
+    /// Counts a token `keys` vouched for, by the counter `keys` keeps once it is found by name.
+    func countVerified(by keys: IssuerKeys) {
+        keys.verifiedCounter.withLock { kept in
+            if let kept { return kept }
+            let found = counter(issuer: keys.configuration.name, code: nil)
+            kept = found
+            return found
+        }.increment(by: 1)
+    }
+
+    /// The counter of verifications of tokens routed to `issuer` with the result `code`, made on first use.
+    private func counter(issuer: String?, code: ProtocolError.Code?) -> Counter {
         let issuer = issuer ?? "none"
         let result = code?.rawValue ?? "ok"
-        counters.withLock { counters in
+        return counters.withLock { counters in
             if let counter = counters[issuer]?[result] { return counter }
             let counter = Counter(label: "keyholed_token_verifications_total", dimensions: [("issuer", issuer), ("result", result)])
             counters[issuer, default: [:]][result] = counter
             return counter
-        }.increment(by: amount)
+        }
     }
 }

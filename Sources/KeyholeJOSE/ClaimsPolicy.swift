@@ -64,9 +64,10 @@ public struct ClaimsPolicy: Sendable, Hashable {
                 throw JOSEError(.tokenAudienceInvalid, "token is not for the requested audience")
             }
         } else {
-            guard tokenAudiences.contains(where: isConfiguredAudience) else {
-                throw JOSEError(.tokenAudienceInvalid, "token is for none of the issuer's audiences")
-            }
+            // A loop, not `contains(where: isConfiguredAudience)`: the method as a closure carried a
+            // copy of the policy (its sets and strings counted), on every verification.
+            for audience in tokenAudiences where isConfiguredAudience(audience) { return }
+            throw JOSEError(.tokenAudienceInvalid, "token is for none of the issuer's audiences")
         }
     }
 

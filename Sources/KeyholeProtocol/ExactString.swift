@@ -42,14 +42,20 @@ public struct ExactString: Hashable, Sendable, CustomStringConvertible, Expressi
     /// Not constant time: identities are not secrets (those are compared with a constant-time check).
     @inlinable
     public static func equal(_ lhs: String, _ rhs: String) -> Bool {
-        // withUTF8 hands over a native string's bytes as they are (others are made native first,
-        // which is rare and still linear).
-        var lhs = lhs, rhs = rhs
-        return lhs.withUTF8 { left in
-            rhs.withUTF8 { right in
-                left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
-            }
+        // A native string's bytes are read where they are, through the borrowed string: `withUTF8`,
+        // which is mutating, needed a copy of each (a reference counted twice per string, on every
+        // cache hit's issuer checks). Others are made native first, which is rare and still linear.
+        let inPlace = lhs.utf8.withContiguousStorageIfAvailable { left in
+            rhs.utf8.withContiguousStorageIfAvailable { right in sameBytes(left, right) }
         }
+        if let inPlace, let inPlace { return inPlace }
+        var lhs = lhs, rhs = rhs
+        return lhs.withUTF8 { left in rhs.withUTF8 { right in sameBytes(left, right) } }
+    }
+
+    @inlinable
+    static func sameBytes(_ left: UnsafeBufferPointer<UInt8>, _ right: UnsafeBufferPointer<UInt8>) -> Bool {
+        left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
     }
 
     /// Feeds the UTF-8 bytes of `string`, and their count, to `hasher`.

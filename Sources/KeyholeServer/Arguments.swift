@@ -33,8 +33,9 @@ struct Arguments: ~Copyable {
 
     /// The member `name`, counted as read.
     private mutating func member(_ name: StaticString) -> JSONValue? {
+        let read = wasRead(name)
         let value: JSONValue?
-        if count == 0 || allFound(besides: name) {
+        if count == 0 || allFound(besides: read) {
             value = nil
         } else if let sent {
             value = name.withUTF8Buffer { sent.value(of: UnsafeRawBufferPointer($0)) }
@@ -47,21 +48,22 @@ struct Arguments: ~Copyable {
                 value = nil
             }
         }
-        noteRead(name, present: value != nil)
+        if !read { noteRead(name, present: value != nil) }
         return value
     }
 
-    /// Whether every member sent was found already, under names read before that are not `name`: then
-    /// `name` is not among them, and is not looked for (which would read the whole object again, past
-    /// a token of hundreds of bytes, for each optional argument absent). The names sent are distinct
-    /// (the envelope's check refused a repeat), and each name read found at most one of them.
-    private mutating func allFound(besides name: StaticString) -> Bool {
-        found == count && !wasRead(name)
+    /// Whether every member sent was found already, under names read before that are not the one
+    /// asked for (`read`: whether it was read before): then it is not among them, and is not looked
+    /// for (which would read the whole object again, past a token of hundreds of bytes, for each
+    /// optional argument absent). The names sent are distinct (the envelope's check refused a
+    /// repeat), and each name read found at most one of them.
+    private func allFound(besides read: Bool) -> Bool {
+        found == count && !read
     }
 
-    /// Counts `name` as read (once, however often it is read).
+    /// Counts `name`, not read before, as read. Callers look the name up once (`wasRead`) for this and
+    /// for `allFound`: the lookup is most of what reading an argument costs.
     private mutating func noteRead(_ name: StaticString, present: Bool) {
-        guard !wasRead(name) else { return }
         if nameCount < names.count {
             names[nameCount] = name
             nameCount += 1
@@ -84,12 +86,17 @@ struct Arguments: ~Copyable {
     /// answers need no comparison of bytes (a generic `elementsEqual` cost more than the lookup).
     @inline(__always)
     private static func same(_ a: StaticString, _ b: StaticString) -> Bool {
-        guard a.hasPointerRepresentation, b.hasPointerRepresentation else {
-            // A one-scalar literal is kept as its scalar, not as bytes.
-            return a.withUTF8Buffer { a in b.withUTF8Buffer { a.elementsEqual($0) } }
-        }
+        guard a.hasPointerRepresentation, b.hasPointerRepresentation else { return sameScalarForm(a, b) }
         guard a.utf8CodeUnitCount == b.utf8CodeUnitCount else { return false }
         return a.utf8Start == b.utf8Start || memcmp(a.utf8Start, b.utf8Start, a.utf8CodeUnitCount) == 0
+    }
+
+    /// `same` for a one-scalar literal, kept as its scalar, not as bytes. Out of line: inlined, the
+    /// compiler encoded the scalar as UTF-8 at the start of every call, taken or not (about 80
+    /// instructions a lookup, callgrind).
+    @inline(never)
+    private static func sameScalarForm(_ a: StaticString, _ b: StaticString) -> Bool {
+        a.withUTF8Buffer { a in b.withUTF8Buffer { a.elementsEqual($0) } }
     }
 
     private func wasRead(_ name: String) -> Bool {
@@ -133,12 +140,13 @@ struct Arguments: ~Copyable {
     /// A member with a string's bytes read where they lie in the frame, when it came in one.
     private mutating func stringMember(_ name: StaticString) -> CheckedJSONObject.Member? {
         if let sent, count > 0 {
-            if allFound(besides: name) {
+            let read = wasRead(name)
+            if allFound(besides: read) {
                 noteRead(name, present: false)
                 return nil
             }
             let found = name.withUTF8Buffer { sent.member(UnsafeRawBufferPointer($0)) }
-            noteRead(name, present: found != nil)
+            if !read { noteRead(name, present: found != nil) }
             return found
         }
         return member(name).map { value in

@@ -124,6 +124,30 @@ struct MetricsEndToEndTests {
         try HTTPListenerEndToEndTests.stop(daemon)
     }
 
+    @Test("a token that verifies counts under its issuer's ok, whether verified or answered from the cache; a refused hit under its code")
+    func verifiedTokensCounted() throws {
+        let token = try TokenEndToEndTests.token("apple_token_4.jwt")
+        let claims = try TokenEndToEndTests.claims(token)
+        let iat = claims["iat"]!.intValue!
+        let directory = try DaemonProcess.makeDirectory()
+        let path = directory.appendingPathComponent("h.sock").path
+        let config = "[http]\nsocket = \"\(path)\"\n"
+            + TokenEndToEndTests.config(keySet: "apple_jwks_panva-wellknown-20241001.json", audiences: [claims["aud"]!.stringValue!, "com.example.web"])
+        let daemon = try DaemonProcess(config: config, arguments: ["--enable-debug-ops", "--fixed-clock", "\(iat + 60)"], directory: directory)
+        try daemon.waitUntilReady()
+        try daemon.waitForStderr(containing: "http.listening")
+        let main = try RawConnection(path: daemon.socketPath)
+        // Verified, then twice from the cache; then a hit refused: not for the audience asked.
+        for _ in 0..<3 { _ = try main.result("token.verify", ["token": .string(token)]) }
+        #expect(try main.errorCode("token.verify", ["token": .string(token), "audience": "com.example.web"]) == "token_audience_invalid")
+        let text = try Self.metrics(path)
+        #expect(Self.value(text, #"keyholed_token_verifications_total{issuer="apple",result="ok"}"#) == 3)
+        #expect(Self.value(text, #"keyholed_token_verifications_total{issuer="apple",result="token_audience_invalid"}"#) == 1)
+        #expect(Self.value(text, "keyholed_verified_token_cache_hits_total") == 3, "the refused hit is a hit too")
+        #expect(Self.value(text, "keyholed_verified_token_cache_misses_total") == 1)
+        try HTTPListenerEndToEndTests.stop(daemon)
+    }
+
     @Test("[metrics] enabled = false: nothing is recorded, the figures read when the text is made still are")
     func disabled() throws {
         let (daemon, path) = try HTTPListenerEndToEndTests.start(config: "[metrics]\nenabled = false\n")
