@@ -212,16 +212,23 @@ public struct JSONOutput: ~Copyable {
     /// The length of `bytes` as a JSON string literal, quotes included.
     @inlinable @inline(__always)
     static func quotedLength(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
-        var length = bytes.count &+ 2
+        let count = bytes.count
         var index = 0
         // Eight bytes at a time while none needs escaping: nearly every string is such.
-        if let base = bytes.baseAddress {
+        if count >= 8, let base = bytes.baseAddress {
             let raw = UnsafeRawPointer(base)
-            while bytes.count &- index >= 8, !mayNeedEscape(raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+            while count &- index > 8, !mayNeedEscape(raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
                 index &+= 8
             }
+            // The last one to eight bytes, as the string's last word (which may overlap one already
+            // checked) rather than byte by byte: nothing in it needs escaping, so nothing does.
+            if count &- index <= 8, !mayNeedEscape(raw.loadUnaligned(fromByteOffset: count &- 8, as: UInt64.self)) {
+                return count &+ 2
+            }
         }
-        while index < bytes.count {
+        // From the first word with a byte to escape (or a string shorter than a word), byte by byte.
+        var length = count &+ 2
+        while index < count {
             let byte = bytes[index]
             // A short escape ("\n") adds one byte, "\u00XX" five.
             if needsEscape(byte) { length &+= shortEscape(byte) == nil ? 5 : 1 }
