@@ -20,9 +20,20 @@ struct FrameDecoderTests {
             let end = min(input.count, offset + size)
             decoder.append(ByteBuffer(bytes: input[offset..<end]))
             offset = end
+            // `hasCompleteFrame` says, before every `next()`, whether it gives a frame or throws.
+            var complete = false
             do {
-                while let frame = try decoder.next() { outcome.frames.append(Array(frame.readableBytesView)) }
+                while true {
+                    complete = decoder.hasCompleteFrame
+                    guard let frame = try decoder.next() else {
+                        #expect(!complete, "hasCompleteFrame was true, next() returned nil")
+                        break
+                    }
+                    #expect(complete, "hasCompleteFrame was false, next() returned a frame")
+                    outcome.frames.append(Array(frame.readableBytesView))
+                }
             } catch {
+                #expect(complete, "hasCompleteFrame was false, next() threw")
                 outcome.error = error.code.rawValue
                 return outcome
             }
