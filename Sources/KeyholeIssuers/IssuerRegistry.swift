@@ -147,7 +147,10 @@ public struct IssuerRegistry: Sendable {
             let outcome = try attemptUncounted(token: token, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed)
             // `routed` is the issuer that vouched: binding the verification to read its name copied
             // it whole (a reference counted for each of its members), on every cache hit.
-            if case .verified = outcome, let routed { VerificationMetrics.shared.countVerified(by: routed) }
+            if case .verified = outcome {
+                assert(routed != nil, "a verification with no issuer routed to")
+                if let routed { VerificationMetrics.shared.countVerified(by: routed) }
+            }
             return outcome
         } catch {
             VerificationMetrics.shared.count(issuer: routed?.configuration.name, code: error.code)

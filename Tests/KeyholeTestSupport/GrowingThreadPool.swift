@@ -1,12 +1,7 @@
 import Dispatch
 import Foundation
 import Synchronization
-
-#if canImport(Glibc)
 import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// A task executor with a thread for every job that runs at once: a job goes to an idle thread, or
 /// to a new one when none is idle. A thread idle for `idleTimeout` ends.

@@ -5,7 +5,7 @@ import Testing
 
 /// A suite trait for tests that block a thread while they wait (on keyholed's answers, a child
 /// process, a datagram): the suite runs on threads of its own (`GrowingThreadPool`), and only so many
-/// such suites run at once (`OwnThreadsTrait.width`).
+/// places (`OwnThreadsTrait.width`) are held at once by such suites and tests.
 ///
 /// Without it, a blocking test holds one of the cooperative threads every test's tasks share, as
 /// many as the machine has cores: two here. With two such tests waiting, no other test's task ran
@@ -15,15 +15,18 @@ import Testing
 /// start at once on a small machine.
 ///
 /// Where places are taken:
-/// - A serialized suite (`.serialized`, its own or a parent's) takes one for the whole of it: its
-///   tests run one at a time anyway.
+/// - A suite with `.serialized` of its own takes one for the whole of it: its tests run one at a
+///   time anyway. (A parent's `.serialized` is not among a nested suite's traits, which then takes
+///   a place per test case, one after another: correct, only more turns in the queue.)
 /// - Otherwise each test case takes its own, so a suite whose tests run at once counts as many.
 /// - Except a test case with a time limit: the limit counts from before its scope is entered, so
 ///   one queued for a place would spend its limit waiting (four such tests failed so). It runs on
-///   the pool without a place; there are few, and the limit bounds them.
+///   the pool without a place; there are few, and the limit bounds them. A time limit on a suite
+///   that is not serialized would give every one of its tests one, so none would take a place:
+///   such a suite is refused (an issue recorded), to be serialized or limited test by test.
 package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
-    /// How many suites with this trait run at once: `KEYHOLE_TEST_BLOCKING_WIDTH`, or three times
-    /// the processors.
+    /// How many places suites and tests with this trait hold at once: `KEYHOLE_TEST_BLOCKING_WIDTH`,
+    /// or three times the processors.
     package static let width: Int = {
         if let text = ProcessInfo.processInfo.environment["KEYHOLE_TEST_BLOCKING_WIDTH"], let value = Int(text), value > 0 {
             return value
@@ -54,6 +57,10 @@ package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
     package func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
+        if test.isSuite, Self.place == nil, !Self.isSerialized(test), test.timeLimit != nil {
+            Issue.record(
+                "\(test.name): a suite with .ownThreads and a time limit must be .serialized; else its tests, each limited, take no places and nothing bounds them")
+        }
         let needsPlace = Self.place == nil && (test.isSuite ? Self.isSerialized(test) : test.timeLimit == nil)
         guard needsPlace else {
             try await withTaskExecutorPreference(GrowingThreadPool.shared) { try await function() }
@@ -69,15 +76,14 @@ package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
         }
     }
 
-    /// Whether a suite's tests run one at a time: `.serialized` is recursive, so a parent's is
-    /// among the suite's traits too.
+    /// Whether a suite's tests run one at a time by its own `.serialized`.
     private static func isSerialized(_ suite: Test) -> Bool {
         suite.traits.contains { $0 is ParallelizationTrait }
     }
 }
 
 extension Trait where Self == OwnThreadsTrait {
-    /// The suite runs on threads of its own, a few such suites at a time (`OwnThreadsTrait`).
+    /// The suite or test runs on threads of its own, in one of a few places (`OwnThreadsTrait`).
     package static var ownThreads: Self { Self() }
 }
 
