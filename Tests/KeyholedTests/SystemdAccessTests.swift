@@ -5,7 +5,8 @@ import Testing
 /// Access control under the shipped units and a real systemd (the package installed in a throwaway
 /// container, as DebianPackageTests does): the kernel's peer credentials must reach keyholed as they
 /// are, so that web apps in keyhole-clients, users outside it and `[[access]]` rules naming a user
-/// are told apart. PrivateUsers= in the unit once made every app uid 65534.
+/// are told apart. PrivateUsers= in the unit once made every app uid 65534. And the unit's LimitCORE=0
+/// holds for the running keyholed: no core file of a memory that holds secrets.
 @Suite("access under systemd", .serialized, .packagedServiceOnFirstPass, .ownThreads)
 struct SystemdAccessTests {
     /// The scripts' helpers: `say` prints a finding; `as` calls keyholed's main socket as a user.
@@ -43,6 +44,8 @@ struct SystemdAccessTests {
         say reporter_stats_default "$(as reporter stats '{}')"
         pid=$(systemctl show -P MainPID keyholed.service)
         say uid_map "$(tr -s ' ' <"/proc/$pid/uid_map" | sed 's/^ //')"
+        # LimitCORE=0: the running keyholed may write no core (its memory holds secrets).
+        say core_limit "$(awk '/^Max core file size/ {print $5 "/" $6}' "/proc/$pid/limits")"
         # The refusal's audit entry names the app's own uid, not the overflow uid (polled: the
         # journal takes the entry a moment after keyholed answered).
         i=0
@@ -95,7 +98,7 @@ struct SystemdAccessTests {
         let expected: [String: String] = [
             "install_status": "0", "webapp_uid_known": "yes",
             "webapp_create": "ok", "webapp_stats": "permission_denied", "stranger_ping": "no_connection",
-            "reporter_stats_default": "permission_denied", "uid_map": "0 0 4294967295", "audit_uid": "yes",
+            "reporter_stats_default": "permission_denied", "uid_map": "0 0 4294967295", "core_limit": "0/0", "audit_uid": "yes",
             "reload_status": "0", "reporter_stats": "ok", "webapp_stats_with_rules": "permission_denied",
             "webapp_create_with_rules": "ok",
             "private_users_start": "78", "private_users_logged": "1",
