@@ -8,21 +8,20 @@ extension StoreTables {
     /// the owner's `User.publicJSON` or `null`. Read under the store's lock: no `Session` or `User` is
     /// made and handed out.
     func writeSessionJSON(_ slot: UInt32, to buffer: inout ByteBuffer) {
-        // Taken out once, before the output closure: each reach into the tables from inside it
-        // would retain and release the arrays' storage.
-        let session = sessionSlots[slot]
-        // The principal's parts, not its whole slot (whose copy costs more than the parts).
-        let owner = session.principal
-        let principal = (key: principalSlots[owner].key, user: principalSlots[owner].user)
+        let owner = sessionSlots[slot].principal
         // Room for every member but the user's own fields; a user with fields may take a second try.
-        let hasFields = principal.user.map { !$0.fields.isEmpty } ?? false
-        let guess = 448 + (session.data?.count ?? 0) + 2 * (principal.key.issuer.utf8.count + principal.key.sub.utf8.count)
-            + (hasFields ? 256 : 0)
+        let hasFields = principalSlots[owner].user.map { !$0.fields.isEmpty } ?? false
+        let guess = 448 + (sessionSlots[slot].data?.count ?? 0)
+            + 2 * (principalSlots[owner].key.issuer.utf8.count + principalSlots[owner].key.sub.utf8.count) + (hasFields ? 256 : 0)
+        // Every member read where it lies in the tables, lent to the writer: copied out first, the
+        // principal's strings, the data and the fields were each retained and released (atomic
+        // counts on lines no other request touches), on every session.get.
         buffer.writeJSON(guess: guess) { out in
             Session.writeGetJSON(
-                createdAt: session.createdAt, data: session.data, expiresAt: session.expiresAt, id: session.id, idleSeconds: session.idleSeconds,
-                lastSeenAt: session.lastSeenAt, principal: principal.key,
-                user: principal.user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
+                createdAt: sessionSlots[slot].createdAt, data: sessionSlots[slot].data, expiresAt: sessionSlots[slot].expiresAt,
+                id: sessionSlots[slot].id, idleSeconds: sessionSlots[slot].idleSeconds, lastSeenAt: sessionSlots[slot].lastSeenAt,
+                principal: principalSlots[owner].key,
+                user: principalSlots[owner].user.map { ($0.createdAt, $0.updatedAt, $0.lastLoginAt, $0.fields) }, to: &out)
         }
     }
 }
