@@ -92,6 +92,18 @@ struct OwnThreadsTraitTests {
     }
 }
 
+/// Checks that the caller runs on the pool in a place, and adds the place to `places`; the places so
+/// far.
+private func noteOwnPlace(in places: borrowing Mutex<[Int]>) -> [Int] {
+    #expect(GrowingThreadPool.isCurrentThreadOwn)
+    let place = OwnThreadsTrait.place
+    #expect(place != nil, "a test of a suite with the trait runs without a place")
+    return places.withLock { places in
+        places.append(place ?? 0)
+        return places
+    }
+}
+
 /// The places that suites with the trait take: one for a serialized suite, one per test case
 /// otherwise, none for a test with a time limit (which would spend its limit queued).
 @Suite("own threads: a serialized suite takes one place for all its tests", .ownThreads, .serialized)
@@ -105,13 +117,7 @@ struct SerializedOwnThreadsTests {
     func second() { Self.check() }
 
     private static func check() {
-        #expect(GrowingThreadPool.isCurrentThreadOwn)
-        let place = OwnThreadsTrait.place
-        #expect(place != nil, "a serialized suite's test runs without a place")
-        let places = Self.places.withLock { places in
-            places.append(place ?? 0)
-            return places
-        }
+        let places = noteOwnPlace(in: Self.places)
         // Pairs, as the two tests come (run again, with --repetitions, the suite takes a new place).
         if places.count.isMultiple(of: 2) {
             #expect(places[places.count - 1] == places[places.count - 2], "the tests of one serialized suite took places \(places)")
@@ -138,13 +144,7 @@ struct ParallelOwnThreadsTests {
     }
 
     private static func check() {
-        #expect(GrowingThreadPool.isCurrentThreadOwn)
-        let place = OwnThreadsTrait.place
-        #expect(place != nil, "a test of a suite with the trait runs without a place")
-        let places = Self.places.withLock { places in
-            places.append(place ?? 0)
-            return places
-        }
+        let places = noteOwnPlace(in: Self.places)
         #expect(Set(places).count == places.count, "two tests shared one place: \(places)")
     }
 }
