@@ -131,8 +131,18 @@ struct MetricsEndToEndTests {
         let iat = claims["iat"]!.intValue!
         let directory = try DaemonProcess.makeDirectory()
         let path = directory.appendingPathComponent("h.sock").path
-        let config = "[http]\nsocket = \"\(path)\"\n"
-            + TokenEndToEndTests.config(keySet: "apple_jwks_panva-wellknown-20241001.json", audiences: [claims["aud"]!.stringValue!, "com.example.web"])
+        // A second issuer, listed first: the count must go to the issuer that vouched, not the first.
+        let keySet = "apple_jwks_panva-wellknown-20241001.json"
+        let google = """
+            [[issuer]]
+            name = "google"
+            preset = "google"
+            jwks_uri = "\(TokenEndToEndTests.apple.appendingPathComponent(keySet).path)"
+            audiences = ["web.apps.googleusercontent.com"]
+
+            """
+        let config = "[http]\nsocket = \"\(path)\"\n" + google
+            + TokenEndToEndTests.config(keySet: keySet, audiences: [claims["aud"]!.stringValue!, "com.example.web"])
         let daemon = try DaemonProcess(config: config, arguments: ["--enable-debug-ops", "--fixed-clock", "\(iat + 60)"], directory: directory)
         try daemon.waitUntilReady()
         try daemon.waitForStderr(containing: "http.listening")
@@ -142,6 +152,7 @@ struct MetricsEndToEndTests {
         #expect(try main.errorCode("token.verify", ["token": .string(token), "audience": "com.example.web"]) == "token_audience_invalid")
         let text = try Self.metrics(path)
         #expect(Self.value(text, #"keyholed_token_verifications_total{issuer="apple",result="ok"}"#) == 3)
+        #expect(Self.value(text, #"keyholed_token_verifications_total{issuer="google",result="ok"}"#) == 0)
         #expect(Self.value(text, #"keyholed_token_verifications_total{issuer="apple",result="token_audience_invalid"}"#) == 1)
         #expect(Self.value(text, "keyholed_verified_token_cache_hits_total") == 3, "the refused hit is a hit too")
         #expect(Self.value(text, "keyholed_verified_token_cache_misses_total") == 1)
