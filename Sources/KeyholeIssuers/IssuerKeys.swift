@@ -121,17 +121,9 @@ public final class IssuerKeys: Sendable {
     /// The verifier over the keys usable now, or `nil` when there are none (not fetched yet, or the
     /// last good set is older than the staleness limit).
     public func verifier() -> JWTVerifier? {
-        withVerifier { copy $0 }
-    }
-
-    /// `body` on the verifier over the keys usable now, lent rather than copied (a copy counts a
-    /// reference for each of its keys' and policy's parts: on every cached token's check); `nil`
-    /// when there is none. Under the keys' lock: `body` must be brief and must not call back.
-    func withVerifier<Result>(_ body: (borrowing JWTVerifier) -> Result) -> Result? {
         let now = clock.now()
         return state.withLock { state in
-            guard state.cache.usableKeys(now: now) != nil, let verifier = state.verifier else { return nil }
-            return body(verifier)
+            state.cache.usableKeys(now: now) != nil ? state.verifier : nil
         }
     }
 
@@ -145,9 +137,8 @@ public final class IssuerKeys: Sendable {
 
     /// A cached token's checks against the verifier over the keys usable now: its key still in the
     /// set, then the request's and the clock's (`now`, seconds since 1970). In place, under the keys'
-    /// lock, without a closure of the caller's: through `withVerifier` and a closure, what the
-    /// closure held (the entry, the audience, the nonce) and the key set were counted as references
-    /// on every cache hit.
+    /// lock, not on a copy of the verifier and not through a closure of the caller's: either counted
+    /// references (the verifier's parts; the closure's entry, audience and nonce) on every cache hit.
     func checkCached(_ hit: VerifiedTokenCache.Entry, now: Double, audience: String?, nonce: String?) -> CachedCheck {
         let instant = clock.now()
         return state.withLock { state -> CachedCheck in

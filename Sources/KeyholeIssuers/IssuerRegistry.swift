@@ -168,8 +168,6 @@ public struct IssuerRegistry: Sendable {
         let cacheable = bytes.readableBytes <= CompactJWS.maximumLength
         if let cache, cacheable {
             if let hit = try cached(bytes, in: cache, entries: entries, issuer: issuer, audience: audience, nonce: nonce, now: now, routed: &routed) {
-                // Made where it is returned: a verification made in `cached` and handed up was
-                // copied whole on the way (its token's space included), then destroyed.
                 return .verified(Verification(issuer: hit.issuer, cached: hit))
             }
             VerificationMetrics.shared.cacheMisses.increment()
@@ -260,19 +258,14 @@ public struct IssuerRegistry: Sendable {
         guard let hit = cache.entry(for: token, now: now), issuer.map({ ExactString.equal($0, hit.issuer) }) ?? true,
             let keys = entries.first(where: { ExactString.equal($0.configuration.name, hit.issuer) }), keys.serial == hit.keysSerial
         else { return nil }
+        let check = keys.checkCached(hit, now: now, audience: audience, nonce: nonce)
+        if case .stale = check { return nil }
         // A hit is a token answered from the cache, accepted or refused by the request's and the
         // clock's checks: either way, without its signature checked again.
-        switch keys.checkCached(hit, now: now, audience: audience, nonce: nonce) {
-        case .stale: return nil
-        case .refused(let error):
-            routed = keys
-            VerificationMetrics.shared.cacheHits.increment()
-            throw Self.protocolError(error)
-        case .passed:
-            routed = keys
-            VerificationMetrics.shared.cacheHits.increment()
-            return hit
-        }
+        routed = keys
+        VerificationMetrics.shared.cacheHits.increment()
+        if case .refused(let error) = check { throw Self.protocolError(error) }
+        return hit
     }
 
     private static func route(_ entries: [IssuerKeys], issuer: String?, claims: [String: JSONValue]?) throws(ProtocolError) -> IssuerKeys {

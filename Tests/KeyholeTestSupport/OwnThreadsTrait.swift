@@ -57,11 +57,12 @@ package struct OwnThreadsTrait: SuiteTrait, TestTrait, TestScoping {
     package func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        if test.isSuite, Self.place == nil, !Self.isSerialized(test), test.timeLimit != nil {
+        let serializedSuite = test.isSuite && Self.isSerialized(test)
+        if test.isSuite, Self.place == nil, !serializedSuite, test.timeLimit != nil {
             Issue.record(
                 "\(test.name): a suite with .ownThreads and a time limit must be .serialized; else its tests, each limited, take no places and nothing bounds them")
         }
-        let needsPlace = Self.place == nil && (test.isSuite ? Self.isSerialized(test) : test.timeLimit == nil)
+        let needsPlace = Self.place == nil && (test.isSuite ? serializedSuite : test.timeLimit == nil)
         guard needsPlace else {
             try await withTaskExecutorPreference(GrowingThreadPool.shared) { try await function() }
             return

@@ -8,13 +8,13 @@ import Testing
 @Suite("HTTP listener: forward-auth and health, end to end", .serialized, .ownThreads)
 struct HTTPListenerEndToEndTests {
     /// keyholed with `[http]` on `<dir>/h.sock` (mode 0666 where `open`), `extra` keys added to the
-    /// section; ready once the listener is.
-    static func start(_ extra: String = "", open: Bool = false, config: String = "") throws -> (DaemonProcess, String) {
+    /// section, `arguments` after `--enable-debug-ops`; ready once the listener is.
+    static func start(_ extra: String = "", open: Bool = false, config: String = "", arguments: [String] = []) throws -> (DaemonProcess, String) {
         let directory = try DaemonProcess.makeDirectory()
         let path = directory.appendingPathComponent("h.sock").path
         let mode = open ? "socket_mode = \"0666\"\n" : ""
         let daemon = try DaemonProcess(
-            config: "[http]\nsocket = \"\(path)\"\n\(mode)\(extra)\n\(config)", arguments: ["--enable-debug-ops"], directory: directory)
+            config: "[http]\nsocket = \"\(path)\"\n\(mode)\(extra)\n\(config)", arguments: ["--enable-debug-ops"] + arguments, directory: directory)
         try daemon.waitUntilReady()
         try daemon.waitForStderr(containing: "http.listening")
         if open { chmod(directory.path, 0o711) }

@@ -129,8 +129,6 @@ struct MetricsEndToEndTests {
         let token = try TokenEndToEndTests.token("apple_token_4.jwt")
         let claims = try TokenEndToEndTests.claims(token)
         let iat = claims["iat"]!.intValue!
-        let directory = try DaemonProcess.makeDirectory()
-        let path = directory.appendingPathComponent("h.sock").path
         // A second issuer, listed first: the count must go to the issuer that vouched, not the first.
         let keySet = "apple_jwks_panva-wellknown-20241001.json"
         let google = """
@@ -141,11 +139,9 @@ struct MetricsEndToEndTests {
             audiences = ["web.apps.googleusercontent.com"]
 
             """
-        let config = "[http]\nsocket = \"\(path)\"\n" + google
-            + TokenEndToEndTests.config(keySet: keySet, audiences: [claims["aud"]!.stringValue!, "com.example.web"])
-        let daemon = try DaemonProcess(config: config, arguments: ["--enable-debug-ops", "--fixed-clock", "\(iat + 60)"], directory: directory)
-        try daemon.waitUntilReady()
-        try daemon.waitForStderr(containing: "http.listening")
+        let (daemon, path) = try HTTPListenerEndToEndTests.start(
+            config: google + TokenEndToEndTests.config(keySet: keySet, audiences: [claims["aud"]!.stringValue!, "com.example.web"]),
+            arguments: ["--fixed-clock", "\(iat + 60)"])
         let main = try RawConnection(path: daemon.socketPath)
         // Verified, then twice from the cache; then a hit refused: not for the audience asked.
         for _ in 0..<3 { _ = try main.result("token.verify", ["token": .string(token)]) }
